@@ -1,0 +1,150 @@
+/* Flare: common definitions shared by every public header.
+ *
+ * Strings are views: flare_str_t never owns its bytes and is never assumed
+ * to be NUL-terminated. Functions that fail return 0 or a negative FLARE_E*
+ * code; flare_strerror() turns a code into text. */
+#ifndef FLARE_COMMON_H
+#define FLARE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FLARE_BUILDING) && defined(__GNUC__)
+#define FLARE_API __attribute__((visibility("default")))
+#else
+#define FLARE_API
+#endif
+
+/* A view of bytes owned by someone else. */
+typedef struct flare_str {
+    const char *ptr;
+    size_t len;
+} flare_str_t;
+
+#define FLARE_STR(lit) ((flare_str_t){ (lit), sizeof(lit) - 1 })
+#define FLARE_STR_NULL ((flare_str_t){ NULL, 0 })
+
+static inline flare_str_t flare_str(const char *cstr)
+{
+    flare_str_t s = { cstr, cstr != NULL ? strlen(cstr) : 0 };
+    return s;
+}
+
+static inline int flare_str_eq(flare_str_t a, flare_str_t b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+/* ASCII case-insensitive comparison (header names, tokens). */
+FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
+
+/* Error codes: one table generates the enum and the messages.
+ * X(NAME, value, message) */
+#define FLARE_ERRNO_MAP(X)                                              \
+    X(NOMEM, -1, "out of memory")                                       \
+    X(INVAL, -2, "invalid argument")                                    \
+    X(EXIST, -3, "already exists")                                      \
+    X(NOTFOUND, -4, "not found")                                        \
+    X(STATE, -5, "operation not allowed in the current state")          \
+    X(ADDR, -6, "cannot parse listen address (expected HOST:PORT)")     \
+    X(BIND, -7, "cannot bind or listen on the address")                 \
+    X(SYS, -8, "system call failed")                                    \
+    X(CLOSED, -9, "connection closed")                                  \
+    X(TOOBIG, -10, "size limit exceeded")                               \
+    X(PATTERN, -11, "invalid route pattern")                            \
+    X(THREAD, -12, "cannot start a thread")
+
+enum {
+    FLARE_OK = 0,
+#define FLARE_ERRNO_ENUM(name, val, msg) FLARE_E##name = (val),
+    FLARE_ERRNO_MAP(FLARE_ERRNO_ENUM)
+#undef FLARE_ERRNO_ENUM
+    /* Returned by a handler or hook that will finish later on its worker. */
+    FLARE_ASYNC = 1
+};
+
+/* Text for a FLARE_E* code (or 0). Never NULL; static storage. */
+FLARE_API const char *flare_strerror(int code);
+
+/* Request methods: one table generates the enum and the names. */
+#define FLARE_METHOD_MAP(X)                                             \
+    X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS)        \
+    X(TRACE) X(PATCH)
+
+typedef enum flare_method {
+    FLARE_METHOD_OTHER = 0,
+#define FLARE_METHOD_ENUM(m) FLARE_METHOD_##m,
+    FLARE_METHOD_MAP(FLARE_METHOD_ENUM)
+#undef FLARE_METHOD_ENUM
+    FLARE_METHOD_COUNT
+} flare_method_t;
+
+/* Name of a method ("GET"), or "" for FLARE_METHOD_OTHER. */
+FLARE_API flare_str_t flare_method_name(flare_method_t m);
+
+/* Status codes: X(code, NAME, reason phrase). */
+#define FLARE_STATUS_MAP(X)                                             \
+    X(100, CONTINUE, "Continue")                                        \
+    X(101, SWITCHING_PROTOCOLS, "Switching Protocols")                  \
+    X(200, OK, "OK")                                                    \
+    X(201, CREATED, "Created")                                          \
+    X(202, ACCEPTED, "Accepted")                                        \
+    X(204, NO_CONTENT, "No Content")                                    \
+    X(206, PARTIAL_CONTENT, "Partial Content")                          \
+    X(301, MOVED_PERMANENTLY, "Moved Permanently")                      \
+    X(302, FOUND, "Found")                                              \
+    X(303, SEE_OTHER, "See Other")                                      \
+    X(304, NOT_MODIFIED, "Not Modified")                                \
+    X(307, TEMPORARY_REDIRECT, "Temporary Redirect")                    \
+    X(308, PERMANENT_REDIRECT, "Permanent Redirect")                    \
+    X(400, BAD_REQUEST, "Bad Request")                                  \
+    X(401, UNAUTHORIZED, "Unauthorized")                                \
+    X(403, FORBIDDEN, "Forbidden")                                      \
+    X(404, NOT_FOUND, "Not Found")                                      \
+    X(405, METHOD_NOT_ALLOWED, "Method Not Allowed")                    \
+    X(406, NOT_ACCEPTABLE, "Not Acceptable")                            \
+    X(408, REQUEST_TIMEOUT, "Request Timeout")                          \
+    X(409, CONFLICT, "Conflict")                                        \
+    X(410, GONE, "Gone")                                                \
+    X(411, LENGTH_REQUIRED, "Length Required")                          \
+    X(412, PRECONDITION_FAILED, "Precondition Failed")                  \
+    X(413, CONTENT_TOO_LARGE, "Content Too Large")                      \
+    X(414, URI_TOO_LONG, "URI Too Long")                                \
+    X(415, UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type")            \
+    X(416, RANGE_NOT_SATISFIABLE, "Range Not Satisfiable")              \
+    X(417, EXPECTATION_FAILED, "Expectation Failed")                    \
+    X(422, UNPROCESSABLE_CONTENT, "Unprocessable Content")              \
+    X(426, UPGRADE_REQUIRED, "Upgrade Required")                        \
+    X(429, TOO_MANY_REQUESTS, "Too Many Requests")                      \
+    X(431, REQUEST_HEADER_FIELDS_TOO_LARGE, "Request Header Fields Too Large") \
+    X(500, INTERNAL_SERVER_ERROR, "Internal Server Error")               \
+    X(501, NOT_IMPLEMENTED, "Not Implemented")                          \
+    X(502, BAD_GATEWAY, "Bad Gateway")                                  \
+    X(503, SERVICE_UNAVAILABLE, "Service Unavailable")                  \
+    X(504, GATEWAY_TIMEOUT, "Gateway Timeout")                          \
+    X(505, HTTP_VERSION_NOT_SUPPORTED, "HTTP Version Not Supported")
+
+enum {
+#define FLARE_STATUS_ENUM(code, name, reason) FLARE_STATUS_##name = (code),
+    FLARE_STATUS_MAP(FLARE_STATUS_ENUM)
+#undef FLARE_STATUS_ENUM
+};
+
+/* Reason phrase for a status code; "Unknown" for codes not in the table. */
+FLARE_API flare_str_t flare_status_reason(int status);
+
+/* One header field: views. */
+typedef struct flare_header {
+    flare_str_t name;
+    flare_str_t value;
+} flare_header_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

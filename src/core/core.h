@@ -1,0 +1,36 @@
+/* Internal core utilities: small inline helpers shared by every layer. */
+#ifndef FLARE_CORE_H
+#define FLARE_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flare/common.h"
+
+#define flare__likely(x) __builtin_expect(!!(x), 1)
+#define flare__unlikely(x) __builtin_expect(!!(x), 0)
+#define FLARE__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline unsigned char flare__lower(unsigned char c)
+{
+    return (unsigned char)(c - 'A' < 26u ? c | 0x20 : c);
+}
+
+/* Case-insensitive compare of a view against a lower-case literal. */
+static inline bool flare__ieq_lit(flare_str_t s, const char *lower, size_t n)
+{
+    if (s.len != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (flare__lower((unsigned char)s.ptr[i]) != (unsigned char)lower[i])
+            return false;
+    }
+    return true;
+}
+#define FLARE__IEQ(s, lit) flare__ieq_lit((s), lit, sizeof(lit) - 1)
+
+/* Writes v in decimal at p, returns the number of digits (at most 20). */
+size_t flare__u64toa(char *p, uint64_t v);
+
+#endif

@@ -1,0 +1,54 @@
+/* Route table: static paths in one hash lookup, `{name}` parameters and a
+ * trailing `{*rest}` wildcard per method, 405 with the allowed set.
+ *
+ * Built single-threaded before the server starts, then immutable: match is
+ * read-only and safe from every worker at once without locks. The router
+ * copies every pattern string it is given. */
+#ifndef FLARE_ROUTER_H
+#define FLARE_ROUTER_H
+
+#include <stdint.h>
+
+#include "flare/common.h"
+
+#define FLARE_ROUTER_MAX_PARAMS 16
+
+typedef struct flare_router flare_router_t;
+
+typedef struct flare_route_param {
+    flare_str_t name;  /* view into the router's copy of the pattern */
+    flare_str_t value; /* view into the matched path (raw, not decoded) */
+} flare_route_param_t;
+
+typedef struct flare_route_match {
+    void *route;           /* the `data` given to flare__router_add, or NULL */
+    uint32_t allowed;      /* when route == NULL: bit (1u << method) set for each
+                              method that has a route for this path; 0 => 404 */
+    unsigned nparams;
+    flare_route_param_t params[FLARE_ROUTER_MAX_PARAMS];
+} flare_route_match_t;
+
+flare_router_t *flare__router_new(void);
+void flare__router_free(flare_router_t *r);
+
+/* Adds a route. pattern: starts with '/', segments separated by '/', a
+ * segment is literal text, `{name}` (one non-empty segment) or, as the last
+ * segment only, `{*name}` (the rest of the path, possibly empty).
+ * Returns 0, FLARE_EPATTERN (malformed pattern, duplicate parameter name,
+ * more than FLARE_ROUTER_MAX_PARAMS), FLARE_EEXIST (same method and an
+ * equivalent pattern already registered) or FLARE_ENOMEM. */
+int flare__router_add(flare_router_t *r, flare_method_t method, flare_str_t pattern, void *data);
+
+/* Matches method + path (path as sent, without the query). Literal segments
+ * beat parameters, parameters beat the wildcard. Fills *m; returns 1 when a
+ * route matched, 0 otherwise (then m->allowed tells 404 vs 405).
+ * HEAD falls back to GET when no HEAD route exists: the caller decides that
+ * by matching GET again, the router does no implicit mapping. */
+int flare__router_match(const flare_router_t *r, flare_method_t method, flare_str_t path,
+                        flare_route_match_t *m);
+
+/* Bit set of methods that have a route for `path` (used for Allow and for
+ * automatic OPTIONS). */
+uint32_t flare__router_allowed(const flare_router_t *r, flare_str_t path);
+
+#endif
