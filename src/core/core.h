@@ -14,7 +14,7 @@
 
 static inline unsigned char flare__lower(unsigned char c)
 {
-    return (unsigned char)(c - 'A' < 26u ? c | 0x20 : c);
+    return (unsigned char)((unsigned)(c - 'A') < 26u ? c | 0x20 : c);
 }
 
 /* Case-insensitive compare of a view against a lower-case literal. */

@@ -1,0 +1,184 @@
+/* The example server: the routes the benchmarks and the outside tests use.
+ *
+ *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
+ *         [--max-body BYTES]
+ *
+ * Every handler uses the public API exactly as an application would. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flare/flare.h>
+
+static int plaintext(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("Hello, World!"));
+}
+
+static int json(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("application/json"),
+                          FLARE_STR("{\"message\":\"Hello, World!\"}"));
+}
+
+/* Appends s as a JSON string (quotes included); returns bytes written. */
+static size_t json_quote(char *out, flare_str_t s)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    *p++ = '"';
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.ptr[i];
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+        } else if (c < 0x20) {
+            memcpy(p, "\\u00", 4);
+            p[4] = hex[c >> 4];
+            p[5] = hex[c & 15];
+            p += 6;
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    *p++ = '"';
+    return (size_t)(p - out);
+}
+
+static int get_user(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t id = flare_req_param(req, "id");
+    char *body = flare_req_alloc(req, id.len * 6 + 16); /* lives until the response is sent */
+    if (body == NULL)
+        return FLARE_ENOMEM;
+    size_t n = 0;
+    memcpy(body, "{\"id\":", 6);
+    n = 6;
+    n += json_quote(body + n, id);
+    body[n++] = '}';
+    return flare_res_send(res, 200, FLARE_STR("application/json"), (flare_str_t){ body, n });
+}
+
+static int echo(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t ctype = flare_req_header(req, "Content-Type");
+    if (ctype.ptr == NULL)
+        ctype = FLARE_STR("application/octet-stream");
+    return flare_res_send(res, 200, ctype, flare_req_body(req));
+}
+
+static void slow_done(void *ud)
+{
+    flare_res_t *res = ud;
+    /* a no-op when the client has already gone */
+    flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("slow"));
+}
+
+static int slow(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t ms = flare_req_query_param(req, "ms");
+    unsigned long v = 0;
+    for (size_t i = 0; i < ms.len; i++) {
+        if (ms.ptr[i] < '0' || ms.ptr[i] > '9' || v > 600000)
+            return flare_res_send(res, 400, FLARE_STR("text/plain"),
+                                  FLARE_STR("ms must be a number of milliseconds (<= 600000)\n"));
+        v = v * 10 + (unsigned long)(ms.ptr[i] - '0');
+    }
+    if (v > 600000)
+        return flare_res_send(res, 400, FLARE_STR("text/plain"),
+                              FLARE_STR("ms must be a number of milliseconds (<= 600000)\n"));
+    int rc = flare_worker_timer(flare_req_worker(req), v, slow_done, res);
+    if (rc != 0)
+        return rc;
+    return FLARE_ASYNC;
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s --listen HOST:PORT --workers N [--header-timeout SECONDS]\n"
+            "          [--idle-timeout SECONDS] [--max-body BYTES]\n",
+            argv0);
+}
+
+static int parse_num(const char *s, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    if (s == NULL || *s == '\0' || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8080";
+    flare_config_t cfg;
+    flare_config_init(&cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        unsigned long long v;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(argv[0]);
+            return 0;
+        }
+        if (val == NULL) {
+            fprintf(stderr, "%s: missing value for %s\n", argv[0], arg);
+            usage(argv[0]);
+            return 2;
+        }
+        i++;
+        if (strcmp(arg, "--listen") == 0) {
+            listen = val;
+        } else if (strcmp(arg, "--workers") == 0 && parse_num(val, 1024, &v) == 0) {
+            cfg.workers = (unsigned)v;
+        } else if (strcmp(arg, "--header-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
+                   v > 0) {
+            cfg.header_timeout_ms = (unsigned)v * 1000;
+        } else if (strcmp(arg, "--idle-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
+                   v > 0) {
+            cfg.idle_timeout_ms = (unsigned)v * 1000;
+        } else if (strcmp(arg, "--max-body") == 0 && parse_num(val, 1ull << 40, &v) == 0) {
+            cfg.max_body = (size_t)v;
+        } else {
+            fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
+            usage(argv[0]);
+            return 2;
+        }
+    }
+
+    flare_app_t *app = flare_app_new(&cfg);
+    if (app == NULL) {
+        fprintf(stderr, "flare: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    if ((rc = flare_get(app, "/plaintext", plaintext, NULL)) != 0 ||
+        (rc = flare_get(app, "/json", json, NULL)) != 0 ||
+        (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
+        (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
+        (rc = flare_get(app, "/slow", slow, NULL)) != 0) {
+        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
+        flare_app_free(app);
+        return 1;
+    }
+    fprintf(stderr, "hello: listening on %s\n", listen);
+    rc = flare_app_run(app, listen);
+    if (rc != 0)
+        fprintf(stderr, "flare: %s: %s\n", listen, flare_strerror(rc));
+    flare_app_free(app);
+    return rc != 0;
+}

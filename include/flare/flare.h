@@ -1,0 +1,191 @@
+/* Flare: a fast HTTP/1.1 web framework for Linux.
+ *
+ * Threads: flare_app_run() starts N worker threads, each with its own event
+ * loop, listening socket (SO_REUSEPORT) and connections. A handler runs on
+ * the worker that owns the connection; everything it is given belongs to
+ * that worker and must only be touched from it (flare_worker_post() is the
+ * one thread-safe way in).
+ *
+ * Lifetimes: everything reachable from a flare_req_t / flare_res_t (views
+ * returned by flare_req_*, memory from flare_req_alloc) is valid until the
+ * response has been sent (flare_res_send* or flare_res_end returned) — for
+ * an asynchronous handler, until it sends. Copy what you need longer. */
+#ifndef FLARE_FLARE_H
+#define FLARE_FLARE_H
+
+#include <stdbool.h>
+
+#include "flare/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flare_app flare_app_t;
+typedef struct flare_group flare_group_t;
+typedef struct flare_worker flare_worker_t;
+typedef struct flare_req flare_req_t;
+typedef struct flare_req flare_res_t; /* one exchange; two names for readability */
+
+/* A request handler. Returns 0 after it has sent the response, FLARE_ASYNC
+ * when it will send later on the same worker, or a negative FLARE_E* code
+ * (the client then gets a 500 if nothing was sent yet). */
+typedef int (*flare_handler_fn)(flare_req_t *req, flare_res_t *res, void *ud);
+typedef void (*flare_task_fn)(void *ud);
+
+/* ---- configuration ------------------------------------------------------ */
+
+typedef struct flare_config {
+    unsigned workers;          /* worker threads; 0: number of CPUs */
+    unsigned max_conns;        /* per worker; beyond it new connections are closed */
+    unsigned header_timeout_ms; /* first byte to complete head (408 and close) */
+    unsigned body_timeout_ms;   /* between body reads */
+    unsigned idle_timeout_ms;   /* keep-alive idle */
+    unsigned write_timeout_ms;  /* a write that makes no progress */
+    unsigned drain_timeout_ms;  /* graceful shutdown: in-flight requests get this long */
+    size_t max_request_line;   /* 414 past it */
+    size_t max_head;           /* 431 past it (request line + headers) */
+    size_t max_headers;        /* 431 past it */
+    size_t max_body;           /* 413 past it */
+    unsigned job_threads;      /* blocking-job pool size; 0: 4 */
+    int backlog;               /* listen(2) backlog */
+} flare_config_t;
+
+/* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
+ * header 10 s, body 30 s, idle 60 s, write 30 s, drain 10 s, request line
+ * 8 KiB, head 32 KiB, 100 header fields, body 1 MiB, 4 job threads,
+ * backlog 4096. */
+FLARE_API void flare_config_init(flare_config_t *cfg);
+
+/* ---- application lifecycle ---------------------------------------------- */
+
+/* Creates an app with a copy of *cfg (NULL: defaults). NULL on out of memory. */
+FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
+
+/* Registers a route. The pattern is copied: literal segments, `{name}`
+ * parameters and a final `{*name}` wildcard ("/users/{id}", "/static/{*path}").
+ * Must be called before flare_app_run. Returns 0 or FLARE_EPATTERN,
+ * FLARE_EEXIST, FLARE_EINVAL, FLARE_ENOMEM, FLARE_ESTATE (app running). */
+FLARE_API int flare_route(flare_app_t *app, flare_method_t method, const char *pattern,
+                          flare_handler_fn fn, void *ud);
+FLARE_API int flare_get(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
+FLARE_API int flare_post(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
+FLARE_API int flare_put(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
+FLARE_API int flare_patch(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
+FLARE_API int flare_delete(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
+
+/* A route group: every route added through it gets the prefix ("/api/v1").
+ * Groups nest. Owned by the app (freed by flare_app_free). NULL on error. */
+FLARE_API flare_group_t *flare_group_new(flare_app_t *app, const char *prefix);
+FLARE_API flare_group_t *flare_group_sub(flare_group_t *parent, const char *prefix);
+FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
+                                flare_handler_fn fn, void *ud);
+
+/* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port"), starts the workers and
+ * blocks until SIGTERM/SIGINT or flare_app_stop(), then drains: stops
+ * accepting, closes idle connections, lets in-flight requests finish for up
+ * to drain_timeout_ms. Returns 0 or a FLARE_E* code. */
+FLARE_API int flare_app_run(flare_app_t *app, const char *listen);
+
+/* Asks a running app to shut down gracefully. Thread- and signal-safe. */
+FLARE_API void flare_app_stop(flare_app_t *app);
+
+/* The port actually bound (useful with port 0), valid once running. */
+FLARE_API int flare_app_port(const flare_app_t *app);
+
+/* Frees the app and everything it owns. Not while running. */
+FLARE_API void flare_app_free(flare_app_t *app);
+
+/* ---- request -------------------------------------------------------------- */
+
+FLARE_API flare_method_t flare_req_method(const flare_req_t *req);
+FLARE_API flare_str_t flare_req_method_str(const flare_req_t *req);
+FLARE_API flare_str_t flare_req_target(const flare_req_t *req); /* as sent */
+FLARE_API flare_str_t flare_req_path(const flare_req_t *req);   /* raw, without query */
+FLARE_API flare_str_t flare_req_query(const flare_req_t *req);  /* raw, without '?' */
+FLARE_API int flare_req_version_minor(const flare_req_t *req);  /* 0 or 1 */
+
+/* Header value by name, case-insensitive; the first field if repeated.
+ * .ptr == NULL when absent. */
+FLARE_API flare_str_t flare_req_header(const flare_req_t *req, const char *name);
+FLARE_API size_t flare_req_header_count(const flare_req_t *req);
+FLARE_API const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i);
+
+/* Path parameter of the matched route, percent-decoded (decoding happens in
+ * the request arena only when the raw value contains '%'). .ptr == NULL when
+ * the route has no such parameter. */
+FLARE_API flare_str_t flare_req_param(flare_req_t *req, const char *name);
+
+/* First query parameter with that key, percent-decoded ('+' is a space).
+ * .ptr == NULL when absent; an empty value is {"", 0}. */
+FLARE_API flare_str_t flare_req_query_param(flare_req_t *req, const char *name);
+
+/* The whole request body (Content-Length or de-chunked): the server reads it
+ * completely, up to max_body, before calling the handler. */
+FLARE_API flare_str_t flare_req_body(const flare_req_t *req);
+
+/* Request-scoped memory from the request's arena, 16-byte aligned; freed
+ * when the response completes. NULL on out of memory. */
+FLARE_API void *flare_req_alloc(flare_req_t *req, size_t size);
+
+/* Runs fn(ud) when the exchange ends (response sent or connection lost).
+ * Hooks run in reverse order of registration. */
+FLARE_API int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud);
+
+/* The worker that owns this request. */
+FLARE_API flare_worker_t *flare_req_worker(const flare_req_t *req);
+
+/* False once the client has gone (an async handler may stop early). */
+FLARE_API bool flare_req_connected(const flare_req_t *req);
+
+/* ---- response ------------------------------------------------------------- */
+
+/* Adds a response header before the response is sent. Name and value are
+ * copied; CR, LF and NUL are rejected (FLARE_EINVAL) so no header injection
+ * is possible; name must be a token. Content-Length, Transfer-Encoding,
+ * Date and Connection are managed by Flare (FLARE_EINVAL). */
+FLARE_API int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value);
+
+/* Sends a complete response: status, Content-Type (len 0: none) and a body
+ * that is copied. For HEAD requests only the headers go out. Returns 0, or
+ * FLARE_ESTATE if a response was already sent; when the client has gone
+ * this is a no-op that returns 0 and releases the exchange. */
+FLARE_API int flare_res_send(flare_res_t *res, int status, flare_str_t content_type,
+                             flare_str_t body);
+
+/* Like flare_res_send, but the body is referenced, not copied: it must stay
+ * valid until release(ud) is called (after it has been written or the
+ * connection dropped). release may be NULL for static data. */
+FLARE_API int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type,
+                                 flare_str_t body, flare_task_fn release, void *ud);
+
+/* Streaming with chunked transfer coding for bodies of unknown length:
+ * begin, write any number of times, end. */
+FLARE_API int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type);
+FLARE_API int flare_res_write(flare_res_t *res, flare_str_t data);
+FLARE_API int flare_res_end(flare_res_t *res);
+
+/* Asks for the connection to be closed after this response. */
+FLARE_API void flare_res_close(flare_res_t *res);
+
+/* ---- workers, timers, jobs ------------------------------------------------ */
+
+/* Runs fn(ud) on worker w after `ms` milliseconds. Call from w's thread only.
+ * Returns 0 or FLARE_ENOMEM. */
+FLARE_API int flare_worker_timer(flare_worker_t *w, uint64_t ms, flare_task_fn fn, void *ud);
+
+/* Runs fn(ud) on worker w's thread soon. Safe from any thread. */
+FLARE_API int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud);
+
+/* Runs work(ud) on the blocking-job pool, then done(ud) back on worker w.
+ * Call from w's thread. */
+FLARE_API int flare_worker_job(flare_worker_t *w, flare_task_fn work, flare_task_fn done,
+                               void *ud);
+
+/* Index of the worker (0..N-1). */
+FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

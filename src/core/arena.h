@@ -1,0 +1,29 @@
+/* Per-request arena: bump allocation from chunks, reset (not freed) after
+ * each response so a warm worker allocates nothing per request.
+ *
+ * The first chunk is kept across resets; oversize allocations get their own
+ * malloc block, freed on reset. Built with -DFLARE_ARENA_DEBUG every
+ * allocation is a separate malloc so ASan sees overflows (nginx's
+ * NGX_DEBUG_PALLOC idea). */
+#ifndef FLARE_ARENA_H
+#define FLARE_ARENA_H
+
+#include <stddef.h>
+
+typedef struct flare_arena_block flare_arena_block_t;
+
+typedef struct flare_arena {
+    char *cur;                   /* next free byte in the current chunk */
+    char *end;                   /* end of the current chunk */
+    flare_arena_block_t *chunks; /* list of chunks; the last one is kept on reset */
+    flare_arena_block_t *big;    /* oversize allocations, freed on reset */
+} flare_arena_t;
+
+void flare__arena_init(flare_arena_t *a);
+void *flare__arena_alloc(flare_arena_t *a, size_t size);
+void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size);
+/* Frees everything but the first chunk. */
+void flare__arena_reset(flare_arena_t *a);
+void flare__arena_dispose(flare_arena_t *a);
+
+#endif

@@ -1,0 +1,44 @@
+/* Growable byte buffer (heap). Used for output and de-chunked bodies. */
+#ifndef FLARE_BUF_H
+#define FLARE_BUF_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+typedef struct flare_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} flare_buf_t;
+
+/* Makes room for `extra` more bytes; 0 or FLARE_ENOMEM. */
+int flare__buf_grow(flare_buf_t *b, size_t extra);
+
+static inline int flare__buf_reserve(flare_buf_t *b, size_t extra)
+{
+    if (flare__likely(b->cap - b->len >= extra))
+        return 0;
+    return flare__buf_grow(b, extra);
+}
+
+static inline int flare__buf_append(flare_buf_t *b, const void *p, size_t n)
+{
+    if (flare__buf_reserve(b, n) != 0)
+        return FLARE_ENOMEM;
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static inline void flare__buf_free(flare_buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+#endif

@@ -1,0 +1,880 @@
+/* The HTTP/1.1 connection state machine.
+ *
+ * Invariants:
+ * - Parse before read: on_readable reads once, then handles every complete
+ *   request in the buffer before returning; all responses produced by one
+ *   read batch leave in one write/writev (flush at the end of the batch).
+ * - Responses go out in request order: exchanges sit in c->qhead..qtail; the
+ *   head of the queue serializes straight into c->wbuf, later ones into their
+ *   own ex->out until they become the head.
+ * - When process() returns, no exchange holds a view into c->rbuf: one that
+ *   must outlive the batch (asynchronous handler, body spanning reads) copies
+ *   its head into its arena first ("detach"). So the read buffer can be
+ *   compacted or handed back to the worker's pool at any time outside
+ *   process(), and an idle connection holds no buffer at all.
+ * - Closing never frees memory that a pending epoll event may still point to:
+ *   closed connections wait on w->dead until the event batch is over. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "server.h"
+
+#define MAX_INFLIGHT 64     /* pipelined requests in flight before we stop reading */
+#define LINGER_MS 2000      /* read-and-discard time after an error response */
+#define MAX_IOV 64
+
+static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
+static void process(flare_conn_t *c);
+static void queue_advance(flare_conn_t *c);
+
+/* ---- worker pools ---- */
+
+char *flare__worker_buf_get(flare_worker_t *w)
+{
+    flare_pool_buf_t *b = w->bufs;
+    if (b != NULL) {
+        w->bufs = b->next;
+        w->nbufs--;
+        return (char *)b;
+    }
+    return malloc(FLARE_CONN_BUF);
+}
+
+void flare__worker_buf_put(flare_worker_t *w, char *buf)
+{
+    if (w->nbufs >= 1024) {
+        free(buf);
+        return;
+    }
+    flare_pool_buf_t *b = (flare_pool_buf_t *)(void *)buf;
+    b->next = w->bufs;
+    w->bufs = b;
+    w->nbufs++;
+}
+
+struct flare_req *flare__ex_get(flare_worker_t *w)
+{
+    struct flare_req *ex = w->free_ex;
+    if (ex != NULL) {
+        w->free_ex = ex->next;
+        w->nfree_ex--;
+    } else {
+        ex = calloc(1, sizeof(*ex));
+        if (ex == NULL)
+            return NULL;
+        ex->headers = malloc(w->app->limits.max_headers * sizeof(flare_header_t));
+        if (ex->headers == NULL) {
+            free(ex);
+            return NULL;
+        }
+        flare__arena_init(&ex->arena);
+        ex->worker = w;
+    }
+    ex->next = NULL;
+    ex->flags = 0;
+    ex->route = NULL;
+    ex->head.headers = ex->headers;
+    ex->body.ptr = NULL;
+    ex->body.len = 0;
+    ex->match.nparams = 0;
+    ex->match.route = NULL;
+    ex->match.allowed = 0;
+    ex->res_hdrs = NULL;
+    ex->res_hdrs_tail = &ex->res_hdrs;
+    ex->cleanups = NULL;
+    ex->bodybuf.len = 0;
+    ex->out.len = 0;
+    return ex;
+}
+
+void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
+{
+    while (ex->cleanups != NULL) {
+        flare_cleanup_t *cl = ex->cleanups;
+        ex->cleanups = cl->next;
+        cl->fn(cl->ud);
+    }
+    flare__arena_reset(&ex->arena);
+    /* keep small buffers for the next exchange; give big ones back */
+    if (ex->bodybuf.cap > 65536)
+        flare__buf_free(&ex->bodybuf);
+    if (ex->out.cap > 65536)
+        flare__buf_free(&ex->out);
+    ex->conn = NULL;
+    if (w->nfree_ex >= 256) {
+        flare__arena_dispose(&ex->arena);
+        flare__buf_free(&ex->bodybuf);
+        flare__buf_free(&ex->out);
+        free(ex->headers);
+        free(ex);
+        return;
+    }
+    ex->next = w->free_ex;
+    w->free_ex = ex;
+    w->nfree_ex++;
+}
+
+/* ---- open / close ---- */
+
+void flare__conn_open(flare_worker_t *w, int fd)
+{
+    flare_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return;
+    }
+    c->io.fd = fd;
+    c->io.cb = conn_io_cb;
+    c->w = w;
+    if (flare__loop_add(&w->loop, &c->io, EPOLLIN) != 0) {
+        close(fd);
+        free(c);
+        return;
+    }
+    c->t_active = c->t_head = w->loop.now;
+    c->next = w->conns;
+    if (w->conns != NULL)
+        w->conns->prev = c;
+    w->conns = c;
+    w->nconns++;
+}
+
+static void release_segs(flare_conn_t *c)
+{
+    for (uint32_t i = 0; i < c->nsegs; i++) {
+        if (c->segs[i].release != NULL)
+            c->segs[i].release(c->segs[i].ud);
+    }
+    c->nsegs = 0;
+}
+
+static void give_back_buffers(flare_conn_t *c)
+{
+    flare_worker_t *w = c->w;
+    if (c->rbuf != NULL && c->rpos == c->rlen) {
+        if (c->rcap == FLARE_CONN_BUF)
+            flare__worker_buf_put(w, c->rbuf);
+        else
+            free(c->rbuf);
+        c->rbuf = NULL;
+        c->rlen = c->rpos = c->rcap = 0;
+    }
+    if (c->wbuf.data != NULL && c->wbuf.len == 0 && c->nsegs == 0) {
+        if (c->wbuf.cap == FLARE_CONN_BUF)
+            flare__worker_buf_put(w, c->wbuf.data);
+        else
+            free(c->wbuf.data);
+        c->wbuf.data = NULL;
+        c->wbuf.cap = 0;
+    }
+}
+
+void flare__conn_close(flare_conn_t *c)
+{
+    if (c->flags & C_DEAD)
+        return;
+    flare_worker_t *w = c->w;
+    c->flags |= C_DEAD;
+    flare__loop_del(&w->loop, &c->io);
+    close(c->io.fd);
+    c->io.fd = -1;
+
+    /* in-flight exchanges: finished ones are recycled, the others are
+     * orphaned so a late send is a no-op that frees them */
+    struct flare_req *ex = c->qhead;
+    while (ex != NULL) {
+        struct flare_req *next = ex->next;
+        ex->conn = NULL;
+        ex->next = NULL;
+        if ((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))
+            flare__ex_put(w, ex);
+        else
+            ex->flags |= EX_ORPHAN;
+        ex = next;
+    }
+    c->qhead = c->qtail = c->recv = NULL;
+    c->nqueue = 0;
+    release_segs(c);
+    c->wbuf.len = 0;
+    c->rpos = c->rlen;
+    give_back_buffers(c);
+    free(c->segs);
+    c->segs = NULL;
+
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    w->nconns--;
+    c->next = w->dead;
+    w->dead = c;
+}
+
+void flare__conn_free_dead(flare_worker_t *w)
+{
+    while (w->dead != NULL) {
+        flare_conn_t *c = w->dead;
+        w->dead = c->next;
+        free(c);
+    }
+}
+
+/* Error responses leave the connection through a lingering close: shut the
+ * write side so the response is not lost to a RST, then read and discard
+ * until EOF or LINGER_MS (nginx's lingering_close). */
+static void start_linger(flare_conn_t *c)
+{
+    if (c->flags & C_RD_EOF) {
+        flare__conn_close(c);
+        return;
+    }
+    shutdown(c->io.fd, SHUT_WR);
+    c->flags |= C_LINGER;
+    c->t_active = c->w->loop.now;
+    c->rpos = c->rlen;
+    give_back_buffers(c);
+    flare__loop_mod(&c->w->loop, &c->io, EPOLLIN);
+}
+
+/* ---- output ---- */
+
+static void after_output(flare_conn_t *c)
+{
+    if (c->qhead != NULL)
+        return;
+    if (c->flags & C_CLOSING) {
+        start_linger(c);
+        return;
+    }
+    if (c->flags & C_RD_EOF) {
+        flare__conn_close(c);
+        return;
+    }
+    if (c->flags & C_READ_PAUSED) {
+        c->flags &= ~C_READ_PAUSED;
+        flare__loop_mod(&c->w->loop, &c->io, EPOLLIN);
+        /* requests already buffered while paused */
+        if (c->rpos < c->rlen)
+            process(c);
+    }
+}
+
+void flare__conn_flush(flare_conn_t *c)
+{
+    while (c->wbuf.len > 0 || c->nsegs > 0) {
+        struct iovec iov[MAX_IOV];
+        int n = 0;
+        size_t skip = c->wsent, wpos = 0, total = 0;
+        for (uint32_t i = 0; i <= c->nsegs && n < MAX_IOV; i++) {
+            size_t at = i < c->nsegs ? c->segs[i].at : c->wbuf.len;
+            /* wbuf bytes [wpos, at) */
+            size_t part = at - wpos;
+            if (skip >= part) {
+                skip -= part;
+            } else {
+                iov[n].iov_base = c->wbuf.data + wpos + skip;
+                iov[n].iov_len = part - skip;
+                total += part - skip;
+                n++;
+                skip = 0;
+            }
+            wpos = at;
+            if (i == c->nsegs || n == MAX_IOV)
+                break;
+            if (skip >= c->segs[i].len) {
+                skip -= c->segs[i].len;
+            } else {
+                iov[n].iov_base = (char *)c->segs[i].ptr + skip;
+                iov[n].iov_len = c->segs[i].len - skip;
+                total += c->segs[i].len - skip;
+                n++;
+                skip = 0;
+            }
+        }
+        ssize_t wr = n == 1 ? write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
+                            : writev(c->io.fd, iov, n);
+        if (wr < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                if (!(c->flags & C_WANT_WRITE)) {
+                    c->flags |= C_WANT_WRITE;
+                    c->t_active = c->w->loop.now;
+                    uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
+                    flare__loop_mod(&c->w->loop, &c->io, ev);
+                }
+                return;
+            }
+            flare__conn_close(c);
+            return;
+        }
+        c->t_active = c->w->loop.now;
+        size_t all = c->wbuf.len;
+        for (uint32_t i = 0; i < c->nsegs; i++)
+            all += c->segs[i].len;
+        c->wsent += (size_t)wr;
+        if (c->wsent == all) {
+            c->wbuf.len = 0;
+            c->wsent = 0;
+            release_segs(c);
+            break;
+        }
+        if ((size_t)wr < total) {
+            /* short write: the socket is full; wait for EPOLLOUT */
+            if (!(c->flags & C_WANT_WRITE)) {
+                c->flags |= C_WANT_WRITE;
+                uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
+                flare__loop_mod(&c->w->loop, &c->io, ev);
+            }
+            return;
+        }
+    }
+    if (c->flags & C_WANT_WRITE) {
+        c->flags &= ~C_WANT_WRITE;
+        uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
+        flare__loop_mod(&c->w->loop, &c->io, ev);
+    }
+    after_output(c);
+}
+
+/* ---- exchange queue ---- */
+
+static void enqueue(flare_conn_t *c, struct flare_req *ex)
+{
+    ex->conn = c;
+    ex->next = NULL;
+    if (c->qtail != NULL)
+        c->qtail->next = ex;
+    else
+        c->qhead = ex;
+    c->qtail = ex;
+    c->nqueue++;
+}
+
+/* Pops finished exchanges off the head of the queue; a new head moves its
+ * privately buffered output into the connection buffer. */
+static void queue_advance(flare_conn_t *c)
+{
+    struct flare_req *ex;
+    while ((ex = c->qhead) != NULL) {
+        if (ex->out.len > 0) {
+            if (flare__buf_append(&c->wbuf, ex->out.data, ex->out.len) != 0) {
+                flare__conn_close(c);
+                return;
+            }
+            ex->out.len = 0;
+        }
+        if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER))
+            return;
+        if (ex->flags & EX_CLOSE)
+            c->flags |= C_CLOSING;
+        c->qhead = ex->next;
+        if (c->qhead == NULL)
+            c->qtail = NULL;
+        c->nqueue--;
+        flare__ex_put(c->w, ex);
+    }
+}
+
+/* Called when a response is complete, or more output was produced. */
+void flare__ex_complete(struct flare_req *ex)
+{
+    flare_conn_t *c = ex->conn;
+    if (c == NULL) {
+        if ((ex->flags & EX_ORPHAN) && (ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))
+            flare__ex_put(ex->worker, ex);
+        return;
+    }
+    if (c->qhead != ex)
+        return;
+    queue_advance(c);
+    if (!(c->flags & (C_IN_BATCH | C_DEAD)))
+        flare__conn_flush(c);
+}
+
+/* ---- request handling ---- */
+
+static void rebase(flare_str_t *s, const char *old, size_t len, const char *new)
+{
+    if (s->ptr >= old && s->ptr <= old + len)
+        s->ptr = new + (s->ptr - old);
+}
+
+/* Copies the head (and a body still in the read buffer) into the exchange's
+ * arena so it survives the read buffer. */
+static int detach(struct flare_req *ex)
+{
+    if (ex->flags & EX_DETACHED)
+        return 0;
+    const char *old = ex->raw;
+    size_t len = ex->raw_len;
+    char *copy = flare__arena_dup(&ex->arena, old, len);
+    if (copy == NULL)
+        return FLARE_ENOMEM;
+    flare_http_head_t *h = &ex->head;
+    rebase(&h->method, old, len, copy);
+    rebase(&h->target, old, len, copy);
+    rebase(&h->path, old, len, copy);
+    rebase(&h->query, old, len, copy);
+    rebase(&h->host, old, len, copy);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        rebase(&h->headers[i].name, old, len, copy);
+        rebase(&h->headers[i].value, old, len, copy);
+    }
+    for (unsigned i = 0; i < ex->match.nparams; i++)
+        rebase(&ex->match.params[i].value, old, len, copy);
+    if (ex->body.len > 0 && ex->bodybuf.data != ex->body.ptr) {
+        char *b = flare__arena_dup(&ex->arena, ex->body.ptr, ex->body.len);
+        if (b == NULL)
+            return FLARE_ENOMEM;
+        ex->body.ptr = b;
+    }
+    ex->raw = copy;
+    ex->flags |= EX_DETACHED;
+    return 0;
+}
+
+static void route(flare_app_t *app, struct flare_req *ex)
+{
+    flare_method_t m = ex->head.method_id;
+    if (m == FLARE_METHOD_HEAD)
+        ex->flags |= EX_HEAD_ONLY;
+    if (flare__router_match(app->router, m, ex->head.path, &ex->match)) {
+        ex->route = ex->match.route;
+        return;
+    }
+    if (m == FLARE_METHOD_HEAD &&
+        flare__router_match(app->router, FLARE_METHOD_GET, ex->head.path, &ex->match)) {
+        ex->route = ex->match.route;
+        return;
+    }
+    ex->route = NULL;
+    ex->match.nparams = 0;
+}
+
+static void dispatch(flare_conn_t *c, struct flare_req *ex)
+{
+    (void)c;
+    if (ex->flags & EX_SENT)
+        return;
+    int rc;
+    ex->flags |= EX_IN_HANDLER;
+    if (ex->route != NULL) {
+        rc = ex->route->fn(ex, ex, ex->route->ud);
+    } else {
+        rc = flare__res_auto(ex);
+    }
+    ex->flags &= ~EX_IN_HANDLER;
+    if (ex->flags & EX_ORPHAN) {
+        if (ex->flags & EX_SENT)
+            flare__ex_put(ex->worker, ex);
+        return;
+    }
+    if (!(ex->flags & EX_SENT)) {
+        if (rc == FLARE_ASYNC) {
+            if (detach(ex) != 0) {
+                ex->flags |= EX_CLOSE;
+                flare__res_error(ex, 500, "out of memory");
+            }
+        } else if (!(ex->flags & EX_STREAM)) {
+            ex->flags |= EX_CLOSE;
+            flare__res_error(ex, 500, rc < 0 ? flare_strerror(rc) :
+                                              "handler returned without a response");
+        } else if (detach(ex) != 0) {
+            flare_res_close(ex);
+            flare_res_end(ex);
+        }
+    }
+    flare__ex_complete(ex);
+}
+
+/* Error for an exchange being parsed: answer and stop reading requests. */
+static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, const char *msg)
+{
+    ex->flags |= EX_CLOSE | EX_ERROR;
+    c->flags |= C_CLOSING;
+    flare__res_error(ex, status, msg);
+    flare__ex_complete(ex);
+}
+
+static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Expect: 100-continue with the body not here yet: 100 only when the route
+ * exists and the size is allowed; otherwise the final status and close. */
+static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
+{
+    if (!ex->head.expect_continue)
+        return true;
+    if (ex->route == NULL) {
+        ex->flags |= EX_CLOSE;
+        c->flags |= C_CLOSING;
+        dispatch(c, ex); /* 404 / 405 */
+        return false;
+    }
+    if (c->qhead == ex && c->wbuf.len == 0 && c->nsegs == 0) {
+        if (c->wbuf.data == NULL) {
+            c->wbuf.data = flare__worker_buf_get(c->w);
+            c->wbuf.cap = c->wbuf.data != NULL ? FLARE_CONN_BUF : 0;
+        }
+        if (flare__buf_append(&c->wbuf, continue_line, sizeof(continue_line) - 1) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Continues receiving the body of c->recv from the read buffer. Returns
+ * true when the exchange was dispatched and parsing may go on. */
+static bool recv_body(flare_conn_t *c)
+{
+    struct flare_req *ex = c->recv;
+    const char *p = c->rbuf + c->rpos;
+    size_t avail = c->rlen - c->rpos;
+    if (ex->head.chunked) {
+        for (;;) {
+            size_t used = 0;
+            flare_str_t data;
+            int st = 0;
+            const char *err = NULL;
+            int rc = flare__chunked_decode(&ex->chunked, p, avail, c->w->app->cfg.max_body, &used,
+                                           &data, &st, &err);
+            p += used;
+            avail -= used;
+            c->rpos += (uint32_t)used;
+            if (rc == FLARE_CHUNKED_DATA) {
+                if (flare__buf_append(&ex->bodybuf, data.ptr, data.len) != 0) {
+                    c->recv = NULL;
+                    framing_error(c, ex, 500, "out of memory");
+                    return false;
+                }
+                continue;
+            }
+            if (rc == FLARE_CHUNKED_DONE)
+                break;
+            if (rc == FLARE_PARSE_PARTIAL)
+                return false;
+            c->recv = NULL;
+            framing_error(c, ex, st != 0 ? st : 400, err != NULL ? err : "invalid chunked body");
+            return false;
+        }
+    } else {
+        size_t take = avail < ex->body_need ? avail : (size_t)ex->body_need;
+        if (flare__buf_append(&ex->bodybuf, p, take) != 0) {
+            c->recv = NULL;
+            framing_error(c, ex, 500, "out of memory");
+            return false;
+        }
+        c->rpos += (uint32_t)take;
+        ex->body_need -= take;
+        if (ex->body_need > 0)
+            return false;
+    }
+    c->recv = NULL;
+    ex->body.ptr = ex->bodybuf.data;
+    ex->body.len = ex->bodybuf.len;
+    dispatch(c, ex);
+    return true;
+}
+
+/* Starts the body of a freshly parsed exchange. Returns true when it was
+ * dispatched (body complete in the buffer), false when it waits (c->recv)
+ * or failed. */
+static bool start_body(flare_conn_t *c, struct flare_req *ex)
+{
+    flare_app_t *app = c->w->app;
+    int64_t cl = ex->head.content_length;
+    if (ex->head.chunked) {
+        flare__chunked_init(&ex->chunked);
+        ex->bodybuf.len = 0;
+        c->recv = ex;
+        if (recv_body(c))
+            return true;
+        if (c->recv != ex)
+            return false; /* failed */
+    } else {
+        if (cl > 0 && (uint64_t)cl > app->cfg.max_body) {
+            framing_error(c, ex, 413, "request body too large");
+            return false;
+        }
+        size_t avail = c->rlen - c->rpos;
+        if (cl <= 0 || avail >= (uint64_t)cl) {
+            if (cl > 0) {
+                ex->body.ptr = c->rbuf + c->rpos;
+                ex->body.len = (size_t)cl;
+                c->rpos += (uint32_t)cl;
+            }
+            dispatch(c, ex);
+            return true;
+        }
+        ex->body_need = (uint64_t)cl;
+        ex->bodybuf.len = 0;
+        if (flare__buf_reserve(&ex->bodybuf, (size_t)cl) != 0) {
+            framing_error(c, ex, 500, "out of memory");
+            return false;
+        }
+        c->recv = ex;
+        recv_body(c); /* takes what is there */
+    }
+    /* body still arriving */
+    if (detach(ex) != 0) {
+        c->recv = NULL;
+        framing_error(c, ex, 500, "out of memory");
+        return false;
+    }
+    if (!expect_continue(c, ex)) {
+        if (c->recv == ex)
+            c->recv = NULL;
+        return false;
+    }
+    return false;
+}
+
+static void process(flare_conn_t *c)
+{
+    flare_worker_t *w = c->w;
+    flare_app_t *app = w->app;
+    c->flags |= C_IN_BATCH;
+    while (!(c->flags & (C_CLOSING | C_DEAD))) {
+        if (c->recv != NULL) {
+            if (!recv_body(c))
+                break;
+            continue;
+        }
+        if (c->rpos == c->rlen)
+            break;
+        if (c->nqueue >= MAX_INFLIGHT) {
+            c->flags |= C_READ_PAUSED;
+            flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)EPOLLIN);
+            break;
+        }
+        const char *p = c->rbuf + c->rpos;
+        size_t len = c->rlen - c->rpos;
+        size_t scan = c->scan;
+        if (!flare__http_head_ready(p, len, &scan)) {
+            c->scan = (uint32_t)scan;
+            break;
+        }
+        c->scan = (uint32_t)scan;
+        struct flare_req *ex = flare__ex_get(w);
+        if (ex == NULL) {
+            flare__conn_close(c);
+            break;
+        }
+        int rc = flare__http_parse_head(p, len, &app->limits, &ex->head);
+        if (rc == FLARE_PARSE_PARTIAL) {
+            flare__ex_put(w, ex);
+            break;
+        }
+        enqueue(c, ex);
+        c->flags |= C_HAD_REQUEST;
+        if (rc < 0) {
+            framing_error(c, ex, ex->head.status, ex->head.error);
+            break;
+        }
+        ex->raw = p;
+        ex->raw_len = (size_t)rc;
+        c->rpos += (uint32_t)rc;
+        c->scan = 0;
+        if (!ex->head.keep_alive || w->draining)
+            ex->flags |= EX_CLOSE;
+        route(app, ex);
+        bool done = start_body(c, ex);
+        if (ex->flags & EX_CLOSE)
+            c->flags |= C_CLOSING; /* no request after this one is read */
+        if (!done)
+            continue; /* c->recv set, or closing: the loop condition decides */
+        if (c->rpos < c->rlen)
+            c->t_head = w->loop.now;
+    }
+    c->flags &= ~C_IN_BATCH;
+}
+
+static void on_readable(flare_conn_t *c)
+{
+    flare_worker_t *w = c->w;
+    if (c->flags & C_LINGER) {
+        char tmp[4096];
+        ssize_t n = read(c->io.fd, tmp, sizeof(tmp));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            flare__conn_close(c);
+        return;
+    }
+    if (c->rbuf == NULL) {
+        c->rbuf = flare__worker_buf_get(w);
+        if (c->rbuf == NULL) {
+            flare__conn_close(c);
+            return;
+        }
+        c->rcap = FLARE_CONN_BUF;
+        c->rlen = c->rpos = 0;
+    }
+    if (c->rpos == c->rlen) {
+        c->rpos = c->rlen = 0;
+        c->scan = 0;
+        c->t_head = w->loop.now;
+    } else if (c->rlen == c->rcap) {
+        if (c->rpos > 0) {
+            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+            c->rlen -= c->rpos;
+            c->rpos = 0;
+        } else {
+            /* a head larger than the buffer: grow up to the head limit; the
+             * parser reports 431/414 past it */
+            size_t cap = (size_t)c->rcap * 2;
+            size_t limit = w->app->limits.max_head + 4096;
+            if (cap > limit)
+                cap = limit;
+            if (cap <= c->rcap) {
+                flare__conn_close(c);
+                return;
+            }
+            char *nb = malloc(cap);
+            if (nb == NULL) {
+                flare__conn_close(c);
+                return;
+            }
+            memcpy(nb, c->rbuf, c->rlen);
+            if (c->rcap == FLARE_CONN_BUF)
+                flare__worker_buf_put(w, c->rbuf);
+            else
+                free(c->rbuf);
+            c->rbuf = nb;
+            c->rcap = (uint32_t)cap;
+        }
+    }
+    ssize_t n;
+    do {
+        n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno != EAGAIN)
+            flare__conn_close(c);
+        else
+            give_back_buffers(c);
+        return;
+    }
+    if (n == 0) {
+        c->flags |= C_RD_EOF;
+        if (c->qhead == NULL && c->wbuf.len == 0 && c->nsegs == 0) {
+            flare__conn_close(c);
+            return;
+        }
+        flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)EPOLLIN);
+        give_back_buffers(c);
+        return;
+    }
+    c->rlen += (uint32_t)n;
+    c->t_active = w->loop.now;
+    process(c);
+    if (c->flags & C_DEAD)
+        return;
+    if (c->rpos > 0 && c->rpos < c->rlen && c->recv == NULL) {
+        /* a partial head: move it to the front so the buffer has room */
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    flare__conn_flush(c);
+    if (!(c->flags & C_DEAD))
+        give_back_buffers(c);
+}
+
+static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    (void)l;
+    flare_conn_t *c = (flare_conn_t *)io; /* io is the first member */
+    if (c->flags & C_DEAD)
+        return;
+    if ((events & EPOLLERR) && !(events & EPOLLIN)) {
+        flare__conn_close(c);
+        return;
+    }
+    if (events & EPOLLOUT) {
+        flare__conn_flush(c);
+        if (c->flags & C_DEAD)
+            return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if ((c->flags & C_RD_EOF) && !(c->flags & C_LINGER)) {
+            if (events & (EPOLLHUP | EPOLLERR))
+                flare__conn_close(c);
+            return;
+        }
+        on_readable(c);
+    }
+}
+
+/* ---- timeouts: one coarse sweep per worker, no per-request timers ---- */
+
+static void timeout_error(flare_conn_t *c, int status, const char *msg)
+{
+    flare_worker_t *w = c->w;
+    struct flare_req *ex = c->recv;
+    c->recv = NULL;
+    if (ex == NULL) {
+        ex = flare__ex_get(w);
+        if (ex == NULL) {
+            flare__conn_close(c);
+            return;
+        }
+        enqueue(c, ex);
+    }
+    c->rpos = c->rlen;
+    framing_error(c, ex, status, msg);
+    if (!(c->flags & C_DEAD))
+        flare__conn_flush(c);
+}
+
+void flare__conn_sweep(flare_worker_t *w)
+{
+    const flare_config_t *cfg = &w->app->cfg;
+    uint64_t now = w->loop.now;
+    flare_conn_t *c = w->conns;
+    while (c != NULL) {
+        flare_conn_t *next = c->next;
+        bool out_pending = c->wbuf.len > 0 || c->nsegs > 0;
+        if (c->flags & C_LINGER) {
+            if (now - c->t_active > LINGER_MS)
+                flare__conn_close(c);
+        } else if (out_pending && (c->flags & C_WANT_WRITE)) {
+            if (now - c->t_active > cfg->write_timeout_ms)
+                flare__conn_close(c);
+        } else if (c->recv != NULL) {
+            if (now - c->t_active > cfg->body_timeout_ms)
+                timeout_error(c, 408, "request body timeout");
+        } else if (c->rpos < c->rlen && !(c->flags & C_READ_PAUSED)) {
+            if (now - c->t_head > cfg->header_timeout_ms)
+                timeout_error(c, 408, "request header timeout");
+        } else if (c->qhead == NULL && !out_pending) {
+            unsigned limit = (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms
+                                                        : cfg->header_timeout_ms;
+            if (w->draining || now - c->t_active > limit)
+                flare__conn_close(c);
+        }
+        if (w->draining && now >= w->drain_deadline && !(c->flags & C_DEAD))
+            flare__conn_close(c);
+        c = next;
+    }
+}
+
+/* Graceful shutdown for one worker: idle connections go now, the others
+ * finish their in-flight requests (with Connection: close) or hit the
+ * drain deadline in the sweep. */
+void flare__conn_drain(flare_worker_t *w)
+{
+    flare_conn_t *c = w->conns;
+    while (c != NULL) {
+        flare_conn_t *next = c->next;
+        if (c->qhead == NULL && c->recv == NULL && c->rpos == c->rlen && c->wbuf.len == 0 &&
+            c->nsegs == 0)
+            flare__conn_close(c);
+        else
+            c->flags |= C_CLOSING;
+        c = next;
+    }
+}

@@ -1,0 +1,162 @@
+/* flare_req_* accessors: views into the parsed head, decoded lazily. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+flare_method_t flare_req_method(const flare_req_t *req)
+{
+    return req->head.method_id;
+}
+
+flare_str_t flare_req_method_str(const flare_req_t *req)
+{
+    return req->head.method;
+}
+
+flare_str_t flare_req_target(const flare_req_t *req)
+{
+    return req->head.target;
+}
+
+flare_str_t flare_req_path(const flare_req_t *req)
+{
+    return req->head.path;
+}
+
+flare_str_t flare_req_query(const flare_req_t *req)
+{
+    return req->head.query;
+}
+
+int flare_req_version_minor(const flare_req_t *req)
+{
+    return req->head.minor;
+}
+
+flare_str_t flare_req_header(const flare_req_t *req, const char *name)
+{
+    flare_str_t n = flare_str(name);
+    for (size_t i = 0; i < req->head.nheaders; i++) {
+        if (flare_str_ieq(req->head.headers[i].name, n))
+            return req->head.headers[i].value;
+    }
+    return FLARE_STR_NULL;
+}
+
+size_t flare_req_header_count(const flare_req_t *req)
+{
+    return req->head.nheaders;
+}
+
+const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i)
+{
+    return i < req->head.nheaders ? &req->head.headers[i] : NULL;
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (unsigned char)(c | 0x20);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Percent-decodes into the arena when needed; invalid escapes stay as sent. */
+static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
+{
+    if (memchr(s.ptr, '%', s.len) == NULL && (!plus || memchr(s.ptr, '+', s.len) == NULL))
+        return s;
+    char *out = flare__arena_alloc(&ex->arena, s.len + 1);
+    if (out == NULL)
+        return s;
+    size_t n = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if (ch == '%') {
+            int hi = i + 1 < s.len ? hexval((unsigned char)s.ptr[i + 1]) : -1;
+            int lo = i + 2 < s.len ? hexval((unsigned char)s.ptr[i + 2]) : -1;
+            if (hi >= 0 && lo >= 0) {
+                out[n++] = (char)(hi * 16 + lo);
+                i += 2;
+                continue;
+            }
+        }
+        out[n++] = (plus && ch == '+') ? ' ' : (char)ch;
+    }
+    out[n] = '\0';
+    return (flare_str_t){ out, n };
+}
+
+flare_str_t flare_req_param(flare_req_t *req, const char *name)
+{
+    flare_str_t n = flare_str(name);
+    for (unsigned i = 0; i < req->match.nparams; i++) {
+        if (flare_str_eq(req->match.params[i].name, n)) {
+            flare_str_t v = req->match.params[i].value;
+            if (v.len == 0)
+                return (flare_str_t){ "", 0 };
+            return decode(req, v, false);
+        }
+    }
+    return FLARE_STR_NULL;
+}
+
+flare_str_t flare_req_query_param(flare_req_t *req, const char *name)
+{
+    flare_str_t q = req->head.query;
+    flare_str_t key = flare_str(name);
+    size_t i = 0;
+    while (i <= q.len && q.len > 0) {
+        const char *amp = memchr(q.ptr + i, '&', q.len - i);
+        size_t end = amp != NULL ? (size_t)(amp - q.ptr) : q.len;
+        flare_str_t pair = { q.ptr + i, end - i };
+        const char *eq = memchr(pair.ptr, '=', pair.len);
+        flare_str_t k = { pair.ptr, eq != NULL ? (size_t)(eq - pair.ptr) : pair.len };
+        flare_str_t v = eq != NULL ? (flare_str_t){ eq + 1, pair.len - k.len - 1 }
+                                   : (flare_str_t){ "", 0 };
+        if (k.len > 0) {
+            flare_str_t dk = decode(req, k, true);
+            if (flare_str_eq(dk, key))
+                return v.len > 0 ? decode(req, v, true) : (flare_str_t){ "", 0 };
+        }
+        i = end + 1;
+    }
+    return FLARE_STR_NULL;
+}
+
+flare_str_t flare_req_body(const flare_req_t *req)
+{
+    return req->body;
+}
+
+void *flare_req_alloc(flare_req_t *req, size_t size)
+{
+    return flare__arena_alloc(&req->arena, size);
+}
+
+int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud)
+{
+    if (fn == NULL)
+        return FLARE_EINVAL;
+    flare_cleanup_t *cl = flare__arena_alloc(&req->arena, sizeof(*cl));
+    if (cl == NULL)
+        return FLARE_ENOMEM;
+    cl->fn = fn;
+    cl->ud = ud;
+    cl->next = req->cleanups;
+    req->cleanups = cl;
+    return 0;
+}
+
+flare_worker_t *flare_req_worker(const flare_req_t *req)
+{
+    return req->worker;
+}
+
+bool flare_req_connected(const flare_req_t *req)
+{
+    return req->conn != NULL && !(req->flags & EX_ORPHAN);
+}

@@ -1,0 +1,374 @@
+/* Response serialization and the flare_res_* API.
+ *
+ * The head is written with memcpy from precomputed pieces: status lines are
+ * string constants generated from FLARE_STATUS_MAP, the Date line is cached
+ * per worker per second, lengths are formatted by hand. No printf. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+static flare_str_t status_line(int status, char *tmp)
+{
+    switch (status) {
+#define STATUS_LINE(code, name, reason) \
+    case (code):                        \
+        return FLARE_STR("HTTP/1.1 " #code " " reason "\r\n");
+        FLARE_STATUS_MAP(STATUS_LINE)
+#undef STATUS_LINE
+    default:
+        break;
+    }
+    /* a code outside the table: "HTTP/1.1 NNN Unknown" */
+    memcpy(tmp, "HTTP/1.1 ", 9);
+    tmp[9] = (char)('0' + status / 100 % 10);
+    tmp[10] = (char)('0' + status / 10 % 10);
+    tmp[11] = (char)('0' + status % 10);
+    memcpy(tmp + 12, " Unknown\r\n", 10);
+    return (flare_str_t){ tmp, 22 };
+}
+
+static bool status_has_body(int status)
+{
+    return !(status < 200 || status == 204 || status == 304);
+}
+
+/* The buffer the exchange writes to: the connection's when it is the head
+ * of the queue (responses leave in order), its own otherwise. */
+static flare_buf_t *out_buf(struct flare_req *ex)
+{
+    flare_conn_t *c = ex->conn;
+    if (c->qhead != ex)
+        return &ex->out;
+    if (c->wbuf.data == NULL) {
+        char *b = flare__worker_buf_get(c->w);
+        if (b != NULL) {
+            c->wbuf.data = b;
+            c->wbuf.cap = FLARE_CONN_BUF;
+            c->wbuf.len = 0;
+        }
+    }
+    return &c->wbuf;
+}
+
+#define PUT(p, lit)                         \
+    do {                                    \
+        memcpy((p), (lit), sizeof(lit) - 1); \
+        (p) += sizeof(lit) - 1;             \
+    } while (0)
+
+int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
+                          flare_str_t ctype, uint64_t clen, bool chunked)
+{
+    flare_worker_t *w = ex->worker;
+    char tmp[24];
+    flare_str_t sl = status_line(status, tmp);
+    bool close = (ex->flags & EX_CLOSE) || w->draining;
+    bool body = status_has_body(status);
+
+    size_t need = sl.len + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
+                  sizeof("Content-Type: \r\n") + ctype.len + sizeof("Content-Length: \r\n") + 20 +
+                  sizeof("Transfer-Encoding: chunked\r\n") + sizeof("Connection: keep-alive\r\n") + 2;
+    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
+        need += h->name.len + h->value.len + 4;
+    if (flare__buf_reserve(out, need) != 0)
+        return FLARE_ENOMEM;
+
+    char *p = out->data + out->len;
+    memcpy(p, sl.ptr, sl.len);
+    p += sl.len;
+    PUT(p, "Server: flare\r\n");
+    memcpy(p, w->date_line, FLARE_DATE_LINE_LEN);
+    p += FLARE_DATE_LINE_LEN;
+    if (ctype.len > 0) {
+        PUT(p, "Content-Type: ");
+        memcpy(p, ctype.ptr, ctype.len);
+        p += ctype.len;
+        PUT(p, "\r\n");
+    }
+    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next) {
+        memcpy(p, h->name.ptr, h->name.len);
+        p += h->name.len;
+        PUT(p, ": ");
+        memcpy(p, h->value.ptr, h->value.len);
+        p += h->value.len;
+        PUT(p, "\r\n");
+    }
+    if (body) {
+        if (chunked) {
+            PUT(p, "Transfer-Encoding: chunked\r\n");
+        } else {
+            PUT(p, "Content-Length: ");
+            p += flare__u64toa(p, clen);
+            PUT(p, "\r\n");
+        }
+    }
+    if (close)
+        PUT(p, "Connection: close\r\n");
+    else if (ex->head.minor == 0)
+        PUT(p, "Connection: keep-alive\r\n");
+    PUT(p, "\r\n");
+    out->len = (size_t)(p - out->data);
+    if (close)
+        ex->flags |= EX_CLOSE;
+    return 0;
+}
+
+/* An exchange whose connection is gone: the send is a no-op that frees it. */
+static int orphan_done(struct flare_req *ex)
+{
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_put(ex->worker, ex);
+    return 0;
+}
+
+static bool ctype_ok(flare_str_t s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                       flare_task_fn release, void *ud)
+{
+    if (ex->flags & EX_ORPHAN) {
+        if (release != NULL)
+            release(ud);
+        return orphan_done(ex);
+    }
+    if (ex->flags & (EX_SENT | EX_STREAM)) {
+        if (release != NULL)
+            release(ud);
+        return FLARE_ESTATE;
+    }
+    if (status < 100 || status > 999 || (status >= 100 && status < 200) || !ctype_ok(ctype)) {
+        if (release != NULL)
+            release(ud);
+        return FLARE_EINVAL;
+    }
+    flare_buf_t *out = out_buf(ex);
+    size_t mark = out->len;
+    if (flare__serialize_head(ex, out, status, ctype, body.len, false) != 0)
+        goto nomem;
+    if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && body.len > 0) {
+        flare_conn_t *c = ex->conn;
+        if (release != NULL && out == &c->wbuf && body.len >= 4096) {
+            /* borrowed: goes out by reference in the same writev */
+            if (c->nsegs == c->capsegs) {
+                uint32_t cap = c->capsegs != 0 ? c->capsegs * 2 : 4;
+                flare_outseg_t *s = realloc(c->segs, cap * sizeof(*s));
+                if (s == NULL)
+                    goto nomem;
+                c->segs = s;
+                c->capsegs = cap;
+            }
+            c->segs[c->nsegs++] = (flare_outseg_t){ out->len, body.ptr, body.len, release, ud };
+            release = NULL;
+        } else if (flare__buf_append(out, body.ptr, body.len) != 0) {
+            goto nomem;
+        }
+    }
+    if (release != NULL)
+        release(ud);
+    ex->flags |= EX_SENT;
+    flare__ex_complete(ex);
+    return 0;
+nomem:
+    out->len = mark;
+    if (release != NULL)
+        release(ud);
+    return FLARE_ENOMEM;
+}
+
+int flare_res_send(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body)
+{
+    return send_common(res, status, content_type, body, NULL, NULL);
+}
+
+static void no_release(void *ud)
+{
+    (void)ud;
+}
+
+int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body,
+                       flare_task_fn release, void *ud)
+{
+    return send_common(res, status, content_type, body, release != NULL ? release : no_release,
+                       ud);
+}
+
+int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
+{
+    struct flare_req *ex = res;
+    if (ex->flags & EX_ORPHAN)
+        return 0;
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (status < 200 || status > 999 || !ctype_ok(content_type))
+        return FLARE_EINVAL;
+    flare_buf_t *out = out_buf(ex);
+    if (flare__serialize_head(ex, out, status, content_type, 0, true) != 0)
+        return FLARE_ENOMEM;
+    ex->flags |= EX_STREAM;
+    if (!status_has_body(status) || (ex->flags & EX_HEAD_ONLY))
+        ex->flags |= EX_HEAD_ONLY; /* writes are dropped, end adds nothing */
+    flare__ex_complete(ex);
+    return 0;
+}
+
+int flare_res_write(flare_res_t *res, flare_str_t data)
+{
+    struct flare_req *ex = res;
+    if (ex->flags & EX_ORPHAN)
+        return 0;
+    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
+        return FLARE_ESTATE;
+    if (data.len == 0 || (ex->flags & EX_HEAD_ONLY))
+        return 0;
+    flare_buf_t *out = out_buf(ex);
+    if (flare__buf_reserve(out, data.len + 20) != 0)
+        return FLARE_ENOMEM;
+    static const char hex[] = "0123456789abcdef";
+    char tmp[16];
+    int n = 0;
+    for (size_t v = data.len; v != 0; v >>= 4)
+        tmp[n++] = hex[v & 15];
+    char *p = out->data + out->len;
+    while (n > 0)
+        *p++ = tmp[--n];
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, data.ptr, data.len);
+    p += data.len;
+    *p++ = '\r';
+    *p++ = '\n';
+    out->len = (size_t)(p - out->data);
+    flare__ex_complete(ex);
+    return 0;
+}
+
+int flare_res_end(flare_res_t *res)
+{
+    struct flare_req *ex = res;
+    if (ex->flags & EX_ORPHAN)
+        return orphan_done(ex);
+    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
+        return FLARE_ESTATE;
+    if (!(ex->flags & EX_HEAD_ONLY)) {
+        flare_buf_t *out = out_buf(ex);
+        if (flare__buf_append(out, "0\r\n\r\n", 5) != 0)
+            return FLARE_ENOMEM;
+    }
+    ex->flags |= EX_SENT;
+    flare__ex_complete(ex);
+    return 0;
+}
+
+void flare_res_close(flare_res_t *res)
+{
+    res->flags |= EX_CLOSE;
+}
+
+static bool is_tchar(unsigned char ch)
+{
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    if ((ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z'))
+        return true;
+    return ch != 0 && strchr(extra, ch) != NULL;
+}
+
+int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
+{
+    struct flare_req *ex = res;
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (name.len == 0)
+        return FLARE_EINVAL;
+    for (size_t i = 0; i < name.len; i++) {
+        if (!is_tchar((unsigned char)name.ptr[i]))
+            return FLARE_EINVAL;
+    }
+    for (size_t i = 0; i < value.len; i++) {
+        unsigned char ch = (unsigned char)value.ptr[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return FLARE_EINVAL;
+    }
+    if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
+        FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") ||
+        FLARE__IEQ(name, "server") || FLARE__IEQ(name, "content-type"))
+        return FLARE_EINVAL;
+    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h) + name.len + value.len);
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    char *s = (char *)(h + 1);
+    memcpy(s, name.ptr, name.len);
+    if (value.len > 0)
+        memcpy(s + name.len, value.ptr, value.len);
+    h->name = (flare_str_t){ s, name.len };
+    h->value = (flare_str_t){ s + name.len, value.len };
+    h->next = NULL;
+    *ex->res_hdrs_tail = h;
+    ex->res_hdrs_tail = &h->next;
+    return 0;
+}
+
+int flare__res_error(struct flare_req *ex, int status, const char *msg)
+{
+    char body[160];
+    size_t n = strlen(msg);
+    if (n > sizeof(body) - 2)
+        n = sizeof(body) - 2;
+    memcpy(body, msg, n);
+    body[n++] = '\n';
+    ex->res_hdrs = NULL;
+    ex->res_hdrs_tail = &ex->res_hdrs;
+    ex->flags &= ~(uint32_t)EX_STREAM;
+    if (ex->flags & EX_SENT)
+        return 0;
+    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"),
+                       (flare_str_t){ body, n }, NULL, NULL);
+}
+
+/* "GET, HEAD, POST, OPTIONS": HEAD whenever GET is there, OPTIONS always. */
+static flare_str_t allow_value(uint32_t bits, char *buf)
+{
+    if (bits & (1u << FLARE_METHOD_GET))
+        bits |= 1u << FLARE_METHOD_HEAD;
+    bits |= 1u << FLARE_METHOD_OPTIONS;
+    char *p = buf;
+    for (int m = 1; m < FLARE_METHOD_COUNT; m++) {
+        if (!(bits & (1u << m)))
+            continue;
+        if (p != buf) {
+            *p++ = ',';
+            *p++ = ' ';
+        }
+        flare_str_t name = flare_method_name((flare_method_t)m);
+        memcpy(p, name.ptr, name.len);
+        p += name.len;
+    }
+    return (flare_str_t){ buf, (size_t)(p - buf) };
+}
+
+int flare__res_auto(struct flare_req *ex)
+{
+    uint32_t allowed = ex->match.allowed;
+    flare_method_t m = ex->head.method_id;
+    char allow[128];
+    if (m == FLARE_METHOD_OPTIONS && ex->head.path.len == 1 && ex->head.path.ptr[0] == '*') {
+        flare_res_header(ex, FLARE_STR("Allow"), allow_value(~0u & ~1u, allow));
+        return flare_res_send(ex, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+    }
+    if (allowed == 0)
+        return flare__res_error(ex, 404, "not found");
+    flare_res_header(ex, FLARE_STR("Allow"), allow_value(allowed, allow));
+    if (m == FLARE_METHOD_OPTIONS)
+        return flare_res_send(ex, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+    return send_common(ex, 405, FLARE_STR("text/plain; charset=utf-8"),
+                       FLARE_STR("method not allowed\n"), NULL, NULL);
+}

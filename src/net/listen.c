@@ -1,0 +1,125 @@
+/* Listening sockets and accept: one SO_REUSEPORT socket per worker so the
+ * kernel spreads connections without a shared accept lock. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server.h"
+
+/* "HOST:PORT", "[v6]:PORT", "*:PORT", ":PORT". */
+static int parse_addr(const char *addr, int port_override, struct sockaddr_storage *ss,
+                      socklen_t *sl)
+{
+    if (addr == NULL)
+        return FLARE_EADDR;
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon[1] == '\0')
+        return FLARE_EADDR;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535)
+        return FLARE_EADDR;
+    if (port_override >= 0)
+        port = port_override;
+    char host[128];
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= sizeof(host))
+        return FLARE_EADDR;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    memset(ss, 0, sizeof(*ss));
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+        host[hl - 1] = '\0';
+        if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1)
+            return FLARE_EADDR;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        *sl = sizeof(*s6);
+        return 0;
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)port);
+    if (hl == 0 || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0)
+        s4->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0)
+        s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+        return FLARE_EADDR;
+    *sl = sizeof(*s4);
+    return 0;
+}
+
+int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc = parse_addr(addr, port_override, &ss, &sl);
+    if (rc != 0)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return FLARE_ESYS;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, backlog) != 0) {
+        close(fd);
+        return FLARE_EBIND;
+    }
+    if (port_out != NULL) {
+        struct sockaddr_storage got;
+        socklen_t gl = sizeof(got);
+        if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
+            *port_out = ntohs(got.ss_family == AF_INET6
+                                  ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                  : ((struct sockaddr_in *)&got)->sin_port);
+    }
+    return fd;
+}
+
+/* Out of descriptors: the pending connection would make epoll report the
+ * listener readable forever. Spend the reserve descriptor to accept and
+ * close it, then take the reserve back (the classic EMFILE guard). */
+static void emfile_guard(flare_worker_t *w)
+{
+    if (w->reserve_fd >= 0) {
+        close(w->reserve_fd);
+        w->reserve_fd = -1;
+    }
+    int fd = accept4(w->listen_io.fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0)
+        close(fd);
+    w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    (void)l;
+    (void)events;
+    flare_worker_t *w = (flare_worker_t *)((char *)io - offsetof(flare_worker_t, listen_io));
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE)
+                emfile_guard(w);
+            return;
+        }
+        if (w->nconns >= w->app->cfg.max_conns || w->draining) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        flare__conn_open(w, fd);
+    }
+}

@@ -1,0 +1,200 @@
+/* Internal structures shared by app.c, net/ and http1/: the app, workers,
+ * connections and exchanges (one request + its response). */
+#ifndef FLARE_SERVER_H
+#define FLARE_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "core/arena.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/core.h"
+#include "flare/flare.h"
+#include "http1/parser.h"
+#include "loop/loop.h"
+#include "router/router.h"
+
+typedef struct flare_conn flare_conn_t;
+typedef struct flare_route flare_route_t;
+
+struct flare_route {
+    flare_handler_fn fn;
+    void *ud;
+    flare_method_t method;
+};
+
+struct flare_group {
+    flare_app_t *app;
+    char *prefix; /* owned */
+    struct flare_group *next;
+};
+
+typedef struct flare_job_pool flare_job_pool_t;
+
+struct flare_app {
+    flare_config_t cfg;
+    flare_http_limits_t limits;
+    flare_router_t *router;
+    flare_route_t **routes; /* owned route records */
+    size_t nroutes, caproutes;
+    struct flare_group *groups;
+    struct flare_worker *workers;
+    unsigned nworkers;
+    int port;
+    _Atomic bool running;
+    int stop_fd; /* eventfd: flare_app_stop -> main thread */
+    flare_job_pool_t *jobs;
+};
+
+/* Buffer pool entry: a free read/write buffer of `cap` bytes. */
+typedef struct flare_pool_buf {
+    struct flare_pool_buf *next;
+} flare_pool_buf_t;
+
+#define FLARE_CONN_BUF 16384
+
+struct flare_worker {
+    flare_loop_t loop;
+    flare_app_t *app;
+    unsigned id;
+    pthread_t thread;
+    flare_io_t listen_io;
+    int reserve_fd;          /* EMFILE guard */
+    unsigned nconns;
+    bool draining;
+    uint64_t drain_deadline;
+    flare_conn_t *conns;     /* all live connections (sweep list) */
+    flare_conn_t *dead;      /* closed this iteration, freed after the batch */
+    flare_pool_buf_t *bufs;  /* free FLARE_CONN_BUF-byte buffers */
+    unsigned nbufs;
+    struct flare_req *free_ex; /* recycled exchanges */
+    unsigned nfree_ex;
+    time_t date_sec;
+    char date_line[FLARE_DATE_LINE_LEN];
+    _Atomic bool stop_requested;
+};
+
+/* An exchange: one request and its response. Recycled through the worker. */
+enum {
+    EX_SENT = 1u << 0,      /* response complete (all bytes queued somewhere) */
+    EX_IN_HANDLER = 1u << 1,
+    EX_HEAD_ONLY = 1u << 2, /* HEAD: headers only */
+    EX_CLOSE = 1u << 3,     /* close the connection after this response */
+    EX_STREAM = 1u << 4,    /* chunked streaming begun */
+    EX_DETACHED = 1u << 5,  /* views point into ex-owned memory */
+    EX_ERROR = 1u << 6,     /* framing error response: stop parsing */
+    EX_ORPHAN = 1u << 7,    /* connection gone: sends are no-ops */
+};
+
+typedef struct flare_res_hdr {
+    struct flare_res_hdr *next;
+    flare_str_t name, value;
+} flare_res_hdr_t;
+
+typedef struct flare_cleanup {
+    struct flare_cleanup *next;
+    flare_task_fn fn;
+    void *ud;
+} flare_cleanup_t;
+
+struct flare_req {
+    flare_conn_t *conn;
+    flare_worker_t *worker;
+    struct flare_req *next; /* connection queue / free list */
+    const flare_route_t *route;
+    uint32_t flags;
+    flare_http_head_t head;
+    flare_str_t body;
+    const char *raw;        /* start of the head in the read buffer */
+    size_t raw_len;
+    flare_route_match_t match; /* route, params, allowed */
+    flare_chunked_t chunked;
+    uint64_t body_need;     /* Content-Length still to receive */
+    flare_buf_t bodybuf;    /* body that spans reads; kept for reuse */
+    flare_buf_t out;        /* serialized response when not at the queue head */
+    flare_res_hdr_t *res_hdrs, **res_hdrs_tail;
+    flare_cleanup_t *cleanups;
+    flare_arena_t arena;
+    flare_header_t *headers; /* capacity app->limits.max_headers */
+};
+
+/* Connection flags */
+enum {
+    C_CLOSING = 1u << 0,  /* close once the output is flushed */
+    C_RD_EOF = 1u << 1,   /* peer finished sending */
+    C_IN_BATCH = 1u << 2, /* inside on_read processing: flush at the end */
+    C_LINGER = 1u << 3,   /* write side shut, draining input before close */
+    C_DEAD = 1u << 4,
+    C_WANT_WRITE = 1u << 5,
+    C_READ_PAUSED = 1u << 6,
+    C_HAD_REQUEST = 1u << 7,
+};
+
+typedef struct flare_outseg {
+    size_t at; /* offset in wbuf before which this segment goes */
+    const char *ptr;
+    size_t len;
+    flare_task_fn release;
+    void *ud;
+} flare_outseg_t;
+
+struct flare_conn {
+    flare_io_t io;
+    uint32_t flags;
+    uint32_t nqueue;
+    flare_worker_t *w;
+    char *rbuf;
+    uint32_t rlen, rcap, rpos, scan;
+    flare_buf_t wbuf;      /* serialized responses not yet written */
+    size_t wsent;         /* bytes of the whole output (wbuf + segs) already written */
+    struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
+    struct flare_req *recv;          /* exchange whose body is still arriving */
+    flare_outseg_t *segs;
+    uint32_t nsegs, capsegs;
+    uint64_t t_active;     /* last progress (ms) */
+    uint64_t t_head;       /* first byte of the current head (ms) */
+    flare_conn_t *prev, *next;
+};
+
+/* net/ */
+int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out);
+void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
+
+/* http1/conn.c */
+void flare__conn_open(flare_worker_t *w, int fd);
+void flare__conn_close(flare_conn_t *c);
+void flare__conn_flush(flare_conn_t *c);
+void flare__conn_sweep(flare_worker_t *w);
+void flare__conn_free_dead(flare_worker_t *w);
+void flare__conn_drain(flare_worker_t *w);
+void flare__ex_complete(struct flare_req *ex);
+
+/* http1/response.c */
+int flare__res_error(struct flare_req *ex, int status, const char *msg);
+int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
+int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
+                          flare_str_t ctype, uint64_t clen, bool chunked);
+
+/* worker buffers/exchanges */
+char *flare__worker_buf_get(flare_worker_t *w);
+void flare__worker_buf_put(flare_worker_t *w, char *buf);
+struct flare_req *flare__ex_get(flare_worker_t *w);
+void flare__ex_put(flare_worker_t *w, struct flare_req *ex);
+
+static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
+{
+    if (now != w->date_sec) {
+        w->date_sec = now;
+        flare__format_date_line(w->date_line, now);
+    }
+}
+
+/* job pool */
+int flare__jobs_start(flare_app_t *app);
+void flare__jobs_stop(flare_app_t *app);
+
+#endif
