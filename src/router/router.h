@@ -34,14 +34,27 @@ void flare__router_free(flare_router_t *r);
 /* Adds a route. pattern: starts with '/', segments separated by '/', a
  * segment is literal text, `{name}` (one non-empty segment) or, as the last
  * segment only, `{*name}` (the rest of the path, possibly empty).
+ * Names are [A-Za-z0-9_]+. A segment is either all literal or one whole
+ * parameter (`/file{id}.txt` is rejected). A trailing slash is significant
+ * (`/users` and `/users/` are different routes); `//` is invalid. Literal
+ * text is matched raw (never decoded) and may not hold controls, space,
+ * '?' or '#'. `{*rest}` needs the '/' before it: `/static/{*p}` matches
+ * `/static/` (p = "") and `/static/a/b.css`, not `/static`.
+ * Equivalent patterns differ only in parameter names (`/u/{a}`, `/u/{b}`).
+ * The pattern is copied; data must not be NULL.
  * Returns 0, FLARE_EPATTERN (malformed pattern, duplicate parameter name,
- * more than FLARE_ROUTER_MAX_PARAMS), FLARE_EEXIST (same method and an
- * equivalent pattern already registered) or FLARE_ENOMEM. */
+ * more than FLARE_ROUTER_MAX_PARAMS, wildcard included), FLARE_EEXIST (same
+ * method and an equivalent pattern already registered), FLARE_EINVAL
+ * (method FLARE_METHOD_OTHER or out of range, data NULL) or FLARE_ENOMEM.
+ * On any error the router is unchanged. */
 int flare__router_add(flare_router_t *r, flare_method_t method, flare_str_t pattern, void *data);
 
-/* Matches method + path (path as sent, without the query). Literal segments
- * beat parameters, parameters beat the wildcard. Fills *m; returns 1 when a
- * route matched, 0 otherwise (then m->allowed tells 404 vs 405).
+/* Matches method + path (path as sent, without the query). An exact static
+ * route (pattern without parameters) wins; otherwise, segment by segment,
+ * literal beats parameter beats wildcard, with backtracking when a branch
+ * fails. Fills *m; returns 1 when a route matched, 0 otherwise (then
+ * m->allowed tells 404 vs 405). Only m->params[0 .. nparams) are written.
+ * Read-only on the router, no allocation: safe from any thread at once.
  * HEAD falls back to GET when no HEAD route exists: the caller decides that
  * by matching GET again, the router does no implicit mapping. */
 int flare__router_match(const flare_router_t *r, flare_method_t method, flare_str_t path,
