@@ -132,6 +132,7 @@ enum {
     C_WANT_WRITE = 1u << 5,
     C_READ_PAUSED = 1u << 6,
     C_HAD_REQUEST = 1u << 7,
+    C_LINE_SEEN = 1u << 8, /* the partial head has its request line */
 };
 
 typedef struct flare_outseg {

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "server.h"
 
 #define MAX_INFLIGHT 64     /* pipelined requests in flight before we stop reading */
@@ -297,12 +298,12 @@ void flare__conn_flush(flare_conn_t *c)
                 skip = 0;
             }
         }
-        ssize_t wr = n == 1 ? write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
-                            : writev(c->io.fd, iov, n);
+        ssize_t wr = n == 1 ? flare__write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
+                            : flare__writev(c->io.fd, iov, n);
         if (wr < 0) {
-            if (errno == EINTR)
+            if (wr == -EINTR)
                 continue;
-            if (errno == EAGAIN) {
+            if (wr == -EAGAIN) {
                 if (!(c->flags & C_WANT_WRITE)) {
                     c->flags |= C_WANT_WRITE;
                     c->t_active = c->w->loop.now;
@@ -634,6 +635,28 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
     return false;
 }
 
+/* The first attempt at a head always parses (the common case: it is all
+ * there). After a partial parse, the parser runs again only when the new
+ * bytes may complete the head, or a limit needs reporting. */
+static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
+{
+    const flare_http_limits_t *lim = &c->w->app->limits;
+    size_t from = c->scan;
+    size_t scan = from;
+    if (flare__http_head_ready(p, len, &scan)) {
+        c->scan = (uint32_t)scan;
+        return true;
+    }
+    c->scan = (uint32_t)(scan != 0 ? scan : 1);
+    if (!(c->flags & C_LINE_SEEN) && from < len) {
+        if (memchr(p + from, '\n', len - from) != NULL)
+            c->flags |= C_LINE_SEEN;
+        else if (len > lim->max_request_line)
+            return true; /* 414 */
+    }
+    return len > lim->max_head; /* 431 */
+}
+
 static void process(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
@@ -654,12 +677,8 @@ static void process(flare_conn_t *c)
         }
         const char *p = c->rbuf + c->rpos;
         size_t len = c->rlen - c->rpos;
-        size_t scan = c->scan;
-        if (!flare__http_head_ready(p, len, &scan)) {
-            c->scan = (uint32_t)scan;
+        if (c->scan != 0 && !head_worth_parsing(c, p, len))
             break;
-        }
-        c->scan = (uint32_t)scan;
         struct flare_req *ex = flare__ex_get(w);
         if (ex == NULL) {
             flare__conn_close(c);
@@ -667,6 +686,11 @@ static void process(flare_conn_t *c)
         }
         int rc = flare__http_parse_head(p, len, &app->limits, &ex->head);
         if (rc == FLARE_PARSE_PARTIAL) {
+            /* from now on, rescan only the new bytes until a head may be
+             * complete: a client sending a byte at a time costs O(n) */
+            c->scan = (uint32_t)len;
+            if (memchr(p, '\n', len) != NULL)
+                c->flags |= C_LINE_SEEN;
             flare__ex_put(w, ex);
             break;
         }
@@ -680,6 +704,7 @@ static void process(flare_conn_t *c)
         ex->raw_len = (size_t)rc;
         c->rpos += (uint32_t)rc;
         c->scan = 0;
+        c->flags &= ~C_LINE_SEEN;
         if (!ex->head.keep_alive || w->draining)
             ex->flags |= EX_CLOSE;
         route(app, ex);
@@ -716,6 +741,7 @@ static void on_readable(flare_conn_t *c)
     if (c->rpos == c->rlen) {
         c->rpos = c->rlen = 0;
         c->scan = 0;
+        c->flags &= ~C_LINE_SEEN;
         c->t_head = w->loop.now;
     } else if (c->rlen == c->rcap) {
         if (c->rpos > 0) {
@@ -749,10 +775,10 @@ static void on_readable(flare_conn_t *c)
     }
     ssize_t n;
     do {
-        n = read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
-    } while (n < 0 && errno == EINTR);
+        n = flare__read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+    } while (n == -EINTR);
     if (n < 0) {
-        if (errno != EAGAIN)
+        if (n != -EAGAIN)
             flare__conn_close(c);
         else
             give_back_buffers(c);

