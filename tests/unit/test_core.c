@@ -1,0 +1,136 @@
+/* core/: strings, error and status tables, arena, buffers, numbers, dates. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/arena.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/core.h"
+#include "flare/common.h"
+
+static void test_str(void **state)
+{
+    (void)state;
+    flare_str_t a = FLARE_STR("Content-Length");
+    assert_int_equal(a.len, 14);
+    assert_true(flare_str_eq(a, flare_str("Content-Length")));
+    assert_false(flare_str_eq(a, flare_str("content-length")));
+    assert_true(flare_str_ieq(a, flare_str("content-LENGTH")));
+    assert_false(flare_str_ieq(a, flare_str("content-lengtx")));
+    assert_false(flare_str_ieq(a, flare_str("content-lengt")));
+    assert_true(flare_str_eq(FLARE_STR_NULL, flare_str(NULL)));
+    assert_true(FLARE__IEQ(flare_str("KeEp-AlIvE"), "keep-alive"));
+    /* non-letters are not folded: '@' (0x40) vs '`' (0x60) */
+    assert_false(flare_str_ieq(flare_str("@"), flare_str("`")));
+}
+
+static void test_tables(void **state)
+{
+    (void)state;
+    assert_string_equal(flare_strerror(0), "success");
+    assert_string_equal(flare_strerror(FLARE_ENOMEM), "out of memory");
+    assert_string_equal(flare_strerror(-9999), "unknown error");
+    assert_true(flare_str_eq(flare_method_name(FLARE_METHOD_PATCH), flare_str("PATCH")));
+    assert_int_equal(flare_method_name(FLARE_METHOD_OTHER).len, 0);
+    assert_int_equal(flare_method_name((flare_method_t)99).len, 0);
+    assert_true(flare_str_eq(flare_status_reason(404), flare_str("Not Found")));
+    assert_true(flare_str_eq(flare_status_reason(431),
+                             flare_str("Request Header Fields Too Large")));
+    assert_true(flare_str_eq(flare_status_reason(299), flare_str("Unknown")));
+}
+
+static void test_u64toa(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t v;
+        const char *s;
+    } cases[] = { { 0, "0" },           { 7, "7" },         { 10, "10" },
+                  { 13, "13" },         { 99, "99" },       { 100, "100" },
+                  { 1000, "1000" },     { 65536, "65536" }, { 1048576, "1048576" },
+                  { UINT64_MAX, "18446744073709551615" } };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[32];
+        size_t n = flare__u64toa(buf, cases[i].v);
+        buf[n] = '\0';
+        assert_string_equal(buf, cases[i].s);
+    }
+}
+
+static void test_date(void **state)
+{
+    (void)state;
+    char out[64];
+    flare__format_date_line(out, 784111777); /* RFC 9110's example */
+    assert_int_equal(FLARE_DATE_LINE_LEN, 37);
+    assert_memory_equal(out, "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", FLARE_DATE_LINE_LEN);
+    flare__format_http_date(out, 0);
+    assert_memory_equal(out, "Thu, 01 Jan 1970 00:00:00 GMT", 29);
+    flare__format_http_date(out, 4102444799); /* 2099-12-31 23:59:59 */
+    assert_memory_equal(out, "Thu, 31 Dec 2099 23:59:59 GMT", 29);
+}
+
+static void test_arena(void **state)
+{
+    (void)state;
+    flare_arena_t a;
+    flare__arena_init(&a);
+    char *p = flare__arena_alloc(&a, 1);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 16, 0);
+    char *q = flare__arena_alloc(&a, 100);
+    assert_non_null(q);
+    assert_int_equal((uintptr_t)q % 16, 0);
+    assert_true(q >= p + 16);
+    memset(q, 'x', 100);
+    /* many small allocations span chunks */
+    for (int i = 0; i < 1000; i++) {
+        char *r = flare__arena_alloc(&a, 24);
+        assert_non_null(r);
+        memset(r, i & 0xff, 24);
+    }
+    /* oversize goes to its own block */
+    char *big = flare__arena_alloc(&a, 1 << 20);
+    assert_non_null(big);
+    memset(big, 0, 1 << 20);
+    char *dup = flare__arena_dup(&a, "hello", 5);
+    assert_memory_equal(dup, "hello", 5);
+    flare__arena_reset(&a);
+    /* after reset the kept chunk is reused: no new memory for small ones */
+    char *again = flare__arena_alloc(&a, 8);
+    assert_non_null(again);
+    assert_null(flare__arena_alloc(&a, SIZE_MAX - 4));
+    flare__arena_dispose(&a);
+    flare__arena_dispose(&a); /* idempotent */
+}
+
+static void test_buf(void **state)
+{
+    (void)state;
+    flare_buf_t b = { 0 };
+    for (int i = 0; i < 10000; i++)
+        assert_int_equal(flare__buf_append(&b, "abc", 3), 0);
+    assert_int_equal(b.len, 30000);
+    assert_true(b.cap >= b.len);
+    assert_memory_equal(b.data + 29997, "abc", 3);
+    assert_int_equal(flare__buf_reserve(&b, SIZE_MAX), FLARE_ENOMEM);
+    assert_int_equal(b.len, 30000);
+    flare__buf_free(&b);
+    assert_null(b.data);
+    assert_int_equal(flare__buf_append(&b, "", 0), 0);
+    flare__buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_str),    cmocka_unit_test(test_tables), cmocka_unit_test(test_u64toa),
+        cmocka_unit_test(test_date),   cmocka_unit_test(test_arena),  cmocka_unit_test(test_buf),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
