@@ -299,6 +299,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     sigset_t mask, old;
     int sfd = -1;
     unsigned started = 0, inited = 0;
+    bool masked = false;
 
     app->workers = calloc(n, sizeof(*app->workers));
     if (app->workers == NULL) {
@@ -345,19 +346,19 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         rc = FLARE_ESYS;
         goto out;
     }
-    rc = flare__jobs_start(app);
-    if (rc != 0)
-        goto out;
-
-    /* workers inherit a mask with SIGINT/SIGTERM blocked: only the signalfd
-     * below sees them. SIGPIPE is ignored process-wide (writes to a closed
-     * socket return EPIPE instead). */
+    /* Every thread we start (workers, job pool) inherits a mask with
+     * SIGINT/SIGTERM blocked, so only the signalfd below sees them. SIGPIPE
+     * is ignored process-wide (writes to a closed socket return EPIPE). */
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &mask, &old);
+    masked = true;
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    rc = flare__jobs_start(app);
+    if (rc != 0)
+        goto out;
     for (unsigned i = 0; i < n; i++) {
         if (pthread_create(&app->workers[i].thread, NULL, worker_main, &app->workers[i]) != 0) {
             rc = FLARE_ETHREAD;
@@ -380,6 +381,8 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         flare__loop_post(&app->workers[i].loop, worker_stop_task, &app->workers[i]);
     for (unsigned i = 0; i < started; i++)
         pthread_join(app->workers[i].thread, NULL);
+    flare__jobs_stop(app);
+out:
     if (sfd >= 0) {
         /* consume the signal so it does not fire when unblocked */
         struct signalfd_siginfo si;
@@ -387,9 +390,8 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         }
         close(sfd);
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    flare__jobs_stop(app);
-out:
+    if (masked)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (app->workers != NULL) {
         for (unsigned i = 0; i < app->nworkers; i++) {
             flare_worker_t *w = &app->workers[i];

@@ -27,7 +27,10 @@ typedef struct flare_http_head {
     flare_str_t method;         /* the token as sent */
     flare_method_t method_id;   /* FLARE_METHOD_OTHER for unknown tokens */
     flare_str_t target;         /* request-target as sent */
-    flare_str_t path;           /* target up to '?' (or all of it) */
+    flare_str_t path;           /* target up to '?' (or all of it); absolute-form:
+                                   from the first '/' after the authority (a
+                                   static "/" if none); CONNECT: the authority;
+                                   OPTIONS *: "*" */
     flare_str_t query;          /* after '?', without it; len 0 if none */
     int minor;                  /* HTTP/1.minor: 0 or 1 (other 1.x treated as 1) */
 
@@ -37,7 +40,8 @@ typedef struct flare_http_head {
 
     /* framing and connection semantics, derived while parsing */
     int64_t content_length;     /* -1 when absent */
-    flare_str_t host;           /* Host value (len 0 if absent; HTTP/1.0 may omit) */
+    flare_str_t host;           /* Host value (len 0 if absent; HTTP/1.0 may omit);
+                                   the target's authority for absolute-form */
     bool chunked;               /* Transfer-Encoding: chunked */
     bool keep_alive;            /* after Connection: and version defaults */
     bool expect_continue;       /* Expect: 100-continue */
@@ -56,24 +60,42 @@ typedef struct flare_http_head {
  * what is there: a request line longer than max_request_line gives 414 even
  * before its CRLF arrives, a head longer than max_head gives 431), or
  * FLARE_PARSE_ERROR with head->status / head->error set.
- * Stateless: call again from the start of the request with more bytes. */
+ * Stateless: call again from the start of the request with more bytes.
+ * Up to 4 empty lines before the request line are skipped (counted in the
+ * returned length). Only a successful return fills every field of *head;
+ * after PARTIAL or ERROR the fields other than status/error are unspecified.
+ * The views point into buf (the path of an absolute-form target without a
+ * path points to a static "/") and live as long as buf does. The result for
+ * a prefix never contradicts the result for the whole: an error in a prefix
+ * is the same error with more bytes. max_head is capped at INT_MAX. */
 int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_t *limits,
                            flare_http_head_t *head);
 
 /* Cheap pre-check for callers that receive a head in many small reads:
  * returns true when buf[0..len) may hold a complete head or an error worth
  * reporting now; *scanned is a resume hint (start it at 0 for each new head).
- * Lets a slow client feeding one byte at a time cost O(n), not O(n^2). */
+ * Lets a slow client feeding one byte at a time cost O(n), not O(n^2).
+ *
+ * It looks only at LF bytes at or after *scanned (one memchr per LF) and
+ * returns true at the first one that ends "\r\n\r\n" (a head may be
+ * complete) or has no CR before it (a bare LF, which includes "\n\n": the
+ * parser answers 400 at once). On return *scanned is one past the last byte
+ * examined; the same LF never makes it return true twice. It knows no
+ * limits and ignores other bad bytes (a bare CR, a NUL...), which the parser
+ * reports when it runs. Intended use: parse the first read of a head
+ * directly (most heads arrive whole, and junk such as a TLS hello is refused
+ * then); after a PARTIAL, parse again only when this returns true, or when
+ * the buffered head grows past limits->max_request_line or max_head (where
+ * 414 and 431 become certain; once each per head). */
 bool flare__http_head_ready(const char *buf, size_t len, size_t *scanned);
 
 /* Chunked transfer-coding decoder, resumable at any byte boundary. */
 typedef struct flare_chunked {
     uint8_t state;
-    uint8_t ext_seen;
-    uint16_t line_len;     /* bytes of the current size line / trailer line */
-    uint64_t remaining;    /* bytes left in the current chunk */
-    uint64_t total;        /* decoded bytes so far */
-    uint64_t trailer_len;  /* bytes of trailer section so far */
+    uint16_t line_len;    /* bytes of the current size line */
+    uint32_t trailer_len; /* bytes of the trailer section so far */
+    uint64_t remaining;   /* chunk-size being read, then bytes left in the chunk */
+    uint64_t total;       /* sum of the chunk sizes announced so far (<= max_body) */
 } flare_chunked_t;
 
 enum {
@@ -91,9 +113,11 @@ static inline void flare__chunked_init(flare_chunked_t *c)
  * copy or move it and call again with the rest), FLARE_CHUNKED_DONE (the body
  * ended; bytes after *consumed belong to the next request),
  * FLARE_PARSE_PARTIAL (input exhausted, *consumed == len), or
- * FLARE_PARSE_ERROR (*status set to 400 or 413, *error a static text).
- * max_body bounds the decoded total (413); chunk extensions and trailer
- * fields are bounded in size and ignored. */
+ * FLARE_PARSE_ERROR (*status set to 400, 413 or 431, *error a static text).
+ * max_body bounds the decoded total (413, as soon as a chunk-size would pass
+ * it); a size line is at most 4 KiB with its extensions (400), the trailer
+ * section at most 8 KiB (431); extensions and trailer fields are ignored.
+ * After DONE every call returns DONE with *consumed 0; after an error, 400. */
 int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64_t max_body,
                           size_t *consumed, flare_str_t *data, int *status,
                           const char **error);
