@@ -636,24 +636,22 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
 }
 
 /* The first attempt at a head always parses (the common case: it is all
- * there). After a partial parse, the parser runs again only when the new
- * bytes may complete the head, or a limit needs reporting. */
+ * there). After a partial parse the parser runs again only when the new
+ * bytes complete a line (an error in it, or the end of the head, can only
+ * show then) or a limit needs reporting. The parser fails past 100 fields
+ * and 32 KiB, so a client sending a byte at a time costs a bounded number of
+ * parses, not one per byte. */
 static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
 {
     const flare_http_limits_t *lim = &c->w->app->limits;
     size_t from = c->scan;
-    size_t scan = from;
-    if (flare__http_head_ready(p, len, &scan)) {
-        c->scan = (uint32_t)scan;
+    c->scan = (uint32_t)len;
+    if (from < len && memchr(p + from, '\n', len - from) != NULL) {
+        c->flags |= C_LINE_SEEN;
         return true;
     }
-    c->scan = (uint32_t)(scan != 0 ? scan : 1);
-    if (!(c->flags & C_LINE_SEEN) && from < len) {
-        if (memchr(p + from, '\n', len - from) != NULL)
-            c->flags |= C_LINE_SEEN;
-        else if (len > lim->max_request_line)
-            return true; /* 414 */
-    }
+    if (!(c->flags & C_LINE_SEEN) && len > lim->max_request_line)
+        return true; /* 414 */
     return len > lim->max_head; /* 431 */
 }
 
