@@ -88,6 +88,7 @@ enum {
     EX_DETACHED = 1u << 5,  /* views point into ex-owned memory */
     EX_ERROR = 1u << 6,     /* framing error response: stop parsing */
     EX_ORPHAN = 1u << 7,    /* connection gone: sends are no-ops */
+    EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
 };
 
 typedef struct flare_res_hdr {

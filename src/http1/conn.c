@@ -358,6 +358,17 @@ static void enqueue(flare_conn_t *c, struct flare_req *ex)
     c->nqueue++;
 }
 
+static void send_continue(flare_conn_t *c, struct flare_req *ex);
+
+/* queue_advance runs inside flush paths: queue the 100 without flushing. */
+static void send_continue_later(flare_conn_t *c, struct flare_req *ex)
+{
+    uint32_t batch = c->flags & C_IN_BATCH;
+    c->flags |= C_IN_BATCH;
+    send_continue(c, ex);
+    c->flags = (c->flags & ~(uint32_t)C_IN_BATCH) | batch;
+}
+
 /* Pops finished exchanges off the head of the queue; a new head moves its
  * privately buffered output into the connection buffer. */
 static void queue_advance(flare_conn_t *c)
@@ -371,8 +382,11 @@ static void queue_advance(flare_conn_t *c)
             }
             ex->out.len = 0;
         }
-        if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER))
+        if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER)) {
+            if (ex->flags & EX_NEED_CONTINUE)
+                send_continue_later(c, ex);
             return;
+        }
         if (ex->flags & EX_CLOSE)
             c->flags |= C_CLOSING;
         c->qhead = ex->next;
@@ -506,6 +520,16 @@ static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, con
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
+static void send_continue(flare_conn_t *c, struct flare_req *ex)
+{
+    ex->flags &= ~(uint32_t)EX_NEED_CONTINUE;
+    if (c->recv != ex)
+        return; /* the body arrived anyway */
+    if (flare__buf_append(&c->wbuf, continue_line, sizeof(continue_line) - 1) == 0 &&
+        !(c->flags & (C_IN_BATCH | C_DEAD)))
+        flare__conn_flush(c);
+}
+
 /* Expect: 100-continue with the body not here yet: 100 only when the route
  * exists and the size is allowed; otherwise the final status and close. */
 static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
@@ -518,14 +542,11 @@ static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
         dispatch(c, ex); /* 404 / 405 */
         return false;
     }
-    if (c->qhead == ex && c->wbuf.len == 0 && c->nsegs == 0) {
-        if (c->wbuf.data == NULL) {
-            c->wbuf.data = flare__worker_buf_get(c->w);
-            c->wbuf.cap = c->wbuf.data != NULL ? FLARE_CONN_BUF : 0;
-        }
-        if (flare__buf_append(&c->wbuf, continue_line, sizeof(continue_line) - 1) != 0)
-            return false;
-    }
+    /* the 100 must not overtake earlier responses: it goes out when this
+     * exchange becomes the head of the queue */
+    ex->flags |= EX_NEED_CONTINUE;
+    if (c->qhead == ex)
+        send_continue(c, ex);
     return true;
 }
 
@@ -660,13 +681,13 @@ static void process(flare_conn_t *c)
     flare_worker_t *w = c->w;
     flare_app_t *app = w->app;
     c->flags |= C_IN_BATCH;
-    while (!(c->flags & (C_CLOSING | C_DEAD))) {
+    while (!(c->flags & C_DEAD)) {
         if (c->recv != NULL) {
             if (!recv_body(c))
                 break;
             continue;
         }
-        if (c->rpos == c->rlen)
+        if (c->rpos == c->rlen || (c->flags & C_CLOSING))
             break;
         if (c->nqueue >= MAX_INFLIGHT) {
             c->flags |= C_READ_PAUSED;
