@@ -148,8 +148,7 @@ int main(int argc, char **argv)
         } else if (strcmp(arg, "--header-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
                    v > 0) {
             cfg.header_timeout_ms = (unsigned)v * 1000;
-        } else if (strcmp(arg, "--idle-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
-                   v > 0) {
+        } else if (strcmp(arg, "--idle-timeout") == 0 && parse_num(val, 86400, &v) == 0 && v > 0) {
             cfg.idle_timeout_ms = (unsigned)v * 1000;
         } else if (strcmp(arg, "--max-body") == 0 && parse_num(val, 1ull << 40, &v) == 0) {
             cfg.max_body = (size_t)v;

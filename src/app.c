@@ -46,8 +46,8 @@ flare_app_t *flare_app_new(const flare_config_t *cfg)
     flare_config_t def;
     flare_config_init(&def);
     /* zero means "default" for every field */
-#define DEFAULT(f)          \
-    if (app->cfg.f == 0)    \
+#define DEFAULT(f)       \
+    if (app->cfg.f == 0) \
         app->cfg.f = def.f;
     DEFAULT(max_conns)
     DEFAULT(header_timeout_ms)

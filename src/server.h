@@ -63,13 +63,13 @@ struct flare_worker {
     unsigned id;
     pthread_t thread;
     flare_io_t listen_io;
-    int reserve_fd;          /* EMFILE guard */
+    int reserve_fd; /* EMFILE guard */
     unsigned nconns;
     bool draining;
     uint64_t drain_deadline;
-    flare_conn_t *conns;     /* all live connections (sweep list) */
-    flare_conn_t *dead;      /* closed this iteration, freed after the batch */
-    flare_pool_buf_t *bufs;  /* free FLARE_CONN_BUF-byte buffers */
+    flare_conn_t *conns;    /* all live connections (sweep list) */
+    flare_conn_t *dead;     /* closed this iteration, freed after the batch */
+    flare_pool_buf_t *bufs; /* free FLARE_CONN_BUF-byte buffers */
     unsigned nbufs;
     struct flare_req *free_ex; /* recycled exchanges */
     unsigned nfree_ex;
@@ -80,14 +80,14 @@ struct flare_worker {
 
 /* An exchange: one request and its response. Recycled through the worker. */
 enum {
-    EX_SENT = 1u << 0,      /* response complete (all bytes queued somewhere) */
+    EX_SENT = 1u << 0, /* response complete (all bytes queued somewhere) */
     EX_IN_HANDLER = 1u << 1,
-    EX_HEAD_ONLY = 1u << 2, /* HEAD: headers only */
-    EX_CLOSE = 1u << 3,     /* close the connection after this response */
-    EX_STREAM = 1u << 4,    /* chunked streaming begun */
-    EX_DETACHED = 1u << 5,  /* views point into ex-owned memory */
-    EX_ERROR = 1u << 6,     /* framing error response: stop parsing */
-    EX_ORPHAN = 1u << 7,    /* connection gone: sends are no-ops */
+    EX_HEAD_ONLY = 1u << 2,     /* HEAD: headers only */
+    EX_CLOSE = 1u << 3,         /* close the connection after this response */
+    EX_STREAM = 1u << 4,        /* chunked streaming begun */
+    EX_DETACHED = 1u << 5,      /* views point into ex-owned memory */
+    EX_ERROR = 1u << 6,         /* framing error response: stop parsing */
+    EX_ORPHAN = 1u << 7,        /* connection gone: sends are no-ops */
     EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
 };
 
@@ -110,13 +110,13 @@ struct flare_req {
     uint32_t flags;
     flare_http_head_t head;
     flare_str_t body;
-    const char *raw;        /* start of the head in the read buffer */
+    const char *raw; /* start of the head in the read buffer */
     size_t raw_len;
     flare_route_match_t match; /* route, params, allowed */
     flare_chunked_t chunked;
-    uint64_t body_need;     /* Content-Length still to receive */
-    flare_buf_t bodybuf;    /* body that spans reads; kept for reuse */
-    flare_buf_t out;        /* serialized response when not at the queue head */
+    uint64_t body_need;  /* Content-Length still to receive */
+    flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
+    flare_buf_t out;     /* serialized response when not at the queue head */
     flare_res_hdr_t *res_hdrs, **res_hdrs_tail;
     flare_cleanup_t *cleanups;
     flare_arena_t arena;
@@ -151,14 +151,14 @@ struct flare_conn {
     flare_worker_t *w;
     char *rbuf;
     uint32_t rlen, rcap, rpos, scan;
-    flare_buf_t wbuf;      /* serialized responses not yet written */
-    size_t wsent;         /* bytes of the whole output (wbuf + segs) already written */
+    flare_buf_t wbuf;                /* serialized responses not yet written */
+    size_t wsent;                    /* bytes of the whole output (wbuf + segs) already written */
     struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
     struct flare_req *recv;          /* exchange whose body is still arriving */
     flare_outseg_t *segs;
     uint32_t nsegs, capsegs;
-    uint64_t t_active;     /* last progress (ms) */
-    uint64_t t_head;       /* first byte of the current head (ms) */
+    uint64_t t_active; /* last progress (ms) */
+    uint64_t t_head;   /* first byte of the current head (ms) */
     flare_conn_t *prev, *next;
 };
 
@@ -178,8 +178,8 @@ void flare__ex_complete(struct flare_req *ex);
 /* http1/response.c */
 int flare__res_error(struct flare_req *ex, int status, const char *msg);
 int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
-int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
-                          flare_str_t ctype, uint64_t clen, bool chunked);
+int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
+                          uint64_t clen, bool chunked);
 
 /* worker buffers/exchanges */
 char *flare__worker_buf_get(flare_worker_t *w);

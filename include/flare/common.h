@@ -45,18 +45,18 @@ FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
 
 /* Error codes: one table generates the enum and the messages.
  * X(NAME, value, message) */
-#define FLARE_ERRNO_MAP(X)                                              \
-    X(NOMEM, -1, "out of memory")                                       \
-    X(INVAL, -2, "invalid argument")                                    \
-    X(EXIST, -3, "already exists")                                      \
-    X(NOTFOUND, -4, "not found")                                        \
-    X(STATE, -5, "operation not allowed in the current state")          \
-    X(ADDR, -6, "cannot parse listen address (expected HOST:PORT)")     \
-    X(BIND, -7, "cannot bind or listen on the address")                 \
-    X(SYS, -8, "system call failed")                                    \
-    X(CLOSED, -9, "connection closed")                                  \
-    X(TOOBIG, -10, "size limit exceeded")                               \
-    X(PATTERN, -11, "invalid route pattern")                            \
+#define FLARE_ERRNO_MAP(X)                                          \
+    X(NOMEM, -1, "out of memory")                                   \
+    X(INVAL, -2, "invalid argument")                                \
+    X(EXIST, -3, "already exists")                                  \
+    X(NOTFOUND, -4, "not found")                                    \
+    X(STATE, -5, "operation not allowed in the current state")      \
+    X(ADDR, -6, "cannot parse listen address (expected HOST:PORT)") \
+    X(BIND, -7, "cannot bind or listen on the address")             \
+    X(SYS, -8, "system call failed")                                \
+    X(CLOSED, -9, "connection closed")                              \
+    X(TOOBIG, -10, "size limit exceeded")                           \
+    X(PATTERN, -11, "invalid route pattern")                        \
     X(THREAD, -12, "cannot start a thread")
 
 enum {
@@ -72,10 +72,10 @@ enum {
 FLARE_API const char *flare_strerror(int code);
 
 /* Request methods: one table generates the enum and the names. */
-#define FLARE_METHOD_MAP(X)                                             \
-    X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS)        \
-    X(TRACE) X(PATCH)
+#define FLARE_METHOD_MAP(X) \
+    X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS) X(TRACE) X(PATCH)
 
+/* clang-format off */
 typedef enum flare_method {
     FLARE_METHOD_OTHER = 0,
 #define FLARE_METHOD_ENUM(m) FLARE_METHOD_##m,
@@ -83,50 +83,51 @@ typedef enum flare_method {
 #undef FLARE_METHOD_ENUM
     FLARE_METHOD_COUNT
 } flare_method_t;
+/* clang-format on */
 
 /* Name of a method ("GET"), or "" for FLARE_METHOD_OTHER. */
 FLARE_API flare_str_t flare_method_name(flare_method_t m);
 
 /* Status codes: X(code, NAME, reason phrase). */
-#define FLARE_STATUS_MAP(X)                                             \
-    X(100, CONTINUE, "Continue")                                        \
-    X(101, SWITCHING_PROTOCOLS, "Switching Protocols")                  \
-    X(200, OK, "OK")                                                    \
-    X(201, CREATED, "Created")                                          \
-    X(202, ACCEPTED, "Accepted")                                        \
-    X(204, NO_CONTENT, "No Content")                                    \
-    X(206, PARTIAL_CONTENT, "Partial Content")                          \
-    X(301, MOVED_PERMANENTLY, "Moved Permanently")                      \
-    X(302, FOUND, "Found")                                              \
-    X(303, SEE_OTHER, "See Other")                                      \
-    X(304, NOT_MODIFIED, "Not Modified")                                \
-    X(307, TEMPORARY_REDIRECT, "Temporary Redirect")                    \
-    X(308, PERMANENT_REDIRECT, "Permanent Redirect")                    \
-    X(400, BAD_REQUEST, "Bad Request")                                  \
-    X(401, UNAUTHORIZED, "Unauthorized")                                \
-    X(403, FORBIDDEN, "Forbidden")                                      \
-    X(404, NOT_FOUND, "Not Found")                                      \
-    X(405, METHOD_NOT_ALLOWED, "Method Not Allowed")                    \
-    X(406, NOT_ACCEPTABLE, "Not Acceptable")                            \
-    X(408, REQUEST_TIMEOUT, "Request Timeout")                          \
-    X(409, CONFLICT, "Conflict")                                        \
-    X(410, GONE, "Gone")                                                \
-    X(411, LENGTH_REQUIRED, "Length Required")                          \
-    X(412, PRECONDITION_FAILED, "Precondition Failed")                  \
-    X(413, CONTENT_TOO_LARGE, "Content Too Large")                      \
-    X(414, URI_TOO_LONG, "URI Too Long")                                \
-    X(415, UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type")            \
-    X(416, RANGE_NOT_SATISFIABLE, "Range Not Satisfiable")              \
-    X(417, EXPECTATION_FAILED, "Expectation Failed")                    \
-    X(422, UNPROCESSABLE_CONTENT, "Unprocessable Content")              \
-    X(426, UPGRADE_REQUIRED, "Upgrade Required")                        \
-    X(429, TOO_MANY_REQUESTS, "Too Many Requests")                      \
+#define FLARE_STATUS_MAP(X)                                                    \
+    X(100, CONTINUE, "Continue")                                               \
+    X(101, SWITCHING_PROTOCOLS, "Switching Protocols")                         \
+    X(200, OK, "OK")                                                           \
+    X(201, CREATED, "Created")                                                 \
+    X(202, ACCEPTED, "Accepted")                                               \
+    X(204, NO_CONTENT, "No Content")                                           \
+    X(206, PARTIAL_CONTENT, "Partial Content")                                 \
+    X(301, MOVED_PERMANENTLY, "Moved Permanently")                             \
+    X(302, FOUND, "Found")                                                     \
+    X(303, SEE_OTHER, "See Other")                                             \
+    X(304, NOT_MODIFIED, "Not Modified")                                       \
+    X(307, TEMPORARY_REDIRECT, "Temporary Redirect")                           \
+    X(308, PERMANENT_REDIRECT, "Permanent Redirect")                           \
+    X(400, BAD_REQUEST, "Bad Request")                                         \
+    X(401, UNAUTHORIZED, "Unauthorized")                                       \
+    X(403, FORBIDDEN, "Forbidden")                                             \
+    X(404, NOT_FOUND, "Not Found")                                             \
+    X(405, METHOD_NOT_ALLOWED, "Method Not Allowed")                           \
+    X(406, NOT_ACCEPTABLE, "Not Acceptable")                                   \
+    X(408, REQUEST_TIMEOUT, "Request Timeout")                                 \
+    X(409, CONFLICT, "Conflict")                                               \
+    X(410, GONE, "Gone")                                                       \
+    X(411, LENGTH_REQUIRED, "Length Required")                                 \
+    X(412, PRECONDITION_FAILED, "Precondition Failed")                         \
+    X(413, CONTENT_TOO_LARGE, "Content Too Large")                             \
+    X(414, URI_TOO_LONG, "URI Too Long")                                       \
+    X(415, UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type")                   \
+    X(416, RANGE_NOT_SATISFIABLE, "Range Not Satisfiable")                     \
+    X(417, EXPECTATION_FAILED, "Expectation Failed")                           \
+    X(422, UNPROCESSABLE_CONTENT, "Unprocessable Content")                     \
+    X(426, UPGRADE_REQUIRED, "Upgrade Required")                               \
+    X(429, TOO_MANY_REQUESTS, "Too Many Requests")                             \
     X(431, REQUEST_HEADER_FIELDS_TOO_LARGE, "Request Header Fields Too Large") \
-    X(500, INTERNAL_SERVER_ERROR, "Internal Server Error")               \
-    X(501, NOT_IMPLEMENTED, "Not Implemented")                          \
-    X(502, BAD_GATEWAY, "Bad Gateway")                                  \
-    X(503, SERVICE_UNAVAILABLE, "Service Unavailable")                  \
-    X(504, GATEWAY_TIMEOUT, "Gateway Timeout")                          \
+    X(500, INTERNAL_SERVER_ERROR, "Internal Server Error")                     \
+    X(501, NOT_IMPLEMENTED, "Not Implemented")                                 \
+    X(502, BAD_GATEWAY, "Bad Gateway")                                         \
+    X(503, SERVICE_UNAVAILABLE, "Service Unavailable")                         \
+    X(504, GATEWAY_TIMEOUT, "Gateway Timeout")                                 \
     X(505, HTTP_VERSION_NOT_SUPPORTED, "HTTP Version Not Supported")
 
 enum {

@@ -36,19 +36,19 @@ typedef void (*flare_task_fn)(void *ud);
 /* ---- configuration ------------------------------------------------------ */
 
 typedef struct flare_config {
-    unsigned workers;          /* worker threads; 0: number of CPUs */
-    unsigned max_conns;        /* per worker; beyond it new connections are closed */
+    unsigned workers;           /* worker threads; 0: number of CPUs */
+    unsigned max_conns;         /* per worker; beyond it new connections are closed */
     unsigned header_timeout_ms; /* first byte to complete head (408 and close) */
     unsigned body_timeout_ms;   /* between body reads */
     unsigned idle_timeout_ms;   /* keep-alive idle */
     unsigned write_timeout_ms;  /* a write that makes no progress */
     unsigned drain_timeout_ms;  /* graceful shutdown: in-flight requests get this long */
-    size_t max_request_line;   /* 414 past it */
-    size_t max_head;           /* 431 past it (request line + headers) */
-    size_t max_headers;        /* 431 past it */
-    size_t max_body;           /* 413 past it */
-    unsigned job_threads;      /* blocking-job pool size; 0: 4 */
-    int backlog;               /* listen(2) backlog */
+    size_t max_request_line;    /* 414 past it */
+    size_t max_head;            /* 431 past it (request line + headers) */
+    size_t max_headers;         /* 431 past it */
+    size_t max_body;            /* 413 past it */
+    unsigned job_threads;       /* blocking-job pool size; 0: 4 */
+    int backlog;                /* listen(2) backlog */
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
@@ -179,8 +179,7 @@ FLARE_API int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud);
 
 /* Runs work(ud) on the blocking-job pool, then done(ud) back on worker w.
  * Call from w's thread. */
-FLARE_API int flare_worker_job(flare_worker_t *w, flare_task_fn work, flare_task_fn done,
-                               void *ud);
+FLARE_API int flare_worker_job(flare_worker_t *w, flare_task_fn work, flare_task_fn done, void *ud);
 
 /* Index of the worker (0..N-1). */
 FLARE_API unsigned flare_worker_id(const flare_worker_t *w);

@@ -18,12 +18,14 @@ const char *flare_strerror(int code)
     }
 }
 
+/* clang-format off */
 static const flare_str_t method_names[FLARE_METHOD_COUNT] = {
     [FLARE_METHOD_OTHER] = { "", 0 },
 #define FLARE_METHOD_NAME(m) [FLARE_METHOD_##m] = { #m, sizeof(#m) - 1 },
     FLARE_METHOD_MAP(FLARE_METHOD_NAME)
 #undef FLARE_METHOD_NAME
 };
+/* clang-format on */
 
 flare_str_t flare_method_name(flare_method_t m)
 {

@@ -8,8 +8,8 @@
 
 #include "flare/common.h"
 
-#define flare__likely(x) __builtin_expect(!!(x), 1)
-#define flare__unlikely(x) __builtin_expect(!!(x), 0)
+#define flare__likely(x)     __builtin_expect(!!(x), 1)
+#define flare__unlikely(x)   __builtin_expect(!!(x), 0)
 #define FLARE__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static inline unsigned char flare__lower(unsigned char c)

@@ -24,9 +24,9 @@
 #include "core/sys.h"
 #include "server.h"
 
-#define MAX_INFLIGHT 64     /* pipelined requests in flight before we stop reading */
-#define LINGER_MS 2000      /* read-and-discard time after an error response */
-#define MAX_IOV 64
+#define MAX_INFLIGHT 64   /* pipelined requests in flight before we stop reading */
+#define LINGER_MS    2000 /* read-and-discard time after an error response */
+#define MAX_IOV      64
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 static void process(flare_conn_t *c);
@@ -499,8 +499,8 @@ static void dispatch(flare_conn_t *c, struct flare_req *ex)
             }
         } else if (!(ex->flags & EX_STREAM)) {
             ex->flags |= EX_CLOSE;
-            flare__res_error(ex, 500, rc < 0 ? flare_strerror(rc) :
-                                              "handler returned without a response");
+            flare__res_error(ex, 500,
+                             rc < 0 ? flare_strerror(rc) : "handler returned without a response");
         } else if (detach(ex) != 0) {
             flare_res_close(ex);
             flare_res_end(ex);
@@ -672,7 +672,7 @@ static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
         return true;
     }
     if (!(c->flags & C_LINE_SEEN) && len > lim->max_request_line)
-        return true; /* 414 */
+        return true;            /* 414 */
     return len > lim->max_head; /* 431 */
 }
 
@@ -896,8 +896,8 @@ void flare__conn_sweep(flare_worker_t *w)
             if (now - c->t_head > cfg->header_timeout_ms)
                 timeout_error(c, 408, "request header timeout");
         } else if (c->qhead == NULL && !out_pending) {
-            unsigned limit = (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms
-                                                        : cfg->header_timeout_ms;
+            unsigned limit =
+                (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
             if (w->draining || now - c->t_active > limit)
                 flare__conn_close(c);
         }

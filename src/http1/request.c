@@ -115,8 +115,8 @@ flare_str_t flare_req_query_param(flare_req_t *req, const char *name)
         flare_str_t pair = { q.ptr + i, end - i };
         const char *eq = memchr(pair.ptr, '=', pair.len);
         flare_str_t k = { pair.ptr, eq != NULL ? (size_t)(eq - pair.ptr) : pair.len };
-        flare_str_t v = eq != NULL ? (flare_str_t){ eq + 1, pair.len - k.len - 1 }
-                                   : (flare_str_t){ "", 0 };
+        flare_str_t v =
+            eq != NULL ? (flare_str_t){ eq + 1, pair.len - k.len - 1 } : (flare_str_t){ "", 0 };
         if (k.len > 0) {
             flare_str_t dk = decode(req, k, true);
             if (flare_str_eq(dk, key))

@@ -19,9 +19,9 @@ typedef struct status_line {
 } status_line_t;
 
 static const status_line_t status_lines[900] = {
-#define STATUS_LINE(code, name, reason) \
-    [(code) - 100] = { sizeof("HTTP/1.1 " #code " " reason "\r\n") - 1, \
-                       "HTTP/1.1 " #code " " reason "\r\n" },
+#define STATUS_LINE(code, name, reason)                               \
+    [(code)-100] = { sizeof("HTTP/1.1 " #code " " reason "\r\n") - 1, \
+                     "HTTP/1.1 " #code " " reason "\r\n" },
     FLARE_STATUS_MAP(STATUS_LINE)
 #undef STATUS_LINE
 };
@@ -66,14 +66,14 @@ static flare_buf_t *out_buf(struct flare_req *ex)
     return &c->wbuf;
 }
 
-#define PUT(p, lit)                         \
-    do {                                    \
+#define PUT(p, lit)                          \
+    do {                                     \
         memcpy((p), (lit), sizeof(lit) - 1); \
-        (p) += sizeof(lit) - 1;             \
+        (p) += sizeof(lit) - 1;              \
     } while (0)
 
-int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
-                          flare_str_t ctype, uint64_t clen, bool chunked)
+int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
+                          uint64_t clen, bool chunked)
 {
     flare_worker_t *w = ex->worker;
     bool close = (ex->flags & EX_CLOSE) || w->draining;
@@ -81,7 +81,8 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status,
 
     size_t need = STATUS_LINE_MAX + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
                   sizeof("Content-Type: \r\n") + ctype.len + sizeof("Content-Length: \r\n") + 20 +
-                  sizeof("Transfer-Encoding: chunked\r\n") + sizeof("Connection: keep-alive\r\n") + 2;
+                  sizeof("Transfer-Encoding: chunked\r\n") + sizeof("Connection: keep-alive\r\n") +
+                  2;
     for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
         need += h->name.len + h->value.len + 4;
     if (flare__buf_reserve(out, need) != 0)
@@ -144,7 +145,7 @@ static inline bool ctl_free8(const char *p)
     memcpy(&x, p, 8);
     uint64_t lt20 = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
     uint64_t d = x ^ (ones * 0x7f);
-    uint64_t del = (d - ones) & ~d & highs;         /* a byte == 0x7f */
+    uint64_t del = (d - ones) & ~d & highs; /* a byte == 0x7f */
     return (lt20 | del) == 0;
 }
 
@@ -230,8 +231,7 @@ static void no_release(void *ud)
 int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body,
                        flare_task_fn release, void *ud)
 {
-    return send_common(res, status, content_type, body, release != NULL ? release : no_release,
-                       ud);
+    return send_common(res, status, content_type, body, release != NULL ? release : no_release, ud);
 }
 
 int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
@@ -331,8 +331,8 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
             return FLARE_EINVAL;
     }
     if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
-        FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") ||
-        FLARE__IEQ(name, "server") || FLARE__IEQ(name, "content-type"))
+        FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "server") ||
+        FLARE__IEQ(name, "content-type"))
         return FLARE_EINVAL;
     flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h) + name.len + value.len);
     if (h == NULL)
@@ -362,8 +362,8 @@ int flare__res_error(struct flare_req *ex, int status, const char *msg)
     ex->flags &= ~(uint32_t)EX_STREAM;
     if (ex->flags & EX_SENT)
         return 0;
-    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"),
-                       (flare_str_t){ body, n }, NULL, NULL);
+    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"), (flare_str_t){ body, n },
+                       NULL, NULL);
 }
 
 /* "GET, HEAD, POST, OPTIONS": HEAD whenever GET is there, OPTIONS always. */

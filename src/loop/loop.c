@@ -223,4 +223,3 @@ void flare__loop_dispose(flare_loop_t *l)
     l->timers = NULL;
     l->ntimers = l->captimers = 0;
 }
-

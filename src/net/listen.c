@@ -78,9 +78,8 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
         struct sockaddr_storage got;
         socklen_t gl = sizeof(got);
         if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
-            *port_out = ntohs(got.ss_family == AF_INET6
-                                  ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                  : ((struct sockaddr_in *)&got)->sin_port);
+            *port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                        : ((struct sockaddr_in *)&got)->sin_port);
     }
     return fd;
 }

@@ -173,8 +173,7 @@ static int group_setup(void **state)
     assert_int_equal(flare_group_route(v1, FLARE_METHOD_GET, "/items/{id}", h_group, NULL), 0);
     assert_int_equal(flare_group_route(v1, FLARE_METHOD_GET, "/items/{id}", h_group, NULL),
                      FLARE_EEXIST);
-    assert_int_equal(flare_group_route(v1, FLARE_METHOD_GET, "items", h_group, NULL),
-                     FLARE_EINVAL);
+    assert_int_equal(flare_group_route(v1, FLARE_METHOD_GET, "items", h_group, NULL), FLARE_EINVAL);
     assert_int_equal(flare_get(app, "/bad/{", h_group, NULL), FLARE_EPATTERN);
     assert_int_equal(flare_get(app, "/headers", h_headers, NULL), 0);
     assert_int_equal(flare_get(app, "/stream", h_stream, NULL), 0);
@@ -347,10 +346,10 @@ static void test_bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_group_route),  cmocka_unit_test(test_headers),
-        cmocka_unit_test(test_stream),       cmocka_unit_test(test_ref),
+        cmocka_unit_test(test_group_route),     cmocka_unit_test(test_headers),
+        cmocka_unit_test(test_stream),          cmocka_unit_test(test_ref),
         cmocka_unit_test(test_job_and_cleanup), cmocka_unit_test(test_post),
-        cmocka_unit_test(test_query),        cmocka_unit_test(test_handler_error),
+        cmocka_unit_test(test_query),           cmocka_unit_test(test_handler_error),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -39,8 +39,8 @@ static void test_tables(void **state)
     assert_int_equal(flare_method_name(FLARE_METHOD_OTHER).len, 0);
     assert_int_equal(flare_method_name((flare_method_t)99).len, 0);
     assert_true(flare_str_eq(flare_status_reason(404), flare_str("Not Found")));
-    assert_true(flare_str_eq(flare_status_reason(431),
-                             flare_str("Request Header Fields Too Large")));
+    assert_true(
+        flare_str_eq(flare_status_reason(431), flare_str("Request Header Fields Too Large")));
     assert_true(flare_str_eq(flare_status_reason(299), flare_str("Unknown")));
 }
 
@@ -50,9 +50,15 @@ static void test_u64toa(void **state)
     static const struct {
         uint64_t v;
         const char *s;
-    } cases[] = { { 0, "0" },           { 7, "7" },         { 10, "10" },
-                  { 13, "13" },         { 99, "99" },       { 100, "100" },
-                  { 1000, "1000" },     { 65536, "65536" }, { 1048576, "1048576" },
+    } cases[] = { { 0, "0" },
+                  { 7, "7" },
+                  { 10, "10" },
+                  { 13, "13" },
+                  { 99, "99" },
+                  { 100, "100" },
+                  { 1000, "1000" },
+                  { 65536, "65536" },
+                  { 1048576, "1048576" },
                   { UINT64_MAX, "18446744073709551615" } };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char buf[32];
@@ -129,8 +135,8 @@ static void test_buf(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_str),    cmocka_unit_test(test_tables), cmocka_unit_test(test_u64toa),
-        cmocka_unit_test(test_date),   cmocka_unit_test(test_arena),  cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_str),  cmocka_unit_test(test_tables), cmocka_unit_test(test_u64toa),
+        cmocka_unit_test(test_date), cmocka_unit_test(test_arena),  cmocka_unit_test(test_buf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
