@@ -231,7 +231,7 @@ static int validate(flare_str_t pat, unsigned *nparams, bool *is_static)
                 return FLARE_EPATTERN; /* wildcard not last */
             if (np == FLARE_ROUTER_MAX_PARAMS)
                 return FLARE_EPATTERN;
-            flare_str_t nm = {ns, (size_t)(ne - ns)};
+            flare_str_t nm = { ns, (size_t)(ne - ns) };
             for (unsigned i = 0; i < np; i++) {
                 if (flare_str_eq(names[i], nm))
                     return FLARE_EPATTERN; /* duplicate name */
@@ -393,7 +393,7 @@ static int lits_reserve(struct node *n)
 static void lits_insert(struct node *n, uint32_t pos, struct node *child)
 {
     memmove(&n->lits[pos + 1], &n->lits[pos], (n->nlits - pos) * sizeof *n->lits);
-    n->lits[pos] = (struct lit){child->seg, child->seglen, child};
+    n->lits[pos] = (struct lit){ child->seg, child->seglen, child };
     n->nlits++;
 }
 
@@ -439,7 +439,7 @@ static struct route *route_new(flare_str_t pat, unsigned np, void *data)
             continue;
         const char *ns = c + 1 + (c[1] == '*');
         const char *ne = memchr(ns, '}', (size_t)(copy + pat.len - ns));
-        rt->names[i++] = (flare_str_t){ns, (size_t)(ne - ns)};
+        rt->names[i++] = (flare_str_t){ ns, (size_t)(ne - ns) };
         c = ne;
     }
     return rt;
@@ -608,7 +608,7 @@ static const struct route *tree_match(const struct node *n, const char *p, const
         }
         const struct node *pc = n->param;
         if (pc != NULL && len != 0 && (pc->sub_mask & bit)) {
-            m->params[nv].value = (flare_str_t){s, len};
+            m->params[nv].value = (flare_str_t){ s, len };
             if (!(n->wild_mask & bit)) {
                 n = pc;
                 p = q;
@@ -621,7 +621,7 @@ static const struct route *tree_match(const struct node *n, const char *p, const
         }
         const struct route *w = n->wild[method];
         if (w != NULL)
-            m->params[nv].value = (flare_str_t){s, (size_t)(end - s)};
+            m->params[nv].value = (flare_str_t){ s, (size_t)(end - s) };
         return w;
     }
 }

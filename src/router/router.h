@@ -21,9 +21,9 @@ typedef struct flare_route_param {
 } flare_route_param_t;
 
 typedef struct flare_route_match {
-    void *route;           /* the `data` given to flare__router_add, or NULL */
-    uint32_t allowed;      /* when route == NULL: bit (1u << method) set for each
-                              method that has a route for this path; 0 => 404 */
+    void *route;      /* the `data` given to flare__router_add, or NULL */
+    uint32_t allowed; /* when route == NULL: bit (1u << method) set for each
+                         method that has a route for this path; 0 => 404 */
     unsigned nparams;
     flare_route_param_t params[FLARE_ROUTER_MAX_PARAMS];
 } flare_route_match_t;

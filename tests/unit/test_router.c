@@ -140,9 +140,9 @@ static void test_static(void **state)
 
     /* The path need not be NUL-terminated. */
     const char buf[] = "/plaintextXYZ";
-    assert_int_equal(flare__router_match(r, GET, (flare_str_t){buf, 10}, &m), 1);
+    assert_int_equal(flare__router_match(r, GET, (flare_str_t){ buf, 10 }, &m), 1);
     assert_ptr_equal(m.route, T(1));
-    assert_int_equal(flare__router_match(r, GET, (flare_str_t){buf, 1}, &m), 1);
+    assert_int_equal(flare__router_match(r, GET, (flare_str_t){ buf, 1 }, &m), 1);
     assert_ptr_equal(m.route, T(4));
 }
 
@@ -456,7 +456,7 @@ static void test_invalid(void **state)
             fail_msg("pattern '%s': got %d, want FLARE_EPATTERN", bad[i], rc);
     }
     /* A NUL byte inside the view. */
-    assert_int_equal(flare__router_add(r, GET, (flare_str_t){"/a\0b", 4}, T(1)), FLARE_EPATTERN);
+    assert_int_equal(flare__router_add(r, GET, (flare_str_t){ "/a\0b", 4 }, T(1)), FLARE_EPATTERN);
 
     /* Exactly the maximum is fine. */
     assert_int_equal(add(r, GET,
@@ -480,7 +480,7 @@ static void test_invalid(void **state)
     assert_int_equal(add(r, (flare_method_t)-1, "/ok", T(1)), FLARE_EINVAL);
     assert_int_equal(add(r, GET, "/ok", NULL), FLARE_EINVAL);
     assert_int_equal(flare__router_add(NULL, GET, flare_str("/ok"), T(1)), FLARE_EINVAL);
-    assert_int_equal(flare__router_add(r, GET, (flare_str_t){NULL, 3}, T(1)), FLARE_EINVAL);
+    assert_int_equal(flare__router_add(r, GET, (flare_str_t){ NULL, 3 }, T(1)), FLARE_EINVAL);
 
     /* Nothing from the failed adds is visible. */
     assert_null(match(r, GET, "/ok", &m));
@@ -602,11 +602,11 @@ static void test_hostile_paths(void **state)
         p[i] = '/';
         p[i + 1] = 'x';
     }
-    assert_int_equal(flare__router_match(r, GET, (flare_str_t){p, LEN}, &m), 0);
+    assert_int_equal(flare__router_match(r, GET, (flare_str_t){ p, LEN }, &m), 0);
     assert_int_equal(m.allowed, 0);
     memset(p, '/', LEN);
-    assert_int_equal(flare__router_match(r, GET, (flare_str_t){p, LEN}, &m), 0);
-    assert_int_equal(flare__router_allowed(r, (flare_str_t){p, LEN}), 0);
+    assert_int_equal(flare__router_match(r, GET, (flare_str_t){ p, LEN }, &m), 0);
+    assert_int_equal(flare__router_allowed(r, (flare_str_t){ p, LEN }), 0);
     assert_ptr_equal(match(r, GET, "/x/x/x", &m), T(1));
     assert_ptr_equal(match(r, GET, "/x/x/x/q/z", &m), T(3));
     free(p);
