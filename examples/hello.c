@@ -101,6 +101,15 @@ static int slow(flare_req_t *req, flare_res_t *res, void *ud)
     return FLARE_ASYNC;
 }
 
+/* A pass-through middleware: the cost of the pipeline itself. */
+static int pass(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)res;
+    (void)ud;
+    return 0;
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
@@ -170,6 +179,21 @@ int main(int argc, char **argv)
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
         (rc = flare_get(app, "/slow", slow, NULL)) != 0) {
+        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
+        flare_app_free(app);
+        return 1;
+    }
+    /* /mw/plaintext: the same answer behind ten synchronous middlewares */
+    flare_group_t *mw = flare_group_new(app, "/mw");
+    static const char *names[10] = { "mw0", "mw1", "mw2", "mw3", "mw4",
+                                     "mw5", "mw6", "mw7", "mw8", "mw9" };
+    for (int i = 0; i < 10 && rc == 0; i++) {
+        flare_middleware_t m = { names[i], pass, NULL, NULL };
+        rc = mw != NULL ? flare_group_use(mw, &m) : FLARE_ENOMEM;
+    }
+    if (rc == 0)
+        rc = flare_group_route(mw, FLARE_METHOD_GET, "/plaintext", plaintext, NULL);
+    if (rc != 0) {
         fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         flare_app_free(app);
         return 1;

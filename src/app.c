@@ -73,9 +73,11 @@ flare_app_t *flare_app_new(const flare_config_t *cfg)
     return app;
 }
 
-static int add_route(flare_app_t *app, flare_method_t method, const char *prefix,
-                     const char *pattern, flare_handler_fn fn, void *ud)
+static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *group,
+                     const char *pattern, flare_handler_fn fn, void *ud,
+                     const flare_middleware_t *mws, size_t nmws)
 {
+    const char *prefix = group != NULL ? group->prefix : NULL;
     if (app == NULL || pattern == NULL || fn == NULL)
         return FLARE_EINVAL;
     if (atomic_load(&app->running))
@@ -107,12 +109,19 @@ static int add_route(flare_app_t *app, flare_method_t method, const char *prefix
         free(full);
         return FLARE_ENOMEM;
     }
+    memset(route, 0, sizeof(*route));
     route->fn = fn;
     route->ud = ud;
     route->method = method;
-    int rc = flare__router_add(app->router, method, (flare_str_t){ full, fl }, route);
+    route->group = group;
+    int rc = 0;
+    for (size_t i = 0; i < nmws && rc == 0; i++)
+        rc = flare__mw_list_add(app, &route->own, &mws[i]);
+    if (rc == 0)
+        rc = flare__router_add(app->router, method, (flare_str_t){ full, fl }, route);
     free(full);
     if (rc != 0) {
+        free(route->own.v);
         free(route);
         return rc;
     }
@@ -123,7 +132,54 @@ static int add_route(flare_app_t *app, flare_method_t method, const char *prefix
 int flare_route(flare_app_t *app, flare_method_t method, const char *pattern, flare_handler_fn fn,
                 void *ud)
 {
-    return add_route(app, method, NULL, pattern, fn, ud);
+    return add_route(app, method, NULL, pattern, fn, ud, NULL, 0);
+}
+
+int flare_route_mw(flare_app_t *app, flare_method_t method, const char *pattern,
+                   flare_handler_fn fn, void *ud, const flare_middleware_t *mws, size_t nmws)
+{
+    if (nmws > 0 && mws == NULL)
+        return FLARE_EINVAL;
+    return add_route(app, method, NULL, pattern, fn, ud, mws, nmws);
+}
+
+int flare_use(flare_app_t *app, const flare_middleware_t *mw)
+{
+    if (app == NULL)
+        return FLARE_EINVAL;
+    if (atomic_load(&app->running))
+        return FLARE_ESTATE;
+    return flare__mw_list_add(app, &app->mws, mw);
+}
+
+int flare_group_use(flare_group_t *g, const flare_middleware_t *mw)
+{
+    if (g == NULL)
+        return FLARE_EINVAL;
+    if (atomic_load(&g->app->running))
+        return FLARE_ESTATE;
+    return flare__mw_list_add(g->app, &g->mws, mw);
+}
+
+size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max)
+{
+    if (app == NULL)
+        return 0;
+    for (unsigned i = 0; i < app->nmw && i < max; i++) {
+        flare_mw_stats_t st = { app->mw_names[i], 0, 0, 0 };
+        for (unsigned k = 0; k < app->nworkers; k++) {
+            flare_mw_stat_t *ws = app->workers[k].mw_stats;
+            if (ws == NULL)
+                continue;
+            st.count += atomic_load_explicit(&ws[i].count, memory_order_relaxed);
+            st.total_ns += atomic_load_explicit(&ws[i].total_ns, memory_order_relaxed);
+            uint64_t m = atomic_load_explicit(&ws[i].max_ns, memory_order_relaxed);
+            if (m > st.max_ns)
+                st.max_ns = m;
+        }
+        out[i] = st;
+    }
+    return app->nmw;
 }
 
 int flare_get(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud)
@@ -151,8 +207,9 @@ int flare_delete(flare_app_t *app, const char *pattern, flare_handler_fn fn, voi
     return flare_route(app, FLARE_METHOD_DELETE, pattern, fn, ud);
 }
 
-static flare_group_t *group_new(flare_app_t *app, const char *base, const char *prefix)
+static flare_group_t *group_new(flare_app_t *app, flare_group_t *parent, const char *prefix)
 {
+    const char *base = parent != NULL ? parent->prefix : NULL;
     if (app == NULL || prefix == NULL || prefix[0] != '/')
         return NULL;
     size_t bl = base != NULL ? strlen(base) : 0, pl = strlen(prefix);
@@ -173,6 +230,7 @@ static flare_group_t *group_new(flare_app_t *app, const char *base, const char *
     if (strcmp(g->prefix, "/") == 0)
         g->prefix[0] = '\0';
     g->app = app;
+    g->parent = parent;
     g->next = app->groups;
     app->groups = g;
     return g;
@@ -187,7 +245,7 @@ flare_group_t *flare_group_sub(flare_group_t *parent, const char *prefix)
 {
     if (parent == NULL)
         return NULL;
-    return group_new(parent->app, parent->prefix, prefix);
+    return group_new(parent->app, parent, prefix);
 }
 
 int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
@@ -195,7 +253,7 @@ int flare_group_route(flare_group_t *g, flare_method_t method, const char *patte
 {
     if (g == NULL || pattern == NULL || pattern[0] != '/')
         return FLARE_EINVAL;
-    return add_route(g->app, method, g->prefix, pattern, fn, ud);
+    return add_route(g->app, method, g, pattern, fn, ud, NULL, 0);
 }
 
 int flare_app_port(const flare_app_t *app)
@@ -301,6 +359,9 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     unsigned started = 0, inited = 0;
     bool masked = false;
 
+    rc = flare__chains_build(app);
+    if (rc != 0)
+        goto out;
     app->workers = calloc(n, sizeof(*app->workers));
     if (app->workers == NULL) {
         rc = FLARE_ENOMEM;
@@ -335,6 +396,13 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         w->loop.after_events = after_events;
         w->loop.after_events_ud = w;
         w->listen_io.cb = flare__worker_accept_cb;
+        if (app->cfg.mw_stats && app->nmw > 0) {
+            w->mw_stats = calloc(app->nmw, sizeof(*w->mw_stats));
+            if (w->mw_stats == NULL) {
+                rc = FLARE_ENOMEM;
+                goto out;
+            }
+        }
         w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (flare__loop_add(&w->loop, &w->listen_io, EPOLLIN) != 0) {
             rc = FLARE_ESYS;
@@ -395,6 +463,7 @@ out:
     if (app->workers != NULL) {
         for (unsigned i = 0; i < app->nworkers; i++) {
             flare_worker_t *w = &app->workers[i];
+            free(w->mw_stats);
             if (i < inited) {
                 worker_dispose(w);
             } else {
@@ -430,6 +499,7 @@ void flare_app_free(flare_app_t *app)
     if (app == NULL)
         return;
     flare__router_free(app->router);
+    flare__chains_free(app);
     for (size_t i = 0; i < app->nroutes; i++)
         free(app->routes[i]);
     free(app->routes);
@@ -437,6 +507,7 @@ void flare_app_free(flare_app_t *app)
         flare_group_t *g = app->groups;
         app->groups = g->next;
         free(g->prefix);
+        free(g->mws.v);
         free(g);
     }
     free(app);

@@ -21,16 +21,43 @@
 typedef struct flare_conn flare_conn_t;
 typedef struct flare_route flare_route_t;
 
+/* A middleware as the request path sees it: hooks + the slot of its
+ * statistics. Chains are flattened per route when the app starts, so the
+ * request path walks one array. */
+typedef struct flare_mw_rt {
+    flare_before_fn before;
+    flare_after_fn after;
+    void *ud;
+    unsigned id;
+} flare_mw_rt_t;
+
+typedef struct flare_mw_list {
+    flare_mw_rt_t *v;
+    size_t n, cap;
+} flare_mw_list_t;
+
+/* per worker, per middleware; written by the worker, read by anyone */
+typedef struct flare_mw_stat {
+    _Atomic uint64_t count, total_ns, max_ns;
+} flare_mw_stat_t;
+
 struct flare_route {
     flare_handler_fn fn;
     void *ud;
     flare_method_t method;
+    struct flare_group *group;
+    flare_mw_list_t own;  /* route-level middlewares */
+    flare_mw_rt_t *chain; /* app + groups + own, built at start */
+    uint32_t nchain;
+    bool has_after;
 };
 
 struct flare_group {
     flare_app_t *app;
     char *prefix; /* owned */
     struct flare_group *next;
+    struct flare_group *parent;
+    flare_mw_list_t mws;
 };
 
 typedef struct flare_job_pool flare_job_pool_t;
@@ -48,6 +75,10 @@ struct flare_app {
     _Atomic bool running;
     int stop_fd; /* eventfd: flare_app_stop -> main thread */
     flare_job_pool_t *jobs;
+    flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
+    bool mws_have_after;
+    char **mw_names; /* by middleware id */
+    unsigned nmw;
 };
 
 /* Buffer pool entry: a free read/write buffer of `cap` bytes. */
@@ -76,6 +107,7 @@ struct flare_worker {
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
     _Atomic bool stop_requested;
+    flare_mw_stat_t *mw_stats; /* app->nmw entries */
 };
 
 /* An exchange: one request and its response. Recycled through the worker. */
@@ -89,6 +121,8 @@ enum {
     EX_ERROR = 1u << 6,         /* framing error response: stop parsing */
     EX_ORPHAN = 1u << 7,        /* connection gone: sends are no-ops */
     EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
+    EX_AFTER_DONE = 1u << 9,    /* after hooks have run */
+    EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
 };
 
 typedef struct flare_res_hdr {
@@ -112,7 +146,10 @@ struct flare_req {
     flare_str_t body;
     const char *raw; /* start of the head in the read buffer */
     size_t raw_len;
-    flare_route_match_t match; /* route, params, allowed */
+    flare_route_match_t match;  /* route, params, allowed */
+    const flare_mw_rt_t *chain; /* middlewares of this request */
+    uint32_t nchain, mw_pos;    /* next before hook to run */
+    int res_status;             /* status being produced (after hooks) */
     flare_chunked_t chunked;
     uint64_t body_need;  /* Content-Length still to receive */
     flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
@@ -174,6 +211,13 @@ void flare__conn_sweep(flare_worker_t *w);
 void flare__conn_free_dead(flare_worker_t *w);
 void flare__conn_drain(flare_worker_t *w);
 void flare__ex_complete(struct flare_req *ex);
+
+/* mw/chain.c */
+int flare__chain_run(struct flare_req *ex);
+void flare__chain_after(struct flare_req *ex);
+int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw);
+int flare__chains_build(flare_app_t *app);
+void flare__chains_free(flare_app_t *app);
 
 /* http1/response.c */
 int flare__res_error(struct flare_req *ex, int status, const char *msg);

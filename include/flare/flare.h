@@ -49,6 +49,7 @@ typedef struct flare_config {
     size_t max_body;            /* 413 past it */
     unsigned job_threads;       /* blocking-job pool size; 0: 4 */
     int backlog;                /* listen(2) backlog */
+    bool mw_stats;              /* time every middleware hook (flare_app_mw_stats) */
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
@@ -167,6 +168,63 @@ FLARE_API int flare_res_end(flare_res_t *res);
 
 /* Asks for the connection to be closed after this response. */
 FLARE_API void flare_res_close(flare_res_t *res);
+
+/* ---- middleware ------------------------------------------------------------ */
+
+/* A `before` hook runs ahead of the handler. It returns 0 to pass the
+ * request on; it may instead answer itself (flare_res_send...) and return 0,
+ * which stops the chain; or return FLARE_ASYNC and later, on the same
+ * worker, either answer or call flare_next(req) to resume the chain. A
+ * negative code answers 500. */
+typedef int (*flare_before_fn)(flare_req_t *req, flare_res_t *res, void *ud);
+
+/* An `after` hook runs once a response exists and before its head is
+ * written: it may change the status (flare_res_set_status) and add headers
+ * (flare_res_header). After hooks run in reverse order (the outermost
+ * middleware last), only for middlewares whose `before` ran. */
+typedef void (*flare_after_fn)(flare_req_t *req, flare_res_t *res, void *ud);
+
+typedef struct flare_middleware {
+    const char *name;       /* for statistics; copied */
+    flare_before_fn before; /* may be NULL */
+    flare_after_fn after;   /* may be NULL */
+    void *ud;
+} flare_middleware_t;
+
+/* Adds a middleware to every request of the app (also to 404/405 and
+ * automatic OPTIONS answers), to every route of a group (and its
+ * sub-groups), or to one route. Order: app, then outer group to inner
+ * group, then route, each in registration order. *mw is copied. Before
+ * flare_app_run only. 0 or FLARE_EINVAL / FLARE_ENOMEM / FLARE_ESTATE. */
+FLARE_API int flare_use(flare_app_t *app, const flare_middleware_t *mw);
+FLARE_API int flare_group_use(flare_group_t *g, const flare_middleware_t *mw);
+FLARE_API int flare_route_mw(flare_app_t *app, flare_method_t method, const char *pattern,
+                             flare_handler_fn fn, void *ud, const flare_middleware_t *mws,
+                             size_t nmws);
+
+/* Resumes a chain paused by a `before` hook that returned FLARE_ASYNC.
+ * Call on the request's worker. A no-op when the client has gone. */
+FLARE_API void flare_next(flare_req_t *req);
+
+/* Status of the response being produced (in an after hook), 0 before. */
+FLARE_API int flare_res_status(const flare_res_t *res);
+/* Changes the status from an after hook. FLARE_ESTATE once the head is out. */
+FLARE_API int flare_res_set_status(flare_res_t *res, int status);
+
+/* Per-middleware timing, summed over workers when read. Collected only when
+ * flare_config_t.mw_stats is set (two clock reads per hook otherwise
+ * saved). */
+typedef struct flare_mw_stats {
+    const char *name;
+    uint64_t count;
+    uint64_t total_ns;
+    uint64_t max_ns;
+} flare_mw_stats_t;
+
+/* Fills up to `max` entries (one per registered middleware, in registration
+ * order), returns how many middlewares exist. Safe from any thread while
+ * running; figures from other workers may be a moment old. */
+FLARE_API size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max);
 
 /* ---- workers, timers, jobs ------------------------------------------------ */
 

@@ -84,6 +84,9 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->match.nparams = 0;
     ex->match.route = NULL;
     ex->match.allowed = 0;
+    ex->chain = NULL;
+    ex->nchain = ex->mw_pos = 0;
+    ex->res_status = 0;
     ex->res_hdrs = NULL;
     ex->res_hdrs_tail = &ex->res_hdrs;
     ex->cleanups = NULL;
@@ -455,6 +458,21 @@ static int detach(struct flare_req *ex)
     return 0;
 }
 
+static void set_chain(flare_app_t *app, struct flare_req *ex)
+{
+    if (ex->route != NULL) {
+        ex->chain = ex->route->chain;
+        ex->nchain = ex->route->nchain;
+        if (ex->route->has_after)
+            ex->flags |= EX_HAS_AFTER;
+    } else {
+        ex->chain = app->mws.v;
+        ex->nchain = (uint32_t)app->mws.n;
+        if (app->mws_have_after)
+            ex->flags |= EX_HAS_AFTER;
+    }
+}
+
 static void route(flare_app_t *app, struct flare_req *ex)
 {
     flare_method_t m = ex->head.method_id;
@@ -462,29 +480,22 @@ static void route(flare_app_t *app, struct flare_req *ex)
         ex->flags |= EX_HEAD_ONLY;
     if (flare__router_match(app->router, m, ex->head.path, &ex->match)) {
         ex->route = ex->match.route;
-        return;
-    }
-    if (m == FLARE_METHOD_HEAD &&
-        flare__router_match(app->router, FLARE_METHOD_GET, ex->head.path, &ex->match)) {
+    } else if (m == FLARE_METHOD_HEAD &&
+               flare__router_match(app->router, FLARE_METHOD_GET, ex->head.path, &ex->match)) {
         ex->route = ex->match.route;
-        return;
+    } else {
+        ex->route = NULL;
+        ex->match.nparams = 0;
     }
-    ex->route = NULL;
-    ex->match.nparams = 0;
+    set_chain(app, ex);
 }
 
-static void dispatch(flare_conn_t *c, struct flare_req *ex)
+/* Runs the chain from where it stands (start, or a paused before hook) and
+ * settles the outcome: answered, asynchronous (detach), or an error. */
+static void run_chain(struct flare_req *ex)
 {
-    (void)c;
-    if (ex->flags & EX_SENT)
-        return;
-    int rc;
     ex->flags |= EX_IN_HANDLER;
-    if (ex->route != NULL) {
-        rc = ex->route->fn(ex, ex, ex->route->ud);
-    } else {
-        rc = flare__res_auto(ex);
-    }
+    int rc = flare__chain_run(ex);
     ex->flags &= ~EX_IN_HANDLER;
     if (ex->flags & EX_ORPHAN) {
         if (ex->flags & EX_SENT)
@@ -507,6 +518,28 @@ static void dispatch(flare_conn_t *c, struct flare_req *ex)
         }
     }
     flare__ex_complete(ex);
+}
+
+static void dispatch(flare_conn_t *c, struct flare_req *ex)
+{
+    (void)c;
+    if (ex->flags & EX_SENT)
+        return;
+    run_chain(ex);
+}
+
+void flare_next(flare_req_t *req)
+{
+    struct flare_req *ex = req;
+    if (ex->flags & (EX_SENT | EX_STREAM | EX_IN_HANDLER))
+        return;
+    if (ex->flags & EX_ORPHAN) {
+        /* the client is gone: nothing to resume; free the exchange */
+        ex->flags |= EX_SENT;
+        flare__ex_put(ex->worker, ex);
+        return;
+    }
+    run_chain(ex);
 }
 
 /* Error for an exchange being parsed: answer and stop reading requests. */

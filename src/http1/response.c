@@ -166,6 +166,33 @@ static bool ctype_ok(flare_str_t s)
     return true;
 }
 
+/* After hooks see the status and may change it and add headers; they run
+ * once, before the head is serialized. */
+static int run_after(struct flare_req *ex, int status)
+{
+    if (ex->flags & EX_AFTER_DONE)
+        return status;
+    ex->flags |= EX_AFTER_DONE;
+    ex->res_status = status;
+    flare__chain_after(ex);
+    return ex->res_status;
+}
+
+int flare_res_status(const flare_res_t *res)
+{
+    return res->res_status;
+}
+
+int flare_res_set_status(flare_res_t *res, int status)
+{
+    if (res->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (status < 200 || status > 999)
+        return FLARE_EINVAL;
+    res->res_status = status;
+    return 0;
+}
+
 static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
                        flare_task_fn release, void *ud)
 {
@@ -183,6 +210,14 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
         if (release != NULL)
             release(ud);
         return FLARE_EINVAL;
+    }
+    if (ex->flags & EX_HAS_AFTER) {
+        status = run_after(ex, status);
+        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN)) {
+            if (release != NULL)
+                release(ud);
+            return ex->flags & EX_ORPHAN ? orphan_done(ex) : 0;
+        }
     }
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
@@ -243,6 +278,11 @@ int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
         return FLARE_ESTATE;
     if (status < 200 || status > 999 || !ctype_ok(content_type))
         return FLARE_EINVAL;
+    if (ex->flags & EX_HAS_AFTER) {
+        status = run_after(ex, status);
+        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN))
+            return 0;
+    }
     flare_buf_t *out = out_buf(ex);
     if (flare__serialize_head(ex, out, status, content_type, 0, true) != 0)
         return FLARE_ENOMEM;

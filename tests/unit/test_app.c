@@ -157,6 +157,72 @@ static int h_fail(flare_req_t *req, flare_res_t *res, void *ud)
 
 static int port;
 
+/* ---- middleware ---- */
+
+static int mw_trace_before(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    return flare_res_header(res, FLARE_STR("X-Trace"), flare_str(ud));
+}
+
+static void mw_app_after(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    flare_res_header(res, FLARE_STR("X-App"), FLARE_STR("after"));
+}
+
+static void mw_change_after(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    if (flare_req_header(req, "x-change").ptr != NULL && flare_res_status(res) == 200)
+        assert_int_equal(flare_res_set_status(res, 202), 0);
+}
+
+static int mw_guard(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    if (flare_req_query_param(req, "deny").ptr != NULL)
+        return flare_res_send(res, 403, FLARE_STR("text/plain"), FLARE_STR("denied"));
+    return 0;
+}
+
+static void resume(void *ud)
+{
+    flare_next(ud);
+}
+
+static int mw_async(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)res;
+    (void)ud;
+    if (flare_worker_timer(flare_req_worker(req), 10, resume, req) != 0)
+        return FLARE_ENOMEM;
+    return FLARE_ASYNC;
+}
+
+static int h_mw(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("handler"));
+}
+
+static int h_stats(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    flare_mw_stats_t st[16];
+    size_t n = flare_app_mw_stats(app, st, 16);
+    char buf[256];
+    size_t len = 0;
+    for (size_t i = 0; i < n && i < 16; i++) {
+        if (strcmp(st[i].name, "b") == 0)
+            len = (size_t)snprintf(buf, sizeof(buf), "b=%llu", (unsigned long long)st[i].count);
+    }
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), (flare_str_t){ buf, len });
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -164,6 +230,7 @@ static int group_setup(void **state)
     flare_config_t cfg;
     flare_config_init(&cfg);
     cfg.workers = 2;
+    cfg.mw_stats = true;
     app = flare_app_new(&cfg);
     assert_non_null(app);
     flare_group_t *api = flare_group_new(app, "/api/");
@@ -182,6 +249,25 @@ static int group_setup(void **state)
     assert_int_equal(flare_get(app, "/post", h_post, NULL), 0);
     assert_int_equal(flare_get(app, "/query", h_query, NULL), 0);
     assert_int_equal(flare_get(app, "/fail", h_fail, NULL), 0);
+    flare_middleware_t app_mw = { "app", NULL, mw_app_after, NULL };
+    assert_int_equal(flare_use(app, &app_mw), 0);
+    flare_middleware_t empty = { "empty", NULL, NULL, NULL };
+    assert_int_equal(flare_use(app, &empty), FLARE_EINVAL);
+    flare_group_t *m = flare_group_new(app, "/m");
+    flare_group_t *inner = flare_group_sub(m, "/in");
+    flare_middleware_t ma = { "a", mw_trace_before, NULL, (void *)"a" };
+    flare_middleware_t mb = { "b", mw_trace_before, NULL, (void *)"b" };
+    flare_middleware_t mc = { "c", mw_trace_before, mw_change_after, (void *)"c" };
+    flare_middleware_t guard = { "guard", mw_guard, NULL, NULL };
+    flare_middleware_t async = { "async", mw_async, NULL, NULL };
+    assert_int_equal(flare_group_use(m, &ma), 0);
+    assert_int_equal(flare_group_use(m, &guard), 0);
+    assert_int_equal(flare_group_use(inner, &mb), 0);
+    assert_int_equal(flare_group_use(inner, &async), 0);
+    assert_int_equal(flare_group_route(inner, FLARE_METHOD_GET, "/x", h_mw, NULL), 0);
+    flare_middleware_t route_mws[] = { mc };
+    assert_int_equal(flare_route_mw(app, FLARE_METHOD_GET, "/r", h_mw, NULL, route_mws, 1), 0);
+    assert_int_equal(flare_get(app, "/stats", h_stats, NULL), 0);
     assert_int_equal(pthread_create(&server, NULL, serve, NULL), 0);
     for (int i = 0; i < 200 && flare_app_port(app) == 0; i++)
         usleep(10000);
@@ -343,14 +429,82 @@ static void test_bad_config(void **state)
     flare_app_free(NULL);
 }
 
+static void test_middleware_order_and_async(void **state)
+{
+    (void)state;
+    size_t n;
+    char *r = get("/m/in/x", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 200 OK\r\n"));
+    /* outer group first, inner next; the async hook resumed the chain */
+    char *a = strstr(r, "X-Trace: a\r\n");
+    char *b = strstr(r, "X-Trace: b\r\n");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(a < b);
+    assert_non_null(strstr(r, "X-App: after\r\n"));
+    assert_non_null(strstr(r, "\r\n\r\nhandler"));
+    free(r);
+}
+
+static void test_middleware_short_circuit(void **state)
+{
+    (void)state;
+    size_t n;
+    char *r = get("/m/in/x?deny=1", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 403 Forbidden\r\n"));
+    assert_non_null(strstr(r, "X-Trace: a\r\n"));
+    assert_null(strstr(r, "X-Trace: b")); /* inner middlewares never ran */
+    assert_non_null(strstr(r, "\r\n\r\ndenied"));
+    free(r);
+}
+
+static void test_middleware_after_changes_status(void **state)
+{
+    (void)state;
+    size_t n;
+    char *r =
+        roundtrip("GET /r HTTP/1.1\r\nHost: t\r\nX-Change: 1\r\nConnection: close\r\n\r\n", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 202 Accepted\r\n"));
+    assert_non_null(strstr(r, "X-Trace: c\r\n"));
+    free(r);
+    r = get("/r", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 200 OK\r\n"));
+    free(r);
+    /* app-level middleware also wraps automatic answers */
+    r = get("/nowhere", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 404 Not Found\r\n"));
+    assert_non_null(strstr(r, "X-App: after\r\n"));
+    free(r);
+}
+
+static void test_middleware_stats(void **state)
+{
+    (void)state;
+    size_t n;
+    free(get("/m/in/x", &n));
+    char *r = get("/stats", &n);
+    char *body = strstr(r, "\r\n\r\nb=");
+    assert_non_null(body);
+    assert_true(strtoul(body + 6, NULL, 10) >= 2);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_group_route),     cmocka_unit_test(test_headers),
-        cmocka_unit_test(test_stream),          cmocka_unit_test(test_ref),
-        cmocka_unit_test(test_job_and_cleanup), cmocka_unit_test(test_post),
-        cmocka_unit_test(test_query),           cmocka_unit_test(test_handler_error),
+        cmocka_unit_test(test_group_route),
+        cmocka_unit_test(test_headers),
+        cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_ref),
+        cmocka_unit_test(test_job_and_cleanup),
+        cmocka_unit_test(test_post),
+        cmocka_unit_test(test_query),
+        cmocka_unit_test(test_handler_error),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_middleware_order_and_async),
+        cmocka_unit_test(test_middleware_short_circuit),
+        cmocka_unit_test(test_middleware_after_changes_status),
+        cmocka_unit_test(test_middleware_stats),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
