@@ -154,6 +154,7 @@ struct flare_req {
     uint64_t body_need;  /* Content-Length still to receive */
     flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
     flare_buf_t out;     /* serialized response when not at the queue head */
+    size_t out_head_end; /* offset in out where the head's blank line starts */
     flare_res_hdr_t *res_hdrs, **res_hdrs_tail;
     flare_cleanup_t *cleanups;
     flare_arena_t arena;

@@ -18,14 +18,14 @@
 #define MAX_TRAILER 8192
 
 enum {
-    S_SIZE_FIRST,  /* first hex digit of a chunk-size */
-    S_SIZE,        /* more hex digits, ';' or CR */
-    S_EXT,         /* chunk-ext, up to CR */
-    S_SIZE_LF,     /* LF ending the size line */
-    S_DATA,        /* `remaining` bytes of chunk-data */
-    S_DATA_CR,     /* CR after chunk-data */
-    S_DATA_LF,     /* LF after chunk-data */
-    S_TRAILER,     /* start of a trailer line: CR (end) or a field name */
+    S_SIZE_FIRST, /* first hex digit of a chunk-size */
+    S_SIZE,       /* more hex digits, ';' or CR */
+    S_EXT,        /* chunk-ext, up to CR */
+    S_SIZE_LF,    /* LF ending the size line */
+    S_DATA,       /* `remaining` bytes of chunk-data */
+    S_DATA_CR,    /* CR after chunk-data */
+    S_DATA_LF,    /* LF after chunk-data */
+    S_TRAILER,    /* start of a trailer line: CR (end) or a field name */
     S_TRAILER_NAME,
     S_TRAILER_VALUE,
     S_TRAILER_LF,
@@ -130,7 +130,8 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
                 break;
             }
             if (!is_text(ch))
-                return fail(c, 400, ch == '\n' ? "bare LF in chunk size line" : "invalid chunk extension",
+                return fail(c, 400,
+                            ch == '\n' ? "bare LF in chunk size line" : "invalid chunk extension",
                             status, error);
             if (++c->line_len > MAX_SIZE_LINE)
                 return fail(c, 400, "chunk size line too long", status, error);

@@ -194,7 +194,9 @@ void flare__conn_close(flare_conn_t *c)
         struct flare_req *next = ex->next;
         ex->conn = NULL;
         ex->next = NULL;
-        if ((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))
+        /* finished ones, and the one still receiving its body (no handler
+         * has seen it, none will send), are freed now */
+        if (((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER)) || ex == c->recv)
             flare__ex_put(w, ex);
         else
             ex->flags |= EX_ORPHAN;
@@ -668,7 +670,9 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
         }
         ex->body_need = (uint64_t)cl;
         ex->bodybuf.len = 0;
-        if (flare__buf_reserve(&ex->bodybuf, (size_t)cl) != 0) {
+        /* grow with the data, not with the claim: a client that declares
+         * 1 MiB and sends little costs little */
+        if (flare__buf_reserve(&ex->bodybuf, (size_t)(cl < 65536 ? cl : 65536)) != 0) {
             framing_error(c, ex, 500, "out of memory");
             return false;
         }
@@ -771,6 +775,24 @@ static void process(flare_conn_t *c)
     c->flags &= ~C_IN_BATCH;
 }
 
+/* Frees the exchange whose body was still arriving (the queue's tail). */
+static void drop_recv(flare_conn_t *c)
+{
+    struct flare_req *ex = c->recv, **pp = &c->qhead, *prev = NULL;
+    c->recv = NULL;
+    while (*pp != NULL && *pp != ex) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == ex) {
+        *pp = ex->next;
+        if (c->qtail == ex)
+            c->qtail = prev;
+        c->nqueue--;
+    }
+    flare__ex_put(c->w, ex);
+}
+
 static void on_readable(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
@@ -838,6 +860,9 @@ static void on_readable(flare_conn_t *c)
     }
     if (n == 0) {
         c->flags |= C_RD_EOF;
+        if (c->recv != NULL)
+            drop_recv(c); /* its body can never complete */
+        c->rpos = c->rlen; /* nor can a partial head */
         if (c->qhead == NULL && c->wbuf.len == 0 && c->nsegs == 0) {
             flare__conn_close(c);
             return;
@@ -943,6 +968,25 @@ void flare__conn_sweep(flare_worker_t *w)
 /* Graceful shutdown for one worker: idle connections go now, the others
  * finish their in-flight requests (with Connection: close) or hit the
  * drain deadline in the sweep. */
+/* The last queued response was serialized before the drain began, without
+ * "Connection: close": add it, since it is the last one this connection
+ * will carry. */
+static void mark_last_close(flare_conn_t *c)
+{
+    struct flare_req *ex = c->qtail;
+    if (ex == NULL || (ex->flags & EX_CLOSE) || !(ex->flags & EX_SENT) || ex->out.len == 0 ||
+        ex == c->qhead)
+        return;
+    static const char line[] = "Connection: close\r\n";
+    size_t n = sizeof(line) - 1, at = ex->out_head_end;
+    if (at == 0 || at > ex->out.len || flare__buf_reserve(&ex->out, n) != 0)
+        return;
+    memmove(ex->out.data + at + n, ex->out.data + at, ex->out.len - at);
+    memcpy(ex->out.data + at, line, n);
+    ex->out.len += n;
+    ex->flags |= EX_CLOSE;
+}
+
 void flare__conn_drain(flare_worker_t *w)
 {
     flare_conn_t *c = w->conns;
@@ -951,8 +995,10 @@ void flare__conn_drain(flare_worker_t *w)
         if (c->qhead == NULL && c->recv == NULL && c->rpos == c->rlen && c->wbuf.len == 0 &&
             c->nsegs == 0)
             flare__conn_close(c);
-        else
+        else {
             c->flags |= C_CLOSING;
+            mark_last_close(c);
+        }
         c = next;
     }
 }

@@ -13,7 +13,7 @@
 
 #include "flare/common.h"
 
-#define FLARE_PARSE_ERROR (-1)
+#define FLARE_PARSE_ERROR   (-1)
 #define FLARE_PARSE_PARTIAL (-2)
 
 typedef struct flare_http_limits {
@@ -24,32 +24,32 @@ typedef struct flare_http_limits {
 
 typedef struct flare_http_head {
     /* request line */
-    flare_str_t method;         /* the token as sent */
-    flare_method_t method_id;   /* FLARE_METHOD_OTHER for unknown tokens */
-    flare_str_t target;         /* request-target as sent */
-    flare_str_t path;           /* target up to '?' (or all of it); absolute-form:
-                                   from the first '/' after the authority (a
-                                   static "/" if none); CONNECT: the authority;
-                                   OPTIONS *: "*" */
-    flare_str_t query;          /* after '?', without it; len 0 if none */
-    int minor;                  /* HTTP/1.minor: 0 or 1 (other 1.x treated as 1) */
+    flare_str_t method;       /* the token as sent */
+    flare_method_t method_id; /* FLARE_METHOD_OTHER for unknown tokens */
+    flare_str_t target;       /* request-target as sent */
+    flare_str_t path;         /* target up to '?' (or all of it); absolute-form:
+                                 from the first '/' after the authority (a
+                                 static "/" if none); CONNECT: the authority;
+                                 OPTIONS *: "*" */
+    flare_str_t query;        /* after '?', without it; len 0 if none */
+    int minor;                /* HTTP/1.minor: 0 or 1 (other 1.x treated as 1) */
 
     /* header fields, in order; array provided by the caller */
     flare_header_t *headers;
     size_t nheaders;
 
     /* framing and connection semantics, derived while parsing */
-    int64_t content_length;     /* -1 when absent */
-    flare_str_t host;           /* Host value (len 0 if absent; HTTP/1.0 may omit);
-                                   the target's authority for absolute-form */
-    bool chunked;               /* Transfer-Encoding: chunked */
-    bool keep_alive;            /* after Connection: and version defaults */
-    bool expect_continue;       /* Expect: 100-continue */
-    bool upgrade;               /* Connection contains "upgrade" and Upgrade present */
+    int64_t content_length; /* -1 when absent */
+    flare_str_t host;       /* Host value (len 0 if absent; HTTP/1.0 may omit);
+                               the target's authority for absolute-form */
+    bool chunked;           /* Transfer-Encoding: chunked */
+    bool keep_alive;        /* after Connection: and version defaults */
+    bool expect_continue;   /* Expect: 100-continue */
+    bool upgrade;           /* Connection contains "upgrade" and Upgrade present */
 
     /* on FLARE_PARSE_ERROR */
-    int status;                 /* 400, 414, 431, 501, 505, 417 */
-    const char *error;          /* short static text naming the problem */
+    int status;        /* 400, 414, 431, 501, 505, 417 */
+    const char *error; /* short static text naming the problem */
 } flare_http_head_t;
 
 /* Parses one request head from buf[0..len).
@@ -119,7 +119,6 @@ static inline void flare__chunked_init(flare_chunked_t *c)
  * section at most 8 KiB (431); extensions and trailer fields are ignored.
  * After DONE every call returns DONE with *consumed 0; after an error, 400. */
 int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64_t max_body,
-                          size_t *consumed, flare_str_t *data, int *status,
-                          const char **error);
+                          size_t *consumed, flare_str_t *data, int *status, const char **error);
 
 #endif

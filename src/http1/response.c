@@ -76,7 +76,9 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, fl
                           uint64_t clen, bool chunked)
 {
     flare_worker_t *w = ex->worker;
-    bool close = (ex->flags & EX_CLOSE) || w->draining;
+    /* when draining, only the last queued response says close: one behind
+     * it would otherwise follow a response that announced the end */
+    bool close = (ex->flags & EX_CLOSE) || (w->draining && ex->next == NULL);
     bool body = status_has_body(status);
 
     size_t need = STATUS_LINE_MAX + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
@@ -120,6 +122,8 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, fl
         PUT(p, "Connection: close\r\n");
     else if (ex->head.minor == 0)
         PUT(p, "Connection: keep-alive\r\n");
+    if (out == &ex->out)
+        ex->out_head_end = (size_t)(p - out->data);
     PUT(p, "\r\n");
     out->len = (size_t)(p - out->data);
     if (close)

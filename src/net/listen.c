@@ -87,6 +87,13 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
 /* Out of descriptors: the pending connection would make epoll report the
  * listener readable forever. Spend the reserve descriptor to accept and
  * close it, then take the reserve back (the classic EMFILE guard). */
+static void listener_resume(void *ud)
+{
+    flare_worker_t *w = ud;
+    if (w->listen_io.fd >= 0 && !w->draining)
+        flare__loop_mod(&w->loop, &w->listen_io, EPOLLIN);
+}
+
 static void emfile_guard(flare_worker_t *w)
 {
     if (w->reserve_fd >= 0) {
@@ -97,6 +104,12 @@ static void emfile_guard(flare_worker_t *w)
     if (fd >= 0)
         close(fd);
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    /* Workers share the descriptor table: another one may take the freed
+     * descriptor first, and more connections keep arriving. Rather than spin
+     * on a listener that cannot be served, stop watching it for 100 ms
+     * (nginx does the same with accept_mutex_delay). */
+    if (flare__loop_mod(&w->loop, &w->listen_io, 0) == 0)
+        flare__loop_timer(&w->loop, 100, listener_resume, w);
 }
 
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
