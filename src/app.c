@@ -274,6 +274,7 @@ static void sweep_timer(void *ud)
         w->loop.stop = true;
         return;
     }
+    w->loop.deferred = true;
     flare__loop_timer(&w->loop, w->draining ? 100 : 1000, sweep_timer, w);
 }
 

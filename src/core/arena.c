@@ -68,6 +68,9 @@ void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size)
 
 void flare__arena_reset(flare_arena_t *a)
 {
+    if (a->big == NULL &&
+        (a->chunks == NULL || (a->chunks->next == NULL && a->cur == (char *)a->chunks->data)))
+        return; /* untouched since the last reset: the common case */
     while (a->big != NULL) {
         flare_arena_block_t *b = a->big;
         a->big = b->next;

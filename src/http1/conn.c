@@ -156,7 +156,7 @@ static void release_segs(flare_conn_t *c)
     c->nsegs = 0;
 }
 
-static void give_back_buffers(flare_conn_t *c)
+static inline void give_back_buffers(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
     if (c->rbuf != NULL && c->rpos == c->rlen) {
@@ -220,6 +220,7 @@ void flare__conn_close(flare_conn_t *c)
     w->nconns--;
     c->next = w->dead;
     w->dead = c;
+    w->loop.deferred = true;
 }
 
 void flare__conn_free_dead(flare_worker_t *w)
@@ -273,6 +274,28 @@ static void after_output(flare_conn_t *c)
 
 void flare__conn_flush(flare_conn_t *c)
 {
+    /* the common case: one buffer, nothing borrowed, nothing sent yet */
+    if (c->nsegs == 0 && c->wsent == 0 && c->wbuf.len > 0) {
+        ssize_t wr = flare__write(c->io.fd, c->wbuf.data, c->wbuf.len);
+        if (flare__likely((size_t)wr == c->wbuf.len)) {
+            c->wbuf.len = 0;
+            c->t_active = c->w->loop.now;
+            if (c->flags & C_WANT_WRITE) {
+                c->flags &= ~C_WANT_WRITE;
+                uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
+                flare__loop_mod(&c->w->loop, &c->io, ev);
+            }
+            if (c->qhead == NULL && (c->flags & (C_CLOSING | C_RD_EOF | C_READ_PAUSED)))
+                after_output(c);
+            return;
+        }
+        if (wr > 0)
+            c->wsent = (size_t)wr; /* the general path below takes the rest */
+        else if (wr != -EAGAIN && wr != -EINTR) {
+            flare__conn_close(c);
+            return;
+        }
+    }
     while (c->wbuf.len > 0 || c->nsegs > 0) {
         struct iovec iov[MAX_IOV];
         int n = 0;
@@ -861,7 +884,7 @@ static void on_readable(flare_conn_t *c)
     if (n == 0) {
         c->flags |= C_RD_EOF;
         if (c->recv != NULL)
-            drop_recv(c); /* its body can never complete */
+            drop_recv(c);  /* its body can never complete */
         c->rpos = c->rlen; /* nor can a partial head */
         if (c->qhead == NULL && c->wbuf.len == 0 && c->nsegs == 0) {
             flare__conn_close(c);

@@ -153,25 +153,30 @@ static inline bool ctl_free8(const char *p)
     return (lt20 | del) == 0;
 }
 
-static bool ctype_ok(flare_str_t s)
+static bool ctype_ok_slow(flare_str_t s)
 {
-    if (s.len >= 8) {
-        for (size_t i = 0; i + 8 < s.len; i += 8) {
-            if (!ctl_free8(s.ptr + i))
-                return false;
-        }
-        return ctl_free8(s.ptr + s.len - 8);
-    }
     for (size_t i = 0; i < s.len; i++) {
         unsigned char ch = (unsigned char)s.ptr[i];
-        if (ch < 0x20 || ch == 0x7f)
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
             return false;
     }
     return true;
 }
 
-/* After hooks see the status and may change it and add headers; they run
- * once, before the head is serialized. */
+/* HTAB is allowed in a field value, so a block that trips the fast check
+ * gets a byte-by-byte look. */
+static bool ctype_ok(flare_str_t s)
+{
+    if (s.len >= 8) {
+        for (size_t i = 0; i + 8 < s.len; i += 8) {
+            if (!ctl_free8(s.ptr + i))
+                return ctype_ok_slow(s);
+        }
+        return ctl_free8(s.ptr + s.len - 8) || ctype_ok_slow(s);
+    }
+    return ctype_ok_slow(s);
+}
+
 static int run_after(struct flare_req *ex, int status)
 {
     if (ex->flags & EX_AFTER_DONE)
@@ -210,7 +215,7 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
             release(ud);
         return FLARE_ESTATE;
     }
-    if (status < 100 || status > 999 || (status >= 100 && status < 200) || !ctype_ok(ctype)) {
+    if ((unsigned)(status - 200) > 799u || !ctype_ok(ctype)) {
         if (release != NULL)
             release(ud);
         return FLARE_EINVAL;
@@ -248,7 +253,9 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
     if (release != NULL)
         release(ud);
     ex->flags |= EX_SENT;
-    flare__ex_complete(ex);
+    /* inside the handler, dispatch completes the exchange when it returns */
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
     return 0;
 nomem:
     out->len = mark;

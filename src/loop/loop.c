@@ -196,8 +196,10 @@ void flare__loop_run(flare_loop_t *l)
         }
         if (l->ntimers > 0)
             run_timers(l);
-        if (l->after_events != NULL)
+        if (l->deferred) {
+            l->deferred = false;
             l->after_events(l->after_events_ud);
+        }
     }
 }
 

@@ -48,6 +48,7 @@ struct flare_loop {
      * event later in the same batch never points at freed memory */
     flare_loop_task_fn after_events;
     void *after_events_ud;
+    bool deferred; /* set by whoever needs after_events to run this time */
     /* written by other threads: on its own cache line */
     _Alignas(64) _Atomic(flare_post_node_t *) posts;
 };

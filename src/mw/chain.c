@@ -122,6 +122,8 @@ static void account(flare_worker_t *w, unsigned id, uint64_t t0)
  * one called returned: 0, FLARE_ASYNC, or a negative code. */
 int flare__chain_run(struct flare_req *ex)
 {
+    if (ex->nchain == 0 && ex->route != NULL)
+        return ex->route->fn(ex, ex, ex->route->ud);
     flare_worker_t *w = ex->worker;
     bool stats = w->mw_stats != NULL;
     while (ex->mw_pos < ex->nchain) {
