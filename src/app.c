@@ -270,8 +270,8 @@ static void sweep_timer(void *ud)
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     flare__worker_update_date(w, ts.tv_sec);
     flare__conn_sweep(w);
-    if (w->draining && w->nconns == 0) {
-        w->loop.stop = true;
+    if (w->draining && ((w->nconns == 0 && w->nextra == 0) || w->loop.now >= w->drain_deadline)) {
+        w->loop.stop = true; /* past the deadline, worker_main closes the rest */
         return;
     }
     w->loop.deferred = true;
@@ -282,7 +282,7 @@ static void after_events(void *ud)
 {
     flare_worker_t *w = ud;
     flare__conn_free_dead(w);
-    if (w->draining && w->nconns == 0)
+    if (w->draining && w->nconns == 0 && w->nextra == 0)
         w->loop.stop = true;
 }
 
@@ -299,7 +299,9 @@ static void worker_stop_task(void *ud)
         w->listen_io.fd = -1;
     }
     flare__conn_drain(w);
-    if (w->nconns == 0)
+    if (w->app->ws_drain != NULL)
+        w->app->ws_drain(w);
+    if (w->nconns == 0 && w->nextra == 0)
         w->loop.stop = true;
 }
 
@@ -312,6 +314,8 @@ static void *worker_main(void *arg)
     while (w->conns != NULL)
         flare__conn_close(w->conns);
     flare__conn_free_dead(w);
+    if (w->app->ws_dispose != NULL)
+        w->app->ws_dispose(w);
     return NULL;
 }
 

@@ -19,6 +19,13 @@
 #include "router/router.h"
 
 typedef struct flare_conn flare_conn_t;
+
+/* Protocol switch (101): the new owner of the socket. Called on the worker
+ * once the 101 response is flushed; `pending` holds bytes the client sent
+ * after the upgrade request (valid during the call only). The callee owns fd
+ * from then on (and must close it). */
+typedef void (*flare_upgrade_fn)(flare_worker_t *w, int fd, const char *pending, size_t npending,
+                                 void *ud);
 typedef struct flare_route flare_route_t;
 
 /* A middleware as the request path sees it: hooks + the slot of its
@@ -78,6 +85,10 @@ struct flare_app {
     flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
     bool mws_have_after;
     char **mw_names; /* by middleware id */
+    /* set by the WebSocket layer when it is used: called on each worker
+     * when draining starts and when the worker ends */
+    void (*ws_drain)(flare_worker_t *w);
+    void (*ws_dispose)(flare_worker_t *w);
     unsigned nmw;
 };
 
@@ -108,6 +119,10 @@ struct flare_worker {
     char date_line[FLARE_DATE_LINE_LEN];
     _Atomic bool stop_requested;
     flare_mw_stat_t *mw_stats; /* app->nmw entries */
+    /* connections owned by another layer after an upgrade (WebSocket):
+     * draining waits for them too */
+    unsigned nextra;
+    void *ws; /* the WebSocket layer's per-worker state */
 };
 
 /* An exchange: one request and its response. Recycled through the worker. */
@@ -172,6 +187,7 @@ enum {
     C_READ_PAUSED = 1u << 6,
     C_HAD_REQUEST = 1u << 7,
     C_LINE_SEEN = 1u << 8, /* the partial head has its request line */
+    C_UPGRADE = 1u << 9,   /* 101 sent: hand the socket over once flushed */
 };
 
 typedef struct flare_outseg {
@@ -195,6 +211,8 @@ struct flare_conn {
     struct flare_req *recv;          /* exchange whose body is still arriving */
     flare_outseg_t *segs;
     uint32_t nsegs, capsegs;
+    flare_upgrade_fn upgrade_fn; /* C_UPGRADE: who takes the socket */
+    void *upgrade_ud;
     uint64_t t_active; /* last progress (ms) */
     uint64_t t_head;   /* first byte of the current head (ms) */
     flare_conn_t *prev, *next;
@@ -223,6 +241,10 @@ void flare__chains_free(flare_app_t *app);
 /* http1/response.c */
 int flare__res_error(struct flare_req *ex, int status, const char *msg);
 int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
+/* Answers 101 Switching Protocols (Upgrade: <token>, Connection: Upgrade,
+ * plus headers added with flare_res_header), stops reading requests, and
+ * once everything before it is flushed hands the socket to fn. */
+int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud);
 int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
                           uint64_t clen, bool chunked);
 

@@ -183,9 +183,11 @@ void flare__conn_close(flare_conn_t *c)
         return;
     flare_worker_t *w = c->w;
     c->flags |= C_DEAD;
-    flare__loop_del(&w->loop, &c->io);
-    close(c->io.fd);
-    c->io.fd = -1;
+    if (c->io.fd >= 0) {
+        flare__loop_del(&w->loop, &c->io);
+        close(c->io.fd);
+        c->io.fd = -1;
+    }
 
     /* in-flight exchanges: finished ones are recycled, the others are
      * orphaned so a late send is a no-op that frees them */
@@ -251,10 +253,30 @@ static void start_linger(flare_conn_t *c)
 
 /* ---- output ---- */
 
+/* The 101 is out: the socket and the bytes after the upgrade request go
+ * to their new owner; this connection object ends without closing the fd. */
+static void handoff(flare_conn_t *c)
+{
+    flare_worker_t *w = c->w;
+    int fd = c->io.fd;
+    flare__loop_del(&w->loop, &c->io);
+    c->io.fd = -1;
+    flare_upgrade_fn fn = c->upgrade_fn;
+    void *ud = c->upgrade_ud;
+    const char *pending = c->rbuf != NULL ? c->rbuf + c->rpos : NULL;
+    size_t npending = c->rbuf != NULL ? c->rlen - c->rpos : 0;
+    fn(w, fd, pending, npending, ud);
+    flare__conn_close(c);
+}
+
 static void after_output(flare_conn_t *c)
 {
     if (c->qhead != NULL)
         return;
+    if (c->flags & C_UPGRADE) {
+        handoff(c);
+        return;
+    }
     if (c->flags & C_CLOSING) {
         start_linger(c);
         return;
@@ -285,7 +307,7 @@ void flare__conn_flush(flare_conn_t *c)
                 uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
                 flare__loop_mod(&c->w->loop, &c->io, ev);
             }
-            if (c->qhead == NULL && (c->flags & (C_CLOSING | C_RD_EOF | C_READ_PAUSED)))
+            if (c->qhead == NULL && (c->flags & (C_CLOSING | C_RD_EOF | C_READ_PAUSED | C_UPGRADE)))
                 after_output(c);
             return;
         }
@@ -747,7 +769,7 @@ static void process(flare_conn_t *c)
                 break;
             continue;
         }
-        if (c->rpos == c->rlen || (c->flags & C_CLOSING))
+        if (c->rpos == c->rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
             break;
         if (c->nqueue >= MAX_INFLIGHT) {
             c->flags |= C_READ_PAUSED;

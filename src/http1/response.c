@@ -400,6 +400,45 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
     return 0;
 }
 
+int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud)
+{
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (ex->flags & EX_ORPHAN)
+        return orphan_done(ex);
+    if (fn == NULL || token.len == 0 || !ctype_ok(token))
+        return FLARE_EINVAL;
+    flare_conn_t *c = ex->conn;
+    flare_buf_t *out = out_buf(ex);
+    size_t need = 128 + token.len;
+    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
+        need += h->name.len + h->value.len + 4;
+    if (flare__buf_reserve(out, need) != 0)
+        return FLARE_ENOMEM;
+    char *p = out->data + out->len;
+    PUT(p, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: ");
+    memcpy(p, token.ptr, token.len);
+    p += token.len;
+    PUT(p, "\r\nConnection: Upgrade\r\n");
+    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next) {
+        memcpy(p, h->name.ptr, h->name.len);
+        p += h->name.len;
+        PUT(p, ": ");
+        memcpy(p, h->value.ptr, h->value.len);
+        p += h->value.len;
+        PUT(p, "\r\n");
+    }
+    PUT(p, "\r\n");
+    out->len = (size_t)(p - out->data);
+    c->flags |= C_UPGRADE;
+    c->upgrade_fn = fn;
+    c->upgrade_ud = ud;
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+    return 0;
+}
+
 int flare__res_error(struct flare_req *ex, int status, const char *msg)
 {
     char body[160];

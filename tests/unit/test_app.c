@@ -18,6 +18,8 @@
 
 #include <flare/flare.h>
 
+#include "server.h" /* flare__res_upgrade: the hand-off the WebSocket layer uses */
+
 static flare_app_t *app;
 static pthread_t server;
 static int run_rc;
@@ -157,6 +159,26 @@ static int h_fail(flare_req_t *req, flare_res_t *res, void *ud)
 
 static int port;
 
+/* protocol switch: the new owner echoes what arrived after the request */
+static void upgraded(flare_worker_t *w, int fd, const char *pending, size_t n, void *ud)
+{
+    (void)w;
+    (void)ud;
+    char buf[64];
+    int len = snprintf(buf, sizeof(buf), "switched:%.*s", (int)n, pending != NULL ? pending : "");
+    ssize_t r = write(fd, buf, (size_t)len);
+    (void)r;
+    close(fd);
+}
+
+static int h_upgrade(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    assert_int_equal(flare_res_header(res, FLARE_STR("X-Proto"), FLARE_STR("test")), 0);
+    return flare__res_upgrade(res, FLARE_STR("test-proto"), upgraded, NULL);
+}
+
 /* ---- middleware ---- */
 
 static int mw_trace_before(flare_req_t *req, flare_res_t *res, void *ud)
@@ -268,6 +290,7 @@ static int group_setup(void **state)
     flare_middleware_t route_mws[] = { mc };
     assert_int_equal(flare_route_mw(app, FLARE_METHOD_GET, "/r", h_mw, NULL, route_mws, 1), 0);
     assert_int_equal(flare_get(app, "/stats", h_stats, NULL), 0);
+    assert_int_equal(flare_get(app, "/upgrade", h_upgrade, NULL), 0);
     assert_int_equal(pthread_create(&server, NULL, serve, NULL), 0);
     for (int i = 0; i < 200 && flare_app_port(app) == 0; i++)
         usleep(10000);
@@ -477,6 +500,18 @@ static void test_middleware_after_changes_status(void **state)
     free(r);
 }
 
+static void test_upgrade_handoff(void **state)
+{
+    (void)state;
+    size_t n;
+    char *r = roundtrip("GET /upgrade HTTP/1.1\r\nHost: t\r\n\r\nPENDING", &n);
+    assert_non_null(strstr(r, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: test-proto\r\n"
+                              "Connection: Upgrade\r\nX-Proto: test\r\n\r\n"));
+    assert_non_null(strstr(r, "\r\n\r\nswitched:PENDING"));
+    assert_null(strstr(r, "Content-Length"));
+    free(r);
+}
+
 static void test_middleware_stats(void **state)
 {
     (void)state;
@@ -505,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_middleware_short_circuit),
         cmocka_unit_test(test_middleware_after_changes_status),
         cmocka_unit_test(test_middleware_stats),
+        cmocka_unit_test(test_upgrade_handoff),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
