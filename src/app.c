@@ -499,10 +499,30 @@ void flare_app_stop(flare_app_t *app)
     (void)r;
 }
 
+int flare__app_own(flare_app_t *app, void *ptr, void (*free_fn)(void *ptr))
+{
+    flare_owned_t *o = malloc(sizeof(*o));
+    if (o == NULL) {
+        free_fn(ptr);
+        return FLARE_ENOMEM;
+    }
+    o->ptr = ptr;
+    o->free_fn = free_fn;
+    o->next = app->owned;
+    app->owned = o;
+    return 0;
+}
+
 void flare_app_free(flare_app_t *app)
 {
     if (app == NULL)
         return;
+    while (app->owned != NULL) {
+        flare_owned_t *o = app->owned;
+        app->owned = o->next;
+        o->free_fn(o->ptr);
+        free(o);
+    }
     flare__router_free(app->router);
     flare__chains_free(app);
     for (size_t i = 0; i < app->nroutes; i++)

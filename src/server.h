@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "core/arena.h"
@@ -69,6 +70,16 @@ struct flare_group {
 
 typedef struct flare_job_pool flare_job_pool_t;
 
+typedef struct flare_owned {
+    struct flare_owned *next;
+    void *ptr;
+    void (*free_fn)(void *ptr);
+} flare_owned_t;
+
+/* Hands ptr to the app: free_fn(ptr) runs in flare_app_free. On failure
+ * (out of memory) free_fn(ptr) runs at once and FLARE_ENOMEM is returned. */
+int flare__app_own(flare_app_t *app, void *ptr, void (*free_fn)(void *ptr));
+
 struct flare_app {
     flare_config_t cfg;
     flare_http_limits_t limits;
@@ -89,6 +100,7 @@ struct flare_app {
      * when draining starts and when the worker ends */
     void (*ws_drain)(flare_worker_t *w);
     void (*ws_dispose)(flare_worker_t *w);
+    struct flare_owned *owned; /* objects freed with the app (middleware state) */
     unsigned nmw;
 };
 
@@ -145,6 +157,15 @@ typedef struct flare_res_hdr {
     flare_str_t name, value;
 } flare_res_hdr_t;
 
+typedef struct flare_attr {
+    struct flare_attr *next;
+    const char *key;
+    const char *type; /* NULL: string, FLARE__ATTR_INT: integer, else pointer tag */
+    flare_str_t str;
+    int64_t num;
+    void *ptr;
+} flare_attr_t;
+
 typedef struct flare_cleanup {
     struct flare_cleanup *next;
     flare_task_fn fn;
@@ -172,6 +193,7 @@ struct flare_req {
     size_t out_head_end; /* offset in out where the head's blank line starts */
     flare_res_hdr_t *res_hdrs, **res_hdrs_tail;
     flare_cleanup_t *cleanups;
+    struct flare_attr *attrs;
     flare_arena_t arena;
     flare_header_t *headers; /* capacity app->limits.max_headers */
 };
@@ -213,6 +235,8 @@ struct flare_conn {
     uint32_t nsegs, capsegs;
     flare_upgrade_fn upgrade_fn; /* C_UPGRADE: who takes the socket */
     void *upgrade_ud;
+    uint8_t peer[16]; /* client address (IPv4 in the first 4 bytes) */
+    uint8_t peer_family;
     uint64_t t_active; /* last progress (ms) */
     uint64_t t_head;   /* first byte of the current head (ms) */
     flare_conn_t *prev, *next;
@@ -223,7 +247,7 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 
 /* http1/conn.c */
-void flare__conn_open(flare_worker_t *w, int fd);
+void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa);
 void flare__conn_close(flare_conn_t *c);
 void flare__conn_flush(flare_conn_t *c);
 void flare__conn_sweep(flare_worker_t *w);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -90,6 +91,7 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->res_hdrs = NULL;
     ex->res_hdrs_tail = &ex->res_hdrs;
     ex->cleanups = NULL;
+    ex->attrs = NULL;
     ex->bodybuf.len = 0;
     ex->out.len = 0;
     return ex;
@@ -124,12 +126,19 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
 
 /* ---- open / close ---- */
 
-void flare__conn_open(flare_worker_t *w, int fd)
+void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa)
 {
     flare_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(fd);
         return;
+    }
+    if (sa != NULL && sa->sa_family == AF_INET) {
+        memcpy(c->peer, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+        c->peer_family = AF_INET;
+    } else if (sa != NULL && sa->sa_family == AF_INET6) {
+        memcpy(c->peer, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+        c->peer_family = AF_INET6;
     }
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
@@ -533,6 +542,22 @@ static void route(flare_app_t *app, struct flare_req *ex)
     } else {
         ex->route = NULL;
         ex->match.nparams = 0;
+        uint32_t allowed = ex->match.allowed;
+        if (allowed != 0) {
+            /* 405 or automatic OPTIONS on a path that has routes: run the
+             * middlewares of that path's routes (a group's CORS must see
+             * its preflights), then the automatic answer */
+            flare_route_match_t other;
+            flare_method_t om = (flare_method_t)__builtin_ctz(allowed);
+            if (flare__router_match(app->router, om, ex->head.path, &other)) {
+                const flare_route_t *r = other.route;
+                ex->chain = r->chain;
+                ex->nchain = r->nchain;
+                if (r->has_after)
+                    ex->flags |= EX_HAS_AFTER;
+                return;
+            }
+        }
     }
     set_chain(app, ex);
 }

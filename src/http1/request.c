@@ -1,4 +1,6 @@
 /* flare_req_* accessors: views into the parsed head, decoded lazily. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,4 +161,123 @@ flare_worker_t *flare_req_worker(const flare_req_t *req)
 bool flare_req_connected(const flare_req_t *req)
 {
     return req->conn != NULL && !(req->flags & EX_ORPHAN);
+}
+
+/* ---- attributes ---- */
+
+static const char attr_int[] = "int";
+
+static flare_attr_t *attr_find(const struct flare_req *ex, const char *key)
+{
+    for (flare_attr_t *a = ex->attrs; a != NULL; a = a->next) {
+        if (strcmp(a->key, key) == 0)
+            return a;
+    }
+    return NULL;
+}
+
+static flare_attr_t *attr_slot(struct flare_req *ex, const char *key)
+{
+    if (key == NULL)
+        return NULL;
+    flare_attr_t *a = attr_find(ex, key);
+    if (a != NULL)
+        return a;
+    size_t kl = strlen(key);
+    a = flare__arena_alloc(&ex->arena, sizeof(*a) + kl + 1);
+    if (a == NULL)
+        return NULL;
+    char *k = (char *)(a + 1);
+    memcpy(k, key, kl + 1);
+    a->key = k;
+    a->next = ex->attrs;
+    ex->attrs = a;
+    return a;
+}
+
+int flare_req_set_str(flare_req_t *req, const char *key, flare_str_t value)
+{
+    char *copy = flare__arena_alloc(&req->arena, value.len + 1);
+    flare_attr_t *a = copy != NULL ? attr_slot(req, key) : NULL;
+    if (a == NULL)
+        return key == NULL ? FLARE_EINVAL : FLARE_ENOMEM;
+    if (value.len > 0)
+        memcpy(copy, value.ptr, value.len);
+    copy[value.len] = '\0';
+    a->type = NULL;
+    a->str = (flare_str_t){ copy, value.len };
+    return 0;
+}
+
+int flare_req_set_int(flare_req_t *req, const char *key, int64_t value)
+{
+    flare_attr_t *a = attr_slot(req, key);
+    if (a == NULL)
+        return key == NULL ? FLARE_EINVAL : FLARE_ENOMEM;
+    a->type = attr_int;
+    a->num = value;
+    return 0;
+}
+
+int flare_req_set_ptr(flare_req_t *req, const char *key, const char *type, void *ptr)
+{
+    if (type == NULL)
+        return FLARE_EINVAL;
+    flare_attr_t *a = attr_slot(req, key);
+    if (a == NULL)
+        return key == NULL ? FLARE_EINVAL : FLARE_ENOMEM;
+    a->type = type;
+    a->ptr = ptr;
+    return 0;
+}
+
+bool flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out)
+{
+    const flare_attr_t *a = key != NULL ? attr_find(req, key) : NULL;
+    if (a == NULL || a->type != NULL)
+        return false;
+    if (out != NULL)
+        *out = a->str;
+    return true;
+}
+
+bool flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out)
+{
+    const flare_attr_t *a = key != NULL ? attr_find(req, key) : NULL;
+    if (a == NULL || a->type != attr_int)
+        return false;
+    if (out != NULL)
+        *out = a->num;
+    return true;
+}
+
+void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type)
+{
+    const flare_attr_t *a = key != NULL ? attr_find(req, key) : NULL;
+    if (a == NULL || type == NULL || a->type != type)
+        return NULL;
+    return a->ptr;
+}
+
+/* ---- peer address ---- */
+
+int flare_req_peer_raw(const flare_req_t *req, uint8_t addr[16])
+{
+    const flare_conn_t *c = req->conn;
+    if (c == NULL || c->peer_family == 0)
+        return 0;
+    memcpy(addr, c->peer, 16);
+    return c->peer_family;
+}
+
+flare_str_t flare_req_peer(flare_req_t *req)
+{
+    uint8_t a[16];
+    int fam = flare_req_peer_raw(req, a);
+    if (fam == 0)
+        return FLARE_STR_NULL;
+    char *out = flare__arena_alloc(&req->arena, INET6_ADDRSTRLEN);
+    if (out == NULL || inet_ntop(fam, a, out, INET6_ADDRSTRLEN) == NULL)
+        return FLARE_STR_NULL;
+    return flare_str(out);
 }

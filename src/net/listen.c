@@ -118,7 +118,9 @@ void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     (void)events;
     flare_worker_t *w = (flare_worker_t *)((char *)io - offsetof(flare_worker_t, listen_io));
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
@@ -132,6 +134,6 @@ void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        flare__conn_open(w, fd);
+        flare__conn_open(w, fd, (const struct sockaddr *)&ss);
     }
 }

@@ -1,0 +1,89 @@
+/* Built-in middleware: CORS, security headers, rate limiting, request ids.
+ *
+ * Each constructor validates its configuration, precomputes every header
+ * value, and fills a flare_middleware_t whose state belongs to the app (freed
+ * by flare_app_free). Register it with flare_use, flare_group_use or
+ * flare_route_mw. Call before flare_app_run. */
+#ifndef FLARE_MIDDLEWARE_H
+#define FLARE_MIDDLEWARE_H
+
+#include <stdbool.h>
+
+#include "flare/flare.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- CORS ---- */
+
+typedef struct flare_cors_config {
+    /* Allowed origins, exact ("https://app.example.com"), NULL-terminated.
+     * A single "*" allows any origin (then credentials must be false). */
+    const char *const *origins;
+    /* Optional pattern such as "https://" "*" ".example.com" (one '*' standing for one or
+     * more DNS labels). */
+    const char *origin_pattern;
+    const char *methods;        /* default "GET, HEAD, POST, PUT, PATCH, DELETE" */
+    const char *headers;        /* allowed request headers; default "Content-Type" */
+    const char *expose_headers; /* default none */
+    bool credentials;           /* Access-Control-Allow-Credentials: true */
+    unsigned max_age;           /* preflight cache seconds; 0: not sent */
+} flare_cors_config_t;
+
+/* Preflights (OPTIONS with Origin and Access-Control-Request-Method) are
+ * answered 204 by the middleware itself when the origin and method are
+ * allowed, 403 otherwise. Other requests from an allowed origin get
+ * Access-Control-Allow-Origin (the origin itself unless "*"), credentials and
+ * exposed headers; responses that depend on Origin carry Vary: Origin.
+ * FLARE_EINVAL: credentials with "*", a malformed origin or pattern. */
+FLARE_API int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middleware_t *out);
+
+/* ---- security headers ---- */
+
+typedef struct flare_security_config {
+    const char *frame_options;   /* default "DENY"; "" to omit */
+    const char *referrer_policy; /* default "no-referrer"; "" to omit */
+    unsigned hsts_max_age;       /* seconds; 0: no Strict-Transport-Security */
+    bool hsts_subdomains;        /* includeSubDomains */
+    const char *csp;             /* Content-Security-Policy; NULL: none */
+    /* Per-request CSP (e.g. with a nonce): returns the policy for this
+     * response, or a .ptr == NULL view to use `csp`. */
+    flare_str_t (*csp_fn)(flare_req_t *req, void *ud);
+    void *csp_ud;
+} flare_security_config_t;
+
+/* Adds X-Content-Type-Options: nosniff, X-Frame-Options, Referrer-Policy,
+ * Strict-Transport-Security (when configured) and Content-Security-Policy
+ * (when configured) to every response. */
+FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_config_t *cfg,
+                                     flare_middleware_t *out);
+
+/* ---- rate limiting ---- */
+
+typedef struct flare_ratelimit_config {
+    double rate;          /* tokens added per second, > 0 */
+    unsigned burst;       /* bucket size, >= 1 */
+    unsigned max_clients; /* addresses tracked; default 65536 (least recent evicted) */
+} flare_ratelimit_config_t;
+
+/* A token bucket per client address, shared by all workers (sharded, one
+ * short lock per request). Past the limit: 429 with Retry-After (seconds,
+ * rounded up) and a text body. */
+FLARE_API int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg,
+                              flare_middleware_t *out);
+
+/* ---- request ids ---- */
+
+/* Takes a valid incoming X-Request-Id (1-128 characters of A-Z a-z 0-9 - _ .
+ * : / + =) or generates 16 hex digits (thread-local PRNG, no lock), echoes it
+ * in the response's X-Request-Id and stores it as the string attribute
+ * "request_id" (flare_req_get_str). */
+FLARE_API int flare_request_id(flare_app_t *app, flare_middleware_t *out);
+
+#define FLARE_REQUEST_ID_ATTR "request_id"
+
+#ifdef __cplusplus
+}
+#endif
+#endif
