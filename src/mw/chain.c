@@ -46,7 +46,8 @@ static void append_group(flare_mw_rt_t *out, size_t *k, const struct flare_group
     if (g == NULL)
         return;
     append_group(out, k, g->parent); /* outer groups first */
-    memcpy(out + *k, g->mws.v, g->mws.n * sizeof(*out));
+    if (g->mws.n > 0)
+        memcpy(out + *k, g->mws.v, g->mws.n * sizeof(*out));
     *k += g->mws.n;
 }
 
@@ -75,10 +76,12 @@ int flare__chains_build(flare_app_t *app)
         if (r->chain == NULL)
             return FLARE_ENOMEM;
         size_t k = 0;
-        memcpy(r->chain, app->mws.v, app->mws.n * sizeof(*r->chain));
+        if (app->mws.n > 0)
+            memcpy(r->chain, app->mws.v, app->mws.n * sizeof(*r->chain));
         k = app->mws.n;
         append_group(r->chain, &k, r->group);
-        memcpy(r->chain + k, r->own.v, r->own.n * sizeof(*r->chain));
+        if (r->own.n > 0)
+            memcpy(r->chain + k, r->own.v, r->own.n * sizeof(*r->chain));
         r->has_after = any_after(r->chain, n);
     }
     return 0;

@@ -352,6 +352,25 @@ class Routes(ServerTestCase):
             self.assertEqual(c.request("POST", "/json", body=b"").status, 405)
         self.assertFalse(c.eof)
 
+    def test_valid_header_edge_cases(self):
+        cases = [
+            ("empty values", "X-Empty:\r\nX-Ows: \t \r\n"),
+            ("8000-byte name", "X-" + "n" * 8000 + ": v\r\n"),
+            ("every tchar in a name", "!#$%&'*+-.^_`|~: v\r\n"),
+            ("Content-Length 0 on GET", "Content-Length: 0\r\n"),
+            ("Expect on a bodiless GET", "Expect: 100-continue\r\n"),
+            ("TE: trailers", "Connection: TE\r\nTE: trailers\r\n"),
+            ("obs-text in a value", "X-Latin: caf\xe9\r\n"),
+            ("HTAB inside a value", "X-Tab: a\tb\r\n"),
+        ]
+        c = self.connect()
+        for name, extra in cases:
+            with self.subTest(case=name):
+                c.send(flaretest.get("/plaintext", extra=extra))
+                self.assertOk(c.read_response(), HELLO)
+        c.send(b"GET /json HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        self.assertOk(c.read_response(), JSON_HELLO)
+
     def test_upgrade_request_answered_normally(self):
         # RFC 9110 7.8: a server may ignore Upgrade; then it answers in HTTP/1.1
         c = self.connect()

@@ -361,7 +361,10 @@ class DescriptorExhaustion(unittest.TestCase):
                 except (OSError, flaretest.ClosedError, AssertionError):
                     pass
             self.assertGreater(ok, 20, "almost no connection served under the descriptor limit")
-            # with the listener's backlog still full, the server must idle, not spin
+            # with connections still waiting in the backlog, the server must
+            # shed them without spinning on a listener it cannot serve
+            for _ in range(150):
+                conns.append(Conn(("127.0.0.1", port), timeout=3))
             with open("/proc/%d/stat" % proc.pid) as f:
                 t0 = sum(int(x) for x in f.read().split()[13:15])
             time.sleep(1.0)
