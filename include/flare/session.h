@@ -1,0 +1,75 @@
+/* Sessions: a cookie carrying a 128-bit random id, data kept in a store.
+ *
+ * flare_sessions() builds the middleware. Before the handler it loads the
+ * session named by the cookie (asynchronously when the store is remote:
+ * the chain resumes on the same worker); after the handler it saves what
+ * changed and sets or clears the cookie. Handlers use flare_session_*.
+ * Expiry: an idle timeout (sliding, refreshed on each load) and an
+ * absolute timeout from creation; an expired session reads as empty. */
+#ifndef FLARE_SESSION_H
+#define FLARE_SESSION_H
+
+#include <stdbool.h>
+
+#include "flare/cookie.h"
+#include "flare/flare.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A store. Calls happen on the request's worker thread; a store shared by
+ * workers synchronizes itself. `load` calls done(ctx, rc, data) exactly
+ * once, either before returning or later on worker w (through
+ * flare_worker_post for a remote store): rc 0 with the saved bytes (valid
+ * during the call), FLARE_ENOTFOUND, or another error (treated as no
+ * session). A successful load refreshes the idle time-to-live. */
+typedef struct flare_session_store {
+    void (*load)(void *self, flare_worker_t *w, flare_str_t id,
+                 void (*done)(void *ctx, int rc, flare_str_t data), void *ctx);
+    int (*save)(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data,
+                unsigned ttl_seconds);
+    void (*remove)(void *self, flare_worker_t *w, flare_str_t id);
+    void (*destroy)(void *self); /* called by flare_app_free */
+    void *self;
+} flare_session_store_t;
+
+/* The in-memory store: sharded, read-mostly locking, safe across workers.
+ * max_sessions bounds memory (0: 100,000); past it, expired sessions are
+ * purged and then the ones closest to expiry are dropped. */
+FLARE_API int flare_session_memory_store(size_t max_sessions, flare_session_store_t *out);
+
+typedef struct flare_session_config {
+    const char *cookie_name;     /* default "flare_sid" */
+    unsigned idle_timeout;       /* seconds, default 1800 */
+    unsigned absolute_timeout;   /* seconds, default 86400 */
+    bool secure;                 /* cookie Secure (turn on behind TLS) */
+    flare_same_site_t same_site; /* default Lax */
+    const char *path;            /* cookie Path, default "/" */
+    flare_session_store_t store; /* .load == NULL: a new in-memory store */
+} flare_session_config_t;
+
+/* Fills *out with the session middleware; its state (and the store) belong
+ * to the app. FLARE_EINVAL for an invalid cookie name or path. */
+FLARE_API int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg,
+                             flare_middleware_t *out);
+
+/* Value of key in the request's session; .ptr == NULL when absent (or no
+ * session middleware ran). Valid until the response completes. */
+FLARE_API flare_str_t flare_session_get(flare_req_t *req, const char *key);
+/* Sets key to value (copied). The session is created and its cookie set
+ * when the response goes out. FLARE_ESTATE without the middleware. */
+FLARE_API int flare_session_set(flare_req_t *req, const char *key, flare_str_t value);
+FLARE_API int flare_session_unset(flare_req_t *req, const char *key);
+/* True when the request came with a valid, unexpired session. */
+FLARE_API bool flare_session_exists(flare_req_t *req);
+/* A new id for the same data, the old one deleted: call on every privilege
+ * change (login) against session fixation. */
+FLARE_API int flare_session_regenerate(flare_req_t *req);
+/* Deletes the session and clears the cookie (logout). */
+FLARE_API int flare_session_destroy(flare_req_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
