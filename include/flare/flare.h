@@ -263,4 +263,13 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #ifdef __cplusplus
 }
 #endif
+
+/* The rest of the public API, so that one include is enough. */
+#include "flare/cookie.h"
+#include "flare/form.h"
+#include "flare/json.h"
+#include "flare/mapping.h"
+#include "flare/middleware.h"
+#include "flare/rest.h"
+#include "flare/session.h"
 #endif

@@ -1,0 +1,391 @@
+# shellcheck shell=bash
+# Shared helpers for bench/run.sh and bench/counts.sh. Source it; do not run it.
+#
+# What it provides:
+#   bench_init            cd to the repo root, make a scratch dir, install the EXIT trap
+#   ensure_tools CMD...   apt-get install the packages of the commands that are missing
+#   build_bench           release build into build-bench/ (falls back to building only the
+#                         bench helpers when the Flare tree does not build right now)
+#   free_ports N          N currently free TCP ports on 127.0.0.1
+#   server_available NAME is NAME's binary there?   (flare null nginx h2o lighttpd)
+#   start_server NAME PORT [WRAPPER...]   start NAME on 127.0.0.1:PORT under WRAPPER
+#                         (e.g. taskset -c 0, or valgrind ...); sets SERVER_PID, SERVER_LOG
+#   wait_ready NAME PID PORT TIMEOUT      until GET /plaintext answers 200 "Hello, World!"
+#                         (returns 1 with the server's logs on stderr otherwise)
+#   stop_server PID       SIGTERM, wait (SIGKILL after a grace period)
+#   cpu_us PID            utime+stime of the whole process (all threads), microseconds
+#   rss_kb PID            VmRSS in KiB
+#
+# Conventions: every server answers GET /plaintext with 200 and the body "Hello, World!",
+# listens on 127.0.0.1 only, and keeps its config, logs, pid and temp files in $BENCH_TMP.
+
+export PATH=$PATH:/usr/sbin:/sbin
+BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$BENCH_ROOT/build-bench}
+BENCH_BIN=$BUILD_DIR/bench
+FLARE_HELLO=$BUILD_DIR/examples/hello
+PY=/usr/bin/python3
+BODY='Hello, World!'
+ALL_SERVERS="flare null nginx h2o lighttpd"
+FLARE_BUILD_OK=0
+
+declare -a BENCH_PIDS=()
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+warn() { printf '[%s] WARNING: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+    printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2
+    exit 1
+}
+
+bench_cleanup() {
+    if [[ -n ${AUTOGROUP_NICE0:-} ]]; then
+        echo "$AUTOGROUP_NICE0" >/proc/self/autogroup 2>/dev/null || true
+    fi
+    local pid
+    for pid in "${BENCH_PIDS[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
+    done
+    for pid in "${BENCH_PIDS[@]}"; do
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+    done
+    if [[ -n ${BENCH_TMP:-} && -d $BENCH_TMP ]]; then
+        if [[ ${KEEP_TMP:-0} == 1 ]]; then
+            log "scratch files kept in $BENCH_TMP"
+        else
+            rm -rf "$BENCH_TMP"
+        fi
+    fi
+}
+
+bench_init() {
+    cd "$BENCH_ROOT" || exit 1
+    BENCH_TMP=$(mktemp -d /tmp/flare-bench.XXXXXX)
+    chmod 755 "$BENCH_TMP"
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    [[ -x $PY ]] || die "$PY not found (the scripts need Debian's python3, stdlib only)"
+}
+
+# Results go to bench/results/<timestamp>/ unless RESULTS_DIR is set.
+results_dir() {
+    local d=${RESULTS_DIR:-$BENCH_ROOT/bench/results/$(date +%Y%m%d-%H%M%S)}
+    mkdir -p "$d"
+    printf '%s\n' "$d"
+}
+
+ensure_tools() {
+    local -A pkg=([wrk]=wrk [nginx]=nginx-light [h2o]=h2o [lighttpd]=lighttpd
+        [valgrind]=valgrind [callgrind_control]=valgrind [strace]=strace [ps]=procps
+        [taskset]=util-linux [curl]=curl [cmake]=cmake [cc]=gcc)
+    local missing=() c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || missing+=("${pkg[$c]:-$c}")
+    done
+    ((${#missing[@]})) || return 0
+    # nginx/h2o/lighttpd packages live in /usr/sbin on Debian.
+    log "installing missing packages: ${missing[*]}"
+    if [[ $(id -u) != 0 ]]; then
+        die "missing: ${missing[*]} (run as root, or apt-get install -y ${missing[*]})"
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >&2 ||
+        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >&2; } ||
+        die "apt-get install ${missing[*]} failed"
+    # Debian starts the daemons it installs; we want none of them holding ports.
+    for c in nginx h2o lighttpd; do
+        if [[ " ${missing[*]} " == *" $c"* ]] && command -v systemctl >/dev/null 2>&1; then
+            systemctl stop "$c" >/dev/null 2>&1 || true
+        fi
+    done
+}
+
+build_bench() {
+    log "building Flare (Release) into ${BUILD_DIR#"$BENCH_ROOT"/}/"
+    local blog=$BENCH_TMP/build.log
+    if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DFLARE_TESTS=OFF >"$blog" 2>&1 &&
+        cmake --build "$BUILD_DIR" -j2 >>"$blog" 2>&1; then
+        FLARE_BUILD_OK=1
+    else
+        FLARE_BUILD_OK=0
+        warn "the full release build failed (last lines below); Flare will be skipped," \
+            "building only the bench helpers"
+        tail -n 15 "$blog" >&2 || true
+        if ! cmake --build "$BUILD_DIR" -j2 --target null_server reqclient >>"$blog" 2>&1; then
+            # Configure itself may be broken: compile the helpers by hand, same flags.
+            mkdir -p "$BENCH_BIN"
+            local src
+            for src in bench/null_server.c bench/reqclient.c; do
+                cc -std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla \
+                    -Werror "$src" -o "$BENCH_BIN/$(basename "$src" .c)" ||
+                    die "cannot build $src"
+            done
+        fi
+    fi
+    [[ -x $BENCH_BIN/null_server && -x $BENCH_BIN/reqclient ]] ||
+        die "bench helpers missing after the build (see $blog)"
+}
+
+free_ports() {
+    "$PY" - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+server_available() {
+    case $1 in
+    flare)
+        [[ -x $FLARE_HELLO ]] || return 1
+        if [[ $FLARE_BUILD_OK != 1 ]]; then
+            return 1 # a binary left over from an older build is not what we want to measure
+        fi
+        ;;
+    null) [[ -x $BENCH_BIN/null_server ]] ;;
+    nginx) command -v nginx >/dev/null 2>&1 ;;
+    h2o) command -v h2o >/dev/null 2>&1 ;;
+    lighttpd) command -v lighttpd >/dev/null 2>&1 ;;
+    *) return 1 ;;
+    esac
+}
+
+# Keep only the servers that exist; warn about the others.
+filter_servers() {
+    local out=() s
+    for s in "$@"; do
+        case " $ALL_SERVERS " in *" $s "*) ;; *) die "unknown server '$s' (known: $ALL_SERVERS)" ;; esac
+        if server_available "$s"; then
+            out+=("$s")
+        elif [[ $s == flare ]]; then
+            if [[ -x $FLARE_HELLO ]]; then
+                warn "flare skipped: the release build failed, $FLARE_HELLO is stale"
+            else
+                warn "flare skipped: $FLARE_HELLO does not exist (yet)"
+            fi
+        else
+            warn "$s skipped: binary not found"
+        fi
+    done
+    printf '%s\n' "${out[*]}"
+}
+
+# Write NAME's config for PORT into $BENCH_TMP/NAME-PORT/ and set SERVER_CMD.
+server_command() {
+    local name=$1 port=$2 dir=$BENCH_TMP/$1-$2 nofile
+    nofile=$(ulimit -n)
+    [[ $nofile =~ ^[0-9]+$ ]] || nofile=65536 # "unlimited"
+    mkdir -p "$dir/www"
+    chmod 755 "$dir" "$dir/www"
+    printf '%s' "$BODY" >"$dir/www/plaintext"
+    chmod 644 "$dir/www/plaintext"
+    case $name in
+    flare)
+        SERVER_CMD=("$FLARE_HELLO" --listen "127.0.0.1:$port" --workers 1)
+        ;;
+    null)
+        SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port")
+        ;;
+    nginx)
+        mkdir -p "$dir/tmp"
+        cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+worker_rlimit_nofile $nofile;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events {
+    worker_connections $((nofile - 32));
+}
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    server {
+        listen 127.0.0.1:$port backlog=4096;
+        location = /plaintext {
+            default_type text/plain;
+            return 200 "$BODY";
+        }
+    }
+}
+EOF
+        SERVER_CMD=(nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
+            -g 'daemon off; master_process off;')
+        ;;
+    h2o)
+        cat >"$dir/h2o.conf" <<EOF
+user: root
+num-threads: 1
+max-connections: $((nofile - 32))
+http1-request-timeout: 300
+error-log: $dir/error.log
+pid-file: $dir/h2o.pid
+file.mime.setdefaulttype: text/plain
+listen:
+  host: 127.0.0.1
+  port: $port
+hosts:
+  default:
+    paths:
+      /plaintext:
+        file.file: $dir/www/plaintext
+EOF
+        SERVER_CMD=(h2o -m worker -c "$dir/h2o.conf")
+        ;;
+    lighttpd)
+        cat >"$dir/lighttpd.conf" <<EOF
+server.document-root = "$dir/www"
+server.bind = "127.0.0.1"
+server.port = $port
+server.errorlog = "$dir/error.log"
+server.max-fds = $nofile
+server.max-connections = $((nofile / 2 - 16))
+server.max-keep-alive-requests = 65535
+server.max-keep-alive-idle = 300
+server.max-read-idle = 300
+server.tag = "lighttpd"
+mimetype.assign = ("" => "text/plain")
+EOF
+        SERVER_CMD=(lighttpd -D -f "$dir/lighttpd.conf")
+        ;;
+    *) die "unknown server $name" ;;
+    esac
+    SERVER_DIR=$dir
+}
+
+# start_server NAME PORT [WRAPPER...] -> SERVER_PID, SERVER_LOG
+start_server() {
+    local name=$1 port=$2
+    shift 2
+    server_command "$name" "$port"
+    SERVER_LOG=$SERVER_DIR/stdout.log
+    # A plain simple command: $! is the server itself (wrappers such as taskset and
+    # valgrind exec into it or run it in-process, so the pid stays the same).
+    "$@" "${SERVER_CMD[@]}" >"$SERVER_LOG" 2>&1 </dev/null &
+    SERVER_PID=$!
+    BENCH_PIDS+=("$SERVER_PID")
+}
+
+show_server_logs() {
+    local dir=$1 f
+    for f in "$dir"/stdout.log "$dir"/error.log; do
+        [[ -s $f ]] || continue
+        printf -- '--- %s (last lines)\n' "$f" >&2
+        tail -n 20 "$f" >&2
+    done
+}
+
+# GET /plaintext once with curl: 200 and exactly the body?
+check_plaintext() {
+    local port=$1 out code
+    out=$(curl -s --max-time 5 -o "$BENCH_TMP/check.body" -w '%{http_code}' \
+        "http://127.0.0.1:$port/plaintext" 2>/dev/null) || return 1
+    code=$out
+    [[ $code == 200 ]] || {
+        CHECK_ERR="status $code"
+        return 1
+    }
+    [[ $(<"$BENCH_TMP/check.body") == "$BODY" ]] || {
+        CHECK_ERR="body '$(head -c 100 "$BENCH_TMP/check.body")'"
+        return 1
+    }
+}
+
+# wait_ready NAME PID PORT TIMEOUT_SECONDS: returns 1 (after showing the server's logs and
+# the reason on stderr) if GET /plaintext does not answer 200 "Hello, World!" in time.
+wait_ready() {
+    local name=$1 pid=$2 port=$3 timeout=$4 deadline
+    deadline=$((SECONDS + timeout))
+    CHECK_ERR="no answer"
+    while ((SECONDS < deadline)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            show_server_logs "$BENCH_TMP/$name-$port"
+            printf '[%s] %s exited during startup\n' "$(date +%H:%M:%S)" "$name" >&2
+            return 1
+        fi
+        if check_plaintext "$port"; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    show_server_logs "$BENCH_TMP/$name-$port"
+    printf "[%s] %s on port %s: GET /plaintext did not return 200 '%s' within %ss (%s)\n" \
+        "$(date +%H:%M:%S)" "$name" "$port" "$BODY" "$timeout" "$CHECK_ERR" >&2
+    return 1
+}
+
+stop_server() {
+    local pid=$1
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        warn "pid $pid ignored SIGTERM for 30 s, killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    local keep=() p
+    for p in "${BENCH_PIDS[@]}"; do
+        [[ $p == "$pid" ]] || keep+=("$p")
+    done
+    BENCH_PIDS=("${keep[@]}")
+}
+
+# Raise the open-file limit to 65536, or as far as the hard limit allows.
+raise_nofile() {
+    local want=${1:-65536} hard
+    ulimit -n "$want" 2>/dev/null && return 0
+    hard=$(ulimit -Hn)
+    if [[ $hard != unlimited ]] && ((hard < want)); then
+        ulimit -n "$hard" 2>/dev/null || true
+        warn "open-file limit is $(ulimit -n), not $want (hard limit $hard; raising it needs CAP_SYS_RESOURCE)"
+    fi
+}
+
+# With CONFIG_SCHED_AUTOGROUP, nice only ranks tasks within one session's group; groups
+# compete as equals. So also give this session's group the nice level (restored on exit),
+# or a busy neighbour in another session keeps taking half the server's core.
+boost_priority() {
+    local nice=$1 cur
+    [[ -w /proc/self/autogroup ]] || return 0
+    cur=$(awk '{ print $3 }' /proc/self/autogroup 2>/dev/null) || return 0
+    [[ $cur =~ ^-?[0-9]+$ ]] || return 0
+    if echo "$nice" >/proc/self/autogroup 2>/dev/null; then
+        AUTOGROUP_NICE0=$cur
+    else
+        warn "could not set this session's autogroup nice to $nice"
+    fi
+}
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# utime + stime of the whole thread group (the process line aggregates all its threads).
+cpu_us() {
+    local stat rest
+    stat=$(<"/proc/$1/stat") || return 1
+    rest=${stat##*) } # the command name may contain spaces and parentheses
+    local -a f
+    read -r -a f <<<"$rest"
+    # f[0] is field 3 (state); utime is field 14, stime field 15.
+    echo $(((f[11] + f[12]) * 1000000 / CLK_TCK))
+}
+
+rss_kb() {
+    awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
+}

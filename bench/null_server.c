@@ -1,0 +1,372 @@
+/*
+ * null_server: the ceiling of the kernel path.
+ *
+ * A single-threaded, level-triggered epoll loop that answers every request with a canned
+ * response. It does no HTTP parsing at all: each read() of up to 64 KiB is scanned for
+ * "\r\n\r\n" and that many copies of the canned response go out in a single write(). What
+ * any real server costs beyond this is the price of being a real server.
+ *
+ *   null_server --listen HOST:PORT
+ *
+ * Exits 0 on SIGTERM/SIGINT (through a signalfd, so the loop never races a flag).
+ *
+ * The only state kept per connection is what correctness needs and nothing more:
+ *   - how much of "\r\n\r\n" matched at the end of the previous read (a terminator split
+ *     across two reads is still counted exactly once);
+ *   - how many response bytes are still owed after a short write. Because the output is
+ *     always whole copies of one canned response, the owed bytes are a suffix of a long run
+ *     of copies: a count plus a phase into the response is enough. While bytes are owed the
+ *     connection waits for EPOLLOUT and stops reading (back-pressure, like a real server).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char RESPONSE[] = "HTTP/1.1 200 OK\r\n"
+                               "Server: null\r\n"
+                               "Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 13\r\n"
+                               "\r\n"
+                               "Hello, World!";
+#define RESPONSE_LEN (sizeof(RESPONSE) - 1)
+#define READ_BUF_SIZE (64 * 1024)
+#define MAX_EVENTS 256
+
+struct conn {
+    size_t owed;      /* response bytes still to write */
+    uint8_t matched;  /* bytes of "\r\n\r\n" matched at the end of the last read */
+    uint8_t open;
+};
+
+static struct conn *conns;
+static size_t conns_cap;
+
+/* out: RESPONSE repeated out_copies times (+1 spare copy so any phase can start anywhere). */
+static char *out;
+static size_t out_copies;
+
+static char readbuf[READ_BUF_SIZE];
+
+static void die(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+static struct conn *conn_get(int fd)
+{
+    if ((size_t)fd >= conns_cap) {
+        size_t cap = conns_cap ? conns_cap : 1024;
+        while (cap <= (size_t)fd)
+            cap *= 2;
+        struct conn *n = realloc(conns, cap * sizeof *n);
+        if (!n)
+            die("realloc");
+        memset(n + conns_cap, 0, (cap - conns_cap) * sizeof *n);
+        conns = n;
+        conns_cap = cap;
+    }
+    return &conns[fd];
+}
+
+/* Make sure `out` holds at least `copies` (+1) back-to-back responses. */
+static void out_reserve(size_t copies)
+{
+    if (copies <= out_copies)
+        return;
+    size_t want = out_copies ? out_copies : 64;
+    while (want < copies)
+        want *= 2;
+    char *n = realloc(out, (want + 1) * RESPONSE_LEN);
+    if (!n)
+        die("realloc");
+    for (size_t i = out_copies ? out_copies + 1 : 0; i < want + 1; i++)
+        memcpy(n + i * RESPONSE_LEN, RESPONSE, RESPONSE_LEN);
+    out = n;
+    out_copies = want;
+}
+
+/* Count "\r\n\r\n" in buf[0..len), continuing a partial match of *matched bytes. */
+static size_t count_requests(const char *buf, size_t len, uint8_t *matched)
+{
+    static const char term[4] = {'\r', '\n', '\r', '\n'};
+    size_t n = 0, pos = 0;
+
+    /* Finish a terminator that started in the previous read. */
+    if (*matched) {
+        size_t m = *matched;
+        while (m < 4 && pos < len && buf[pos] == term[m]) {
+            m++;
+            pos++;
+        }
+        if (m == 4) {
+            n++;
+            *matched = 0;
+        } else if (pos == len) {
+            *matched = (uint8_t)m;
+            return 0;
+        } else {
+            *matched = 0;
+            pos = 0; /* mismatch: rescan from the start of this buffer */
+        }
+    }
+
+    for (;;) {
+        const char *hit = memmem(buf + pos, len - pos, term, 4);
+        if (!hit)
+            break;
+        n++;
+        pos = (size_t)(hit - buf) + 4;
+    }
+
+    /* Longest suffix (not overlapping a counted terminator) that is a prefix of term. */
+    size_t tail = len - pos < 3 ? len - pos : 3;
+    for (size_t k = tail; k > 0; k--) {
+        if (memcmp(buf + len - k, term, k) == 0) {
+            *matched = (uint8_t)k;
+            return n;
+        }
+    }
+    *matched = 0;
+    return n;
+}
+
+static void conn_close(int ep, int fd)
+{
+    struct conn *c = conn_get(fd);
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+    close(fd);
+    memset(c, 0, sizeof *c);
+}
+
+/* Write what is owed. Returns 0 if everything went out, 1 if the socket is full, -1 on error. */
+static int conn_flush(int fd, struct conn *c)
+{
+    while (c->owed) {
+        /* Owed bytes end on a response boundary, so they start at this phase. */
+        size_t phase = (RESPONSE_LEN - c->owed % RESPONSE_LEN) % RESPONSE_LEN;
+        size_t avail = out_copies * RESPONSE_LEN; /* from `phase` there is >= this much */
+        size_t len = c->owed < avail ? c->owed : avail;
+        ssize_t w = write(fd, out + phase, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 1;
+            return -1;
+        }
+        c->owed -= (size_t)w;
+    }
+    return 0;
+}
+
+static void set_events(int ep, int fd, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.fd = fd};
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) < 0)
+        die("epoll_ctl MOD");
+}
+
+static void on_readable(int ep, int fd)
+{
+    struct conn *c = conn_get(fd);
+    ssize_t r = read(fd, readbuf, sizeof readbuf);
+    if (r <= 0) {
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        conn_close(ep, fd);
+        return;
+    }
+    size_t n = count_requests(readbuf, (size_t)r, &c->matched);
+    if (!n)
+        return;
+    out_reserve(n);
+    c->owed = n * RESPONSE_LEN;
+    int rc = conn_flush(fd, c);
+    if (rc < 0)
+        conn_close(ep, fd);
+    else if (rc > 0)
+        set_events(ep, fd, EPOLLOUT);
+}
+
+static void on_writable(int ep, int fd)
+{
+    struct conn *c = conn_get(fd);
+    int rc = conn_flush(fd, c);
+    if (rc < 0)
+        conn_close(ep, fd);
+    else if (rc == 0)
+        set_events(ep, fd, EPOLLIN);
+}
+
+static void on_accept(int ep, int lfd)
+{
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE)
+                perror("accept4");
+            return; /* EAGAIN, or out of descriptors: level-triggered, we will be back */
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct conn *c = conn_get(fd);
+        memset(c, 0, sizeof *c);
+        c->open = 1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            perror("epoll_ctl ADD");
+            close(fd);
+            c->open = 0;
+        }
+    }
+}
+
+static int listen_on(const char *spec)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    if (!colon || colon == spec || !colon[1] || (size_t)(colon - spec) >= sizeof host) {
+        fprintf(stderr, "null_server: --listen wants HOST:PORT, got '%s'\n", spec);
+        exit(2);
+    }
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = '\0';
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') { /* [::1]:8080 */
+        h[strlen(h) - 1] = '\0';
+        h++;
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res;
+    int gai = getaddrinfo(h, colon + 1, &hints, &res);
+    if (gai) {
+        fprintf(stderr, "null_server: %s: %s\n", spec, gai_strerror(gai));
+        exit(2);
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "null_server: cannot listen on %s: %s\n", spec, strerror(errno));
+        exit(1);
+    }
+    return fd;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: null_server --listen HOST:PORT\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen_spec = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--listen") && i + 1 < argc)
+            listen_spec = argv[++i];
+        else if (!strncmp(argv[i], "--listen=", 9))
+            listen_spec = argv[i] + 9;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!listen_spec) {
+        usage(stderr);
+        return 2;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    /* A shell starts background jobs with SIGINT ignored, and an ignored signal is dropped
+     * before it can be queued for the signalfd: restore the default first (it stays blocked,
+     * so the default action never runs). */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+        die("sigprocmask");
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0)
+        die("signalfd");
+
+    int lfd = listen_on(listen_spec);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        die("epoll_create1");
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
+        die("epoll_ctl listen");
+    ev.data.fd = sfd;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev) < 0)
+        die("epoll_ctl signalfd");
+    out_reserve(64);
+
+    struct epoll_event events[MAX_EVENTS];
+    for (;;) {
+        int n = epoll_wait(ep, events, MAX_EVENTS, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            die("epoll_wait");
+        }
+        for (int i = 0; i < n; i++) {
+            int fd = events[i].data.fd;
+            uint32_t e = events[i].events;
+            if (fd == lfd) {
+                on_accept(ep, lfd);
+            } else if (fd == sfd) {
+                struct signalfd_siginfo si;
+                if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                    for (size_t k = 0; k < conns_cap; k++)
+                        if (conns[k].open)
+                            close((int)k);
+                    close(lfd);
+                    close(ep);
+                    free(conns);
+                    free(out);
+                    return 0;
+                }
+            } else if (!conn_get(fd)->open) {
+                continue; /* closed earlier in this batch */
+            } else if (e & EPOLLOUT) {
+                on_writable(ep, fd);
+            } else if (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                on_readable(ep, fd);
+            }
+        }
+    }
+}

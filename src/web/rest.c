@@ -1,0 +1,141 @@
+/* Glue between the JSON/mapping modules and requests/responses. */
+#include <string.h>
+
+#include "core/core.h"
+#include "flare/rest.h"
+
+typedef struct resjson {
+    flare_json_t w; /* first: flare_json_end casts back */
+    flare_res_t *res;
+    int status;
+    uint32_t magic;
+} resjson_t;
+
+#define RESJSON_MAGIC 0x4a534f4eu
+
+static void *arena_alloc(void *ctx, size_t n)
+{
+    return flare_req_alloc(ctx, n);
+}
+
+flare_json_t *flare_res_json(flare_res_t *res, int status)
+{
+    resjson_t *r = flare_req_alloc(res, sizeof(*r) + 512);
+    if (r == NULL)
+        return NULL;
+    r->res = res;
+    r->status = status;
+    r->magic = RESJSON_MAGIC;
+    flare_json_init_alloc(&r->w, (char *)(r + 1), 512, arena_alloc, res);
+    return &r->w;
+}
+
+int flare_json_end(flare_json_t *w)
+{
+    resjson_t *r = (resjson_t *)(void *)w;
+    if (w == NULL || r->magic != RESJSON_MAGIC)
+        return FLARE_EINVAL;
+    r->magic = 0;
+    if (flare_json_finish(w) != 0)
+        return flare_res_send(r->res, 500, FLARE_STR("application/json"),
+                              FLARE_STR("{\"error\":\"response could not be encoded\"}"));
+    return flare_res_send(r->res, r->status, FLARE_STR("application/json"), flare_json_output(w));
+}
+
+/* application/json, or a +json suffix; parameters ignored */
+static bool json_type(flare_str_t ct)
+{
+    size_t n = 0;
+    while (n < ct.len && ct.ptr[n] != ';' && ct.ptr[n] != ' ' && ct.ptr[n] != '\t')
+        n++;
+    flare_str_t mt = { ct.ptr, n };
+    if (FLARE__IEQ(mt, "application/json"))
+        return true;
+    return n >= 5 && FLARE__IEQ(((flare_str_t){ mt.ptr + n - 5, 5 }), "+json") && n >= 17 &&
+           FLARE__IEQ(((flare_str_t){ mt.ptr, 12 }), "application/");
+}
+
+static int send_json_error(flare_res_t *res, int status, const char *msg)
+{
+    flare_json_t *w = flare_res_json(res, status);
+    if (w == NULL)
+        return FLARE_ENOMEM;
+    flare_json_object_begin(w);
+    flare_json_kv_cstr(w, "error", msg);
+    flare_json_object_end(w);
+    flare_json_end(w);
+    return 0;
+}
+
+static bool check_type(flare_req_t *req, flare_res_t *res)
+{
+    flare_str_t ct = flare_req_header(req, "Content-Type");
+    if (ct.ptr != NULL && !json_type(ct)) {
+        send_json_error(res, 415, "Content-Type must be application/json");
+        return false;
+    }
+    return true;
+}
+
+static void doc_free(void *doc)
+{
+    flare_json_doc_free(doc);
+}
+
+const flare_json_val_t *flare_req_json(flare_req_t *req, flare_res_t *res)
+{
+    flare_str_t body = flare_req_body(req);
+    flare_json_doc_t *doc = NULL;
+    flare_json_error_t err;
+    int rc = flare_json_parse(body.ptr != NULL ? body.ptr : "", body.len, &doc, &err);
+    if (rc == FLARE_ENOMEM) {
+        send_json_error(res, 500, "out of memory");
+        return NULL;
+    }
+    if (rc != 0) {
+        if (!check_type(req, res))
+            return NULL; /* not JSON and not labelled JSON: 415 */
+        flare_json_t *w = flare_res_json(res, 400);
+        if (w != NULL) {
+            flare_json_error_write(&err, w);
+            flare_json_end(w);
+        }
+        return NULL;
+    }
+    if (flare_req_on_cleanup(req, doc_free, doc) != 0) {
+        flare_json_doc_free(doc);
+        send_json_error(res, 500, "out of memory");
+        return NULL;
+    }
+    return flare_json_doc_root(doc);
+}
+
+int flare_req_bind(flare_req_t *req, flare_res_t *res, const flare_field_t *fields, size_t n,
+                   void *obj, unsigned flags, uint64_t *present)
+{
+    flare_str_t body = flare_req_body(req);
+    flare_map_opts_t opts = { flags, arena_alloc, req };
+    flare_map_errors_t *errs = flare_req_alloc(req, sizeof(*errs));
+    if (errs == NULL) {
+        send_json_error(res, 500, "out of memory");
+        return FLARE_ENOMEM;
+    }
+    int rc =
+        flare_map_decode(fields, n, body.ptr != NULL ? body.ptr : "", body.len, obj, &opts, errs);
+    if (present != NULL)
+        *present = errs->present;
+    if (rc == 0)
+        return 0;
+    if (rc == FLARE_EINVAL) {
+        if (errs->invalid_json && !check_type(req, res))
+            return rc; /* not JSON and not labelled JSON: 415 */
+        flare_json_t *w = flare_res_json(res, 400);
+        if (w != NULL) {
+            flare_map_errors_write(errs, w);
+            flare_json_end(w);
+        }
+        return rc;
+    }
+    send_json_error(res, 500, rc == FLARE_ENOMEM ? "out of memory" : "server misconfiguration");
+    return rc;
+}
