@@ -40,13 +40,13 @@ static const char RESPONSE[] = "HTTP/1.1 200 OK\r\n"
                                "Content-Length: 13\r\n"
                                "\r\n"
                                "Hello, World!";
-#define RESPONSE_LEN (sizeof(RESPONSE) - 1)
+#define RESPONSE_LEN  (sizeof(RESPONSE) - 1)
 #define READ_BUF_SIZE (64 * 1024)
-#define MAX_EVENTS 256
+#define MAX_EVENTS    256
 
 struct conn {
-    size_t owed;      /* response bytes still to write */
-    uint8_t matched;  /* bytes of "\r\n\r\n" matched at the end of the last read */
+    size_t owed;     /* response bytes still to write */
+    uint8_t matched; /* bytes of "\r\n\r\n" matched at the end of the last read */
     uint8_t open;
 };
 
@@ -101,7 +101,7 @@ static void out_reserve(size_t copies)
 /* Count "\r\n\r\n" in buf[0..len), continuing a partial match of *matched bytes. */
 static size_t count_requests(const char *buf, size_t len, uint8_t *matched)
 {
-    static const char term[4] = {'\r', '\n', '\r', '\n'};
+    static const char term[4] = { '\r', '\n', '\r', '\n' };
     size_t n = 0, pos = 0;
 
     /* Finish a terminator that started in the previous read. */
@@ -174,7 +174,7 @@ static int conn_flush(int fd, struct conn *c)
 
 static void set_events(int ep, int fd, uint32_t events)
 {
-    struct epoll_event ev = {.events = events, .data.fd = fd};
+    struct epoll_event ev = { .events = events, .data.fd = fd };
     if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) < 0)
         die("epoll_ctl MOD");
 }
@@ -227,7 +227,7 @@ static void on_accept(int ep, int lfd)
         struct conn *c = conn_get(fd);
         memset(c, 0, sizeof *c);
         c->open = 1;
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
         if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
             perror("epoll_ctl ADD");
             close(fd);
@@ -252,8 +252,9 @@ static int listen_on(const char *spec)
         h++;
     }
 
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = { .ai_family = AF_UNSPEC,
+                              .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *res;
     int gai = getaddrinfo(h, colon + 1, &hints, &res);
     if (gai) {
@@ -327,7 +328,7 @@ int main(int argc, char **argv)
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
         die("epoll_create1");
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd};
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = lfd };
     if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
         die("epoll_ctl listen");
     ev.data.fd = sfd;

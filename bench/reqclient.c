@@ -80,11 +80,10 @@ static void fail(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: reqclient --connect HOST:PORT [--requests M] [--pipeline P]\n"
-            "                 [--connections C] [--path PATH] [--expect BODY]\n"
-            "                 [--timeout SECONDS] [--gap-us N] [--quiet]\n"
-            "       reqclient --connect HOST:PORT --idle N [--hold SECONDS]\n");
+    fprintf(f, "usage: reqclient --connect HOST:PORT [--requests M] [--pipeline P]\n"
+               "                 [--connections C] [--path PATH] [--expect BODY]\n"
+               "                 [--timeout SECONDS] [--gap-us N] [--quiet]\n"
+               "       reqclient --connect HOST:PORT --idle N [--hold SECONDS]\n");
 }
 
 static long parse_long(const char *name, const char *s, long min)
@@ -123,8 +122,9 @@ static void resolve(void)
         h[strlen(h) - 1] = '\0';
         h++;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = { .ai_family = AF_UNSPEC,
+                              .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV };
     int gai = getaddrinfo(h, colon + 1, &hints, &target);
     if (gai)
         fail("%s: %s", opt_connect, gai_strerror(gai));
@@ -139,8 +139,9 @@ static int dial(void)
         fail("connect %s: %s", opt_connect, strerror(errno));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct timeval tv = {.tv_sec = (time_t)opt_timeout,
-                         .tv_usec = (suseconds_t)((opt_timeout - (double)(time_t)opt_timeout) * 1e6)};
+    struct timeval tv = { .tv_sec = (time_t)opt_timeout,
+                          .tv_usec =
+                              (suseconds_t)((opt_timeout - (double)(time_t)opt_timeout) * 1e6) };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     return fd;
@@ -331,8 +332,8 @@ static int run_requests(void)
     long done = 0;
     while (done < opt_requests) {
         if (done && opt_gap_us) {
-            struct timespec ts = {.tv_sec = opt_gap_us / 1000000,
-                                  .tv_nsec = (opt_gap_us % 1000000) * 1000};
+            struct timespec ts = { .tv_sec = opt_gap_us / 1000000,
+                                   .tv_nsec = (opt_gap_us % 1000000) * 1000 };
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
             }
         }
@@ -386,14 +387,14 @@ static int run_idle(void)
     printf("READY %ld\n", opt_idle);
     fflush(stdout);
 
-    struct timespec ts = {.tv_sec = (time_t)opt_hold,
-                          .tv_nsec = (long)((opt_hold - (double)(time_t)opt_hold) * 1e9)};
+    struct timespec ts = { .tv_sec = (time_t)opt_hold,
+                           .tv_nsec = (long)((opt_hold - (double)(time_t)opt_hold) * 1e9) };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
     }
 
     long closed = 0;
     for (long i = 0; i < opt_idle; i++) {
-        struct pollfd p = {.fd = conns[i].fd, .events = POLLIN | POLLRDHUP};
+        struct pollfd p = { .fd = conns[i].fd, .events = POLLIN | POLLRDHUP };
         if (poll(&p, 1, 0) > 0)
             closed++;
         close(conns[i].fd);
