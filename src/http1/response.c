@@ -447,8 +447,8 @@ int flare__res_error(struct flare_req *ex, int status, const char *msg)
         n = sizeof(body) - 2;
     memcpy(body, msg, n);
     body[n++] = '\n';
-    ex->res_hdrs = NULL;
-    ex->res_hdrs_tail = &ex->res_hdrs;
+    /* headers set so far stay: a middleware's (request id, CORS) belong on
+     * error answers too */
     ex->flags &= ~(uint32_t)EX_STREAM;
     if (ex->flags & EX_SENT)
         return 0;

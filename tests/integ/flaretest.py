@@ -28,6 +28,7 @@ import unittest
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_DIR = os.environ.get("FLARE_BUILD_DIR") or os.path.join(REPO_ROOT, "build")
 HELLO = os.path.join(os.path.abspath(BUILD_DIR), "examples", "hello")
+TODO_API = os.path.join(os.path.abspath(BUILD_DIR), "examples", "todo_api")
 
 HOST = "127.0.0.1"
 READ_TIMEOUT = 5.0     # generous: the machine may be loaded (2 cores, ASan builds)
@@ -68,7 +69,8 @@ def free_port():
 # server process
 
 class Server:
-    def __init__(self, *extra_args, workers=2):
+    def __init__(self, *extra_args, workers=2, binary=None):
+        self.binary = binary or HELLO
         self.extra_args = [str(a) for a in extra_args]
         self.workers = workers
         self.proc = None
@@ -82,15 +84,15 @@ class Server:
     def start(self, timeout=10.0):
         # (a concurrent rebuild may be relinking it: give it a moment)
         deadline = time.monotonic() + 20
-        while not os.access(HELLO, os.X_OK) and time.monotonic() < deadline:
+        while not os.access(self.binary, os.X_OK) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if not os.access(HELLO, os.X_OK):
-            raise RuntimeError("server binary not found: %s (set FLARE_BUILD_DIR)" % HELLO)
+        if not os.access(self.binary, os.X_OK):
+            raise RuntimeError("server binary not found: %s (set FLARE_BUILD_DIR)" % self.binary)
         last_err = None
         for _attempt in range(5):
             self.port = free_port()
             self.log = tempfile.TemporaryFile()
-            args = [HELLO, "--listen", "%s:%d" % (HOST, self.port),
+            args = [self.binary, "--listen", "%s:%d" % (HOST, self.port),
                     "--workers", str(self.workers)] + self.extra_args
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                          stdout=self.log, stderr=self.log)
@@ -110,7 +112,7 @@ class Server:
                 self.proc.wait()
             last_err = RuntimeError("server did not start (rc=%s): %s" %
                                     (self.proc.returncode, self.output()))
-        raise RuntimeError("could not start %s: %s" % (HELLO, last_err))
+        raise RuntimeError("could not start %s: %s" % (self.binary, last_err))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -440,13 +442,15 @@ def get(path, host="localhost", extra=""):
 class ServerTestCase(unittest.TestCase):
     """One server per class: `server_args` are the extra flags."""
     server_args = ()
+    server_binary = None  # default: examples/hello
     workers = 2
     stop_timeout = STOP_TIMEOUT
     maxDiff = 4000
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(*cls.server_args, workers=cls.workers).start()
+        cls.server = Server(*cls.server_args, workers=cls.workers,
+                            binary=cls.server_binary).start()
         cls.addr = cls.server.addr
 
     @classmethod
