@@ -121,6 +121,19 @@ FLARE_API int flare_cookie_verify(flare_str_t name, flare_str_t signed_value,
                                   const flare_str_t *keys, size_t nkeys, flare_str_t *value,
                                   size_t *key_index);
 
+/* ---- on requests and responses ------------------------------------------ */
+
+typedef struct flare_req flare_req_t;
+
+/* The value of cookie `name` in the request's Cookie header(s); .ptr == NULL
+ * when absent. A view into the request, valid until the response completes. */
+FLARE_API flare_str_t flare_req_cookie(flare_req_t *req, const char *name);
+
+/* Adds a Set-Cookie header built by flare_cookie_format (validated: nothing
+ * can break out of the header). 0, FLARE_EINVAL, FLARE_ETOOBIG, FLARE_ESTATE
+ * (response already sent) or FLARE_ENOMEM. */
+FLARE_API int flare_res_cookie(flare_req_t *res, const flare_cookie_t *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "flare/cookie.h"
 #include "flare/rest.h"
 
 typedef struct resjson {
@@ -138,4 +139,32 @@ int flare_req_bind(flare_req_t *req, flare_res_t *res, const flare_field_t *fiel
     }
     send_json_error(res, 500, rc == FLARE_ENOMEM ? "out of memory" : "server misconfiguration");
     return rc;
+}
+
+/* ---- cookies on requests and responses ---- */
+
+flare_str_t flare_req_cookie(flare_req_t *req, const char *name)
+{
+    flare_str_t n = flare_str(name);
+    for (size_t i = 0; i < flare_req_header_count(req); i++) {
+        const flare_header_t *h = flare_req_header_at(req, i);
+        if (!FLARE__IEQ(h->name, "cookie"))
+            continue;
+        flare_str_t v = flare_cookie_get(h->value, n);
+        if (v.ptr != NULL)
+            return v;
+    }
+    return FLARE_STR_NULL;
+}
+
+int flare_res_cookie(flare_req_t *res, const flare_cookie_t *c)
+{
+    char *buf = flare_req_alloc(res, FLARE_COOKIE_FORMAT_MAX);
+    if (buf == NULL)
+        return FLARE_ENOMEM;
+    size_t len;
+    int rc = flare_cookie_format(c, buf, FLARE_COOKIE_FORMAT_MAX, &len);
+    if (rc != 0)
+        return rc;
+    return flare_res_header(res, FLARE_STR("Set-Cookie"), (flare_str_t){ buf, len });
 }

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include <flare/middleware.h>
+#include <flare/flare.h>
 
 #include "harness.h"
 
@@ -45,6 +45,19 @@ static int h_attrs(flare_req_t *req, flare_res_t *res, void *ud)
     assert_true(flare_req_get_int(req, "n", &n));
     assert_int_equal(n, 7);
     return flare_res_send(res, 200, FLARE_STR("text/plain"), flare_req_peer(req));
+}
+
+static int h_cookie(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t v = flare_req_cookie(req, "b");
+    flare_cookie_t c;
+    flare_cookie_init(&c, FLARE_STR("seen"), v.ptr != NULL ? v : FLARE_STR("none"));
+    c.max_age = 60;
+    assert_int_equal(flare_res_cookie(res, &c), 0);
+    flare_cookie_init(&c, FLARE_STR("bad"), FLARE_STR("a;b"));
+    assert_int_equal(flare_res_cookie(res, &c), FLARE_EINVAL);
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), v.ptr != NULL ? v : FLARE_STR("-"));
 }
 
 static int setup(void **state)
@@ -97,6 +110,7 @@ static int setup(void **state)
     assert_int_equal(flare_ratelimit(h.app, &rl, &m), 0);
     assert_int_equal(flare_route_mw(h.app, FLARE_METHOD_GET, "/limited", h_ok, NULL, &m, 1), 0);
     assert_int_equal(flare_get(h.app, "/attrs", h_attrs, NULL), 0);
+    assert_int_equal(flare_get(h.app, "/cookie", h_cookie, NULL), 0);
     assert_int_equal(harness_start(&h), 0);
     return 0;
 }
@@ -217,12 +231,24 @@ static void test_attrs_and_peer(void **state)
     free(r);
 }
 
+static void test_cookies(void **state)
+{
+    (void)state;
+    char *r = harness_roundtrip(&h, REQ("GET /cookie", "Cookie: a=1\r\nCookie: c=3; b=two\r\n"));
+    assert_non_null(strstr(r, "\r\n\r\ntwo"));
+    assert_non_null(
+        strstr(r, "Set-Cookie: seen=two; Path=/; Max-Age=60; HttpOnly; SameSite=Lax\r\n"));
+    assert_null(strstr(r, "bad="));
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cors_preflight),   cmocka_unit_test(test_cors_actual),
         cmocka_unit_test(test_security_headers), cmocka_unit_test(test_request_id),
         cmocka_unit_test(test_ratelimit),        cmocka_unit_test(test_attrs_and_peer),
+        cmocka_unit_test(test_cookies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
