@@ -51,6 +51,8 @@ void *flare__arena_alloc(flare_arena_t *a, size_t size)
         return NULL;
     c->size = ARENA_CHUNK;
     c->next = a->chunks;
+    /* one chunk: "used" means cur moved; more: a reset has work to do */
+    a->chunk0 = a->chunks == NULL ? (char *)c->data : NULL;
     a->chunks = c;
     a->cur = (char *)c->data + need;
     a->end = (char *)c->data + ARENA_CHUNK;
@@ -68,9 +70,8 @@ void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size)
 
 void flare__arena_reset(flare_arena_t *a)
 {
-    if (a->big == NULL &&
-        (a->chunks == NULL || (a->chunks->next == NULL && a->cur == (char *)a->chunks->data)))
-        return; /* untouched since the last reset: the common case */
+    if (!flare__arena_used(a))
+        return; /* untouched since the last reset */
     while (a->big != NULL) {
         flare_arena_block_t *b = a->big;
         a->big = b->next;
@@ -87,6 +88,7 @@ void flare__arena_reset(flare_arena_t *a)
         keep = n;
     }
     a->chunks = keep;
+    a->chunk0 = (char *)keep->data;
     a->cur = (char *)keep->data;
     a->end = (char *)keep->data + keep->size;
 }

@@ -8,6 +8,7 @@
 #ifndef FLARE_ARENA_H
 #define FLARE_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct flare_arena_block flare_arena_block_t;
@@ -17,6 +18,7 @@ typedef struct flare_arena {
     char *end;                   /* end of the current chunk */
     flare_arena_block_t *chunks; /* list of chunks; the last one is kept on reset */
     flare_arena_block_t *big;    /* oversize allocations, freed on reset */
+    char *chunk0;                /* start of the kept chunk's data */
 } flare_arena_t;
 
 void flare__arena_init(flare_arena_t *a);
@@ -24,6 +26,13 @@ void *flare__arena_alloc(flare_arena_t *a, size_t size);
 void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size);
 /* Frees everything but the first chunk. */
 void flare__arena_reset(flare_arena_t *a);
+
+/* True when something was allocated since the last reset (the common
+ * request allocates nothing: the reset call is skipped). */
+static inline bool flare__arena_used(const flare_arena_t *a)
+{
+    return a->big != NULL || (a->chunks != NULL && a->cur != a->chunk0);
+}
 void flare__arena_dispose(flare_arena_t *a);
 
 #endif

@@ -104,7 +104,8 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
         ex->cleanups = cl->next;
         cl->fn(cl->ud);
     }
-    flare__arena_reset(&ex->arena);
+    if (flare__arena_used(&ex->arena))
+        flare__arena_reset(&ex->arena);
     /* keep small buffers for the next exchange; give big ones back */
     if (ex->bodybuf.cap > 65536)
         flare__buf_free(&ex->bodybuf);

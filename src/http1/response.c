@@ -50,7 +50,7 @@ static bool status_has_body(int status)
 
 /* The buffer the exchange writes to: the connection's when it is the head
  * of the queue (responses leave in order), its own otherwise. */
-static flare_buf_t *out_buf(struct flare_req *ex)
+static inline flare_buf_t *out_buf(struct flare_req *ex)
 {
     flare_conn_t *c = ex->conn;
     if (c->qhead != ex)
