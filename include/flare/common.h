@@ -139,6 +139,13 @@ enum {
 /* Reason phrase for a status code; "Unknown" for codes not in the table. */
 FLARE_API flare_str_t flare_status_reason(int status);
 
+/* An allocator: returns n bytes aligned for any type, or NULL when out of
+ * memory. Whoever supplies it owns and releases the memory (for the request
+ * arena: when the response completes); Flare never frees it. An adapter for
+ * a request is one line:
+ *     static void *req_alloc(void *req, size_t n) { return flare_req_alloc(req, n); } */
+typedef void *(*flare_alloc_fn)(void *ctx, size_t n);
+
 /* One header field: views. */
 typedef struct flare_header {
     flare_str_t name;

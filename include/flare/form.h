@@ -27,13 +27,6 @@
 extern "C" {
 #endif
 
-#ifndef FLARE_ALLOC_FN_DEFINED
-#define FLARE_ALLOC_FN_DEFINED
-/* An allocator: returns n bytes aligned for any type, or NULL when out of
- * memory. Whoever supplies it owns and releases the memory (for the request
- * arena: when the response completes); Flare never frees it. */
-typedef void *(*flare_alloc_fn)(void *ctx, size_t n);
-#endif
 
 /* Default bound on the pairs one input may have (like PHP's max_input_vars):
  * parsing stops with FLARE_ETOOBIG past it, so a hostile query cannot make

@@ -33,15 +33,6 @@
 extern "C" {
 #endif
 
-#ifndef FLARE_ALLOC_FN_DEFINED
-#define FLARE_ALLOC_FN_DEFINED
-/* An allocator: returns n bytes aligned for any type, or NULL when out of
- * memory. Whoever supplies it owns and releases the memory (for the request
- * arena: when the response completes); Flare never frees it. An adapter for
- * a request is one line:
- *     static void *req_alloc(void *req, size_t n) { return flare_req_alloc(req, n); } */
-typedef void *(*flare_alloc_fn)(void *ctx, size_t n);
-#endif
 
 /* ==== writer ============================================================== */
 

@@ -72,6 +72,20 @@ static inline flare_buf_t *out_buf(struct flare_req *ex)
         (p) += sizeof(lit) - 1;              \
     } while (0)
 
+/* "Name: value\r\n" for each header a handler or middleware added. */
+static char *put_headers(char *p, const flare_res_hdr_t *h)
+{
+    for (; h != NULL; h = h->next) {
+        memcpy(p, h->name.ptr, h->name.len);
+        p += h->name.len;
+        PUT(p, ": ");
+        memcpy(p, h->value.ptr, h->value.len);
+        p += h->value.len;
+        PUT(p, "\r\n");
+    }
+    return p;
+}
+
 int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
                           uint64_t clen, bool chunked)
 {
@@ -101,14 +115,7 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, fl
         p += ctype.len;
         PUT(p, "\r\n");
     }
-    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next) {
-        memcpy(p, h->name.ptr, h->name.len);
-        p += h->name.len;
-        PUT(p, ": ");
-        memcpy(p, h->value.ptr, h->value.len);
-        p += h->value.len;
-        PUT(p, "\r\n");
-    }
+    p = put_headers(p, ex->res_hdrs);
     if (body) {
         if (chunked) {
             PUT(p, "Transfer-Encoding: chunked\r\n");
@@ -420,14 +427,7 @@ int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn
     memcpy(p, token.ptr, token.len);
     p += token.len;
     PUT(p, "\r\nConnection: Upgrade\r\n");
-    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next) {
-        memcpy(p, h->name.ptr, h->name.len);
-        p += h->name.len;
-        PUT(p, ": ");
-        memcpy(p, h->value.ptr, h->value.len);
-        p += h->value.len;
-        PUT(p, "\r\n");
-    }
+    p = put_headers(p, ex->res_hdrs);
     PUT(p, "\r\n");
     out->len = (size_t)(p - out->data);
     c->flags |= C_UPGRADE;
