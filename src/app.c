@@ -523,6 +523,8 @@ void flare_app_free(flare_app_t *app)
         o->free_fn(o->ptr);
         free(o);
     }
+    if (app->ws_free != NULL)
+        app->ws_free(app);
     flare__router_free(app->router);
     flare__chains_free(app);
     for (size_t i = 0; i < app->nroutes; i++)

@@ -100,6 +100,10 @@ struct flare_app {
      * when draining starts and when the worker ends */
     void (*ws_drain)(flare_worker_t *w);
     void (*ws_dispose)(flare_worker_t *w);
+    /* the WebSocket layer's app-wide state (routes, hub settings), and
+     * what frees it: flare_app_free must call ws_free(app) when set */
+    void *ws_app;
+    void (*ws_free)(flare_app_t *app);
     struct flare_owned *owned; /* objects freed with the app (middleware state) */
     unsigned nmw;
 };
