@@ -380,6 +380,9 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     }
     /* listeners first: a bad address or a taken port fails before threads */
     int port = -1;
+    rc = flare__listen_probe(listen_addr, &port);
+    if (rc != 0)
+        goto out;
     for (unsigned i = 0; i < n; i++) {
         int fd = flare__listen_socket(listen_addr, port, app->cfg.backlog, &port);
         if (fd < 0) {

@@ -247,6 +247,7 @@ struct flare_conn {
 };
 
 /* net/ */
+int flare__listen_probe(const char *addr, int *port_out);
 int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out);
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 

@@ -57,6 +57,38 @@ static int parse_addr(const char *addr, int port_override, struct sockaddr_stora
     return 0;
 }
 
+/* SO_REUSEPORT lets any process of the same user join a port's group, so a
+ * second server started on a busy port would silently share it. Before the
+ * first listener, a plain bind (no SO_REUSEPORT) checks the port is free and,
+ * for port 0, picks it. It is closed at once: the window before the real
+ * listeners bind is a few microseconds. */
+int flare__listen_probe(const char *addr, int *port_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc = parse_addr(addr, -1, &ss, &sl);
+    if (rc != 0)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return FLARE_ESYS;
+    /* SO_REUSEADDR: connections of a previous run in TIME_WAIT do not block
+     * a restart; a live listener on the port still does (Linux) */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+        close(fd);
+        return FLARE_EBIND;
+    }
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof(got);
+    if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
+        *port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                    : ((struct sockaddr_in *)&got)->sin_port);
+    close(fd);
+    return 0;
+}
+
 int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out)
 {
     struct sockaddr_storage ss;
