@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <flare/flare.h>
+#include <flare/ws.h>
 
 static int plaintext(flare_req_t *req, flare_res_t *res, void *ud)
 {
@@ -101,6 +102,14 @@ static int slow(flare_req_t *req, flare_res_t *res, void *ud)
     return FLARE_ASYNC;
 }
 
+/* GET /ws/echo: every message back as it came (permessage-deflate offered). */
+static void ws_echo(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t msg)
+{
+    flare_ws_send(ws, op, msg);
+}
+
+static const flare_ws_config_t ws_echo_config = { .on_message = ws_echo, .deflate = true };
+
 /* A pass-through middleware: the cost of the pipeline itself. */
 static int pass(flare_req_t *req, flare_res_t *res, void *ud)
 {
@@ -178,7 +187,8 @@ int main(int argc, char **argv)
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
-        (rc = flare_get(app, "/slow", slow, NULL)) != 0) {
+        (rc = flare_get(app, "/slow", slow, NULL)) != 0 ||
+        (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0) {
         fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         flare_app_free(app);
         return 1;

@@ -24,7 +24,8 @@ typedef struct flare_conn flare_conn_t;
 /* Protocol switch (101): the new owner of the socket. Called on the worker
  * once the 101 response is flushed; `pending` holds bytes the client sent
  * after the upgrade request (valid during the call only). The callee owns fd
- * from then on (and must close it). */
+ * from then on (and must close it). Called with fd -1 instead when the
+ * connection closes before the 101 is out. */
 typedef void (*flare_upgrade_fn)(flare_worker_t *w, int fd, const char *pending, size_t npending,
                                  void *ud);
 typedef struct flare_route flare_route_t;

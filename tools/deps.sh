@@ -3,8 +3,8 @@
 #   tools/deps.sh build|test|ci|bench
 set -euo pipefail
 
-build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev)
-test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 curl)
+build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev)
+test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 curl python3-websockets chromium chromium-driver)
 ci_pkgs=("${test_pkgs[@]}" clang libclang-rt-14-dev clang-format)
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl)
 

@@ -27,7 +27,6 @@
 extern "C" {
 #endif
 
-
 /* Default bound on the pairs one input may have (like PHP's max_input_vars):
  * parsing stops with FLARE_ETOOBIG past it, so a hostile query cannot make
  * a lookup walk a million pairs. */

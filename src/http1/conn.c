@@ -193,6 +193,11 @@ void flare__conn_close(flare_conn_t *c)
         return;
     flare_worker_t *w = c->w;
     c->flags |= C_DEAD;
+    if ((c->flags & C_UPGRADE) && c->upgrade_fn != NULL) {
+        /* the 101 never got out: the would-be owner learns it with fd -1 */
+        c->flags &= ~(uint32_t)C_UPGRADE;
+        c->upgrade_fn(w, -1, NULL, 0, c->upgrade_ud);
+    }
     if (c->io.fd >= 0) {
         flare__loop_del(&w->loop, &c->io);
         close(c->io.fd);
@@ -273,6 +278,7 @@ static void handoff(flare_conn_t *c)
     c->io.fd = -1;
     flare_upgrade_fn fn = c->upgrade_fn;
     void *ud = c->upgrade_ud;
+    c->flags &= ~(uint32_t)C_UPGRADE; /* handed over: closing c must not report a failure */
     const char *pending = c->rbuf != NULL ? c->rbuf + c->rpos : NULL;
     size_t npending = c->rbuf != NULL ? c->rlen - c->rpos : 0;
     fn(w, fd, pending, npending, ud);

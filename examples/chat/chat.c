@@ -1,0 +1,322 @@
+/* A room chat served by Flare: static assets (an HTML page with a little
+ * JavaScript) and a WebSocket at /ws. Open http://HOST:PORT/ in two browser
+ * tabs, pick a name and the same room, talk.
+ *
+ *   chat --listen HOST:PORT --workers N [--static DIR]
+ *
+ * Protocol: the page connects to /ws?name=NAME&room=ROOM; what it sends is
+ * the text of a message ("/join ROOM" switches rooms); the server sends JSON
+ * events: {"type":"welcome","id":..,"name":..,"room":..},
+ * {"type":"join"|"leave","id":..,"name":..,"room":..} and
+ * {"type":"msg","id":..,"name":..,"room":..,"text":..}. Rooms span every
+ * worker thread: flare_ws_broadcast fans each event out to all of them.
+ *
+ * Everything uses the public API exactly as an application would. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flare/flare.h>
+#include <flare/ws.h>
+
+#ifndef CHAT_STATIC_DIR
+#define CHAT_STATIC_DIR "examples/chat/static"
+#endif
+
+#define NAME_MAX_LEN 32
+#define TEXT_MAX_LEN 2000
+#define FILE_MAX     (1 << 20)
+
+static const char *static_dir = CHAT_STATIC_DIR;
+
+/* ---- static files ---- */
+
+static flare_str_t content_type(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    if (dot == NULL)
+        return FLARE_STR("application/octet-stream");
+    if (strcmp(dot, ".html") == 0)
+        return FLARE_STR("text/html; charset=utf-8");
+    if (strcmp(dot, ".js") == 0)
+        return FLARE_STR("text/javascript; charset=utf-8");
+    if (strcmp(dot, ".css") == 0)
+        return FLARE_STR("text/css; charset=utf-8");
+    if (strcmp(dot, ".svg") == 0)
+        return FLARE_STR("image/svg+xml");
+    if (strcmp(dot, ".png") == 0)
+        return FLARE_STR("image/png");
+    return FLARE_STR("application/octet-stream");
+}
+
+/* A name made of [A-Za-z0-9._-] segments, none of them "." or "..". */
+static bool safe_path(flare_str_t p)
+{
+    if (p.len == 0 || p.len > 200)
+        return false;
+    size_t seg = 0;
+    for (size_t i = 0; i <= p.len; i++) {
+        char c = i < p.len ? p.ptr[i] : '/';
+        if (c == '/') {
+            size_t n = i - seg;
+            if (n == 0 || (n == 1 && p.ptr[seg] == '.') ||
+                (n == 2 && p.ptr[seg] == '.' && p.ptr[seg + 1] == '.'))
+                return false;
+            seg = i + 1;
+            continue;
+        }
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static int send_file(flare_req_t *req, flare_res_t *res, flare_str_t rel)
+{
+    if (!safe_path(rel))
+        return flare_res_send(res, 404, FLARE_STR("text/plain"), FLARE_STR("not found\n"));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%.*s", static_dir, (int)rel.len, rel.ptr);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > FILE_MAX) {
+        if (fd >= 0)
+            close(fd);
+        return flare_res_send(res, 404, FLARE_STR("text/plain"), FLARE_STR("not found\n"));
+    }
+    /* request memory: lives until the response is sent */
+    char *body = flare_req_alloc(req, (size_t)st.st_size + 1);
+    size_t got = 0;
+    while (body != NULL && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, body + got, (size_t)st.st_size - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (body == NULL || got != (size_t)st.st_size)
+        return flare_res_send(res, 500, FLARE_STR("text/plain"), FLARE_STR("read error\n"));
+    flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-cache"));
+    return flare_res_send(res, 200, content_type(path), (flare_str_t){ body, got });
+}
+
+static int index_page(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    return send_file(req, res, FLARE_STR("index.html"));
+}
+
+static int static_file(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    return send_file(req, res, flare_req_param(req, "path"));
+}
+
+/* ---- chat ---- */
+
+typedef struct member {
+    char name[NAME_MAX_LEN + 1];
+    char room[NAME_MAX_LEN + 1];
+} member_t;
+
+static bool valid_name(flare_str_t s)
+{
+    if (s.len == 0 || s.len > NAME_MAX_LEN)
+        return false;
+    for (size_t i = 0; i < s.len; i++) {
+        char c = s.ptr[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* Appends s as a JSON string; out must hold 6 * s.len + 2 more bytes. */
+static size_t json_str(char *out, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    *p++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+        } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+            memcpy(p, "\\u00", 4);
+            p[4] = hex[c >> 4];
+            p[5] = hex[c & 15];
+            p += 6;
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    *p++ = '"';
+    return (size_t)(p - out);
+}
+
+/* Sends {"type":..,"id":..,"name":..,"room":..[,"text":..]} to the room
+ * (or, with `only`, to that connection alone). */
+static void event(flare_ws_t *ws, const char *type, const char *text, size_t tlen, bool only)
+{
+    const member_t *m = flare_ws_data(ws);
+    char buf[64 + 2 * 6 * NAME_MAX_LEN + 6 * TEXT_MAX_LEN + 64];
+    int n = snprintf(buf, sizeof(buf), "{\"type\":\"%s\",\"id\":%llu,\"name\":", type,
+                     (unsigned long long)flare_ws_id(ws));
+    size_t len = (size_t)n;
+    len += json_str(buf + len, m->name, strlen(m->name));
+    memcpy(buf + len, ",\"room\":", 8);
+    len += 8;
+    len += json_str(buf + len, m->room, strlen(m->room));
+    if (text != NULL) {
+        memcpy(buf + len, ",\"text\":", 8);
+        len += 8;
+        len += json_str(buf + len, text, tlen);
+    }
+    buf[len++] = '}';
+    flare_str_t msg = { buf, len };
+    if (only)
+        flare_ws_send_text(ws, msg);
+    else
+        flare_ws_broadcast(flare_ws_app(ws), flare_str(m->room), FLARE_WS_TEXT, msg, 0);
+}
+
+static int chat_open(flare_ws_t *ws, flare_req_t *req)
+{
+    flare_str_t name = flare_req_query_param(req, "name");
+    flare_str_t room = flare_req_query_param(req, "room");
+    if (!valid_name(name) || !valid_name(room))
+        return 400;
+    member_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return 503;
+    memcpy(m->name, name.ptr, name.len);
+    memcpy(m->room, room.ptr, room.len);
+    flare_ws_set_data(ws, m);
+    if (flare_ws_join(ws, room) != 0) {
+        free(m);
+        return 503;
+    }
+    event(ws, "welcome", NULL, 0, true);
+    event(ws, "join", NULL, 0, false);
+    return 0;
+}
+
+static void chat_message(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t text)
+{
+    member_t *m = flare_ws_data(ws);
+    if (op != FLARE_WS_TEXT || text.len == 0)
+        return;
+    if (text.len > TEXT_MAX_LEN) {
+        flare_ws_close(ws, 1009, FLARE_STR("message too long"));
+        return;
+    }
+    if (text.len > 6 && memcmp(text.ptr, "/join ", 6) == 0) {
+        flare_str_t room = { text.ptr + 6, text.len - 6 };
+        if (!valid_name(room))
+            return;
+        event(ws, "leave", NULL, 0, false);
+        flare_ws_leave(ws, flare_str(m->room));
+        memcpy(m->room, room.ptr, room.len);
+        m->room[room.len] = '\0';
+        flare_ws_join(ws, room);
+        event(ws, "welcome", NULL, 0, true);
+        event(ws, "join", NULL, 0, false);
+        return;
+    }
+    event(ws, "msg", text.ptr, text.len, false);
+}
+
+static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
+{
+    (void)code;
+    (void)reason;
+    member_t *m = flare_ws_data(ws);
+    if (m == NULL)
+        return;
+    /* the others hear about it; this connection is gone already */
+    char buf[64 + 2 * 6 * NAME_MAX_LEN];
+    int n =
+        snprintf(buf, sizeof(buf),
+                 "{\"type\":\"leave\",\"id\":%llu,\"name\":", (unsigned long long)flare_ws_id(ws));
+    size_t len = (size_t)n;
+    len += json_str(buf + len, m->name, strlen(m->name));
+    memcpy(buf + len, ",\"room\":", 8);
+    len += 8;
+    len += json_str(buf + len, m->room, strlen(m->room));
+    buf[len++] = '}';
+    flare_ws_broadcast(flare_ws_app(ws), flare_str(m->room), FLARE_WS_TEXT,
+                       (flare_str_t){ buf, len }, flare_ws_id(ws));
+    free(m);
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr, "usage: %s --listen HOST:PORT --workers N [--static DIR]\n", argv0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8080";
+    flare_config_t cfg;
+    flare_config_init(&cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(argv[0]);
+            return 0;
+        }
+        if (val == NULL) {
+            usage(argv[0]);
+            return 2;
+        }
+        i++;
+        if (strcmp(arg, "--listen") == 0) {
+            listen = val;
+        } else if (strcmp(arg, "--workers") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(val, &end, 10);
+            if (errno != 0 || *end != '\0' || n > 1024) {
+                usage(argv[0]);
+                return 2;
+            }
+            cfg.workers = (unsigned)n;
+        } else if (strcmp(arg, "--static") == 0) {
+            static_dir = val;
+        } else {
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    flare_app_t *app = flare_app_new(&cfg);
+    if (app == NULL)
+        return 1;
+    static const flare_ws_config_t ws_cfg = {
+        .on_open = chat_open,
+        .on_message = chat_message,
+        .on_close = chat_close,
+        .deflate = true,
+        .max_message = 64 * 1024,
+    };
+    int rc;
+    if ((rc = flare_get(app, "/", index_page, NULL)) != 0 ||
+        (rc = flare_get(app, "/static/{*path}", static_file, NULL)) != 0 ||
+        (rc = flare_ws_route(app, "/ws", &ws_cfg)) != 0) {
+        fprintf(stderr, "chat: route: %s\n", flare_strerror(rc));
+        flare_app_free(app);
+        return 1;
+    }
+    fprintf(stderr, "chat: http://%s/ (static files from %s)\n", listen, static_dir);
+    rc = flare_app_run(app, listen);
+    if (rc != 0)
+        fprintf(stderr, "chat: %s: %s\n", listen, flare_strerror(rc));
+    flare_app_free(app);
+    return rc != 0;
+}
