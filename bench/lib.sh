@@ -5,9 +5,11 @@
 #   bench_init            cd to the repo root, make a scratch dir, install the EXIT trap
 #   ensure_tools CMD...   apt-get install the packages of the commands that are missing
 #   build_bench           release build into build-bench/ (falls back to building only the
-#                         bench helpers when the Flare tree does not build right now)
+#                         bench helpers when the Flare tree does not build right now; warnings
+#                         are not errors here: they do not change the code being measured)
 #   free_ports N          N currently free TCP ports on 127.0.0.1
-#   server_available NAME is NAME's binary there?   (flare null nginx h2o lighttpd)
+#   server_available NAME is NAME's binary there?   (flare null nginx h2o lighttpd; null-json,
+#                         null-users and null-echo are the null server with another canned body)
 #   start_server NAME PORT [WRAPPER...]   start NAME on 127.0.0.1:PORT under WRAPPER
 #                         (e.g. taskset -c 0, or valgrind ...); sets SERVER_PID, SERVER_LOG
 #   wait_ready NAME PID PORT TIMEOUT      until GET /plaintext answers 200 "Hello, World!"
@@ -18,6 +20,12 @@
 #
 # Conventions: every server answers GET /plaintext with 200 and the body "Hello, World!",
 # listens on 127.0.0.1 only, and keeps its config, logs, pid and temp files in $BENCH_TMP.
+# The routes beyond /plaintext (bench/run.sh's scenarios), where a server can answer them:
+#   GET /json        {"message":"Hello, World!"}   application/json   (all)
+#   GET /users/123   {"id":"123"}                  application/json   (flare, nginx: a regex
+#                    location; h2o: an mruby handler; lighttpd: a mod_magnet Lua script)
+#   POST /echo       the request body, with the request's Content-Type (flare; h2o: mruby)
+# The null-* servers answer everything with one of those canned bodies.
 
 export PATH=$PATH:/usr/sbin:/sbin
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,6 +34,10 @@ BENCH_BIN=$BUILD_DIR/bench
 FLARE_HELLO=$BUILD_DIR/examples/hello
 PY=/usr/bin/python3
 BODY='Hello, World!'
+JSON_BODY='{"message":"Hello, World!"}'
+USERS_BODY='{"id":"123"}'
+ECHO_CTYPE=application/x-bench-echo
+ECHO_BODY_FILE='' # set by make_echo_body
 ALL_SERVERS="flare null nginx h2o lighttpd"
 FLARE_BUILD_OK=0
 
@@ -69,6 +81,9 @@ bench_init() {
     trap bench_cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
+    if [[ ! -x $PY && $(id -u) == 0 ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y python3 >&2 || true
+    fi
     [[ -x $PY ]] || die "$PY not found (the scripts need Debian's python3, stdlib only)"
 }
 
@@ -82,7 +97,8 @@ results_dir() {
 ensure_tools() {
     local -A pkg=([wrk]=wrk [nginx]=nginx-light [h2o]=h2o [lighttpd]=lighttpd
         [valgrind]=valgrind [callgrind_control]=valgrind [strace]=strace [ps]=procps
-        [taskset]=util-linux [curl]=curl [cmake]=cmake [cc]=gcc)
+        [taskset]=util-linux [curl]=curl [cmake]=cmake [cc]=gcc [gnuplot]=gnuplot-nox
+        [perf]=linux-perf [npm]=npm [node]=nodejs)
     local missing=() c
     for c in "$@"; do
         command -v "$c" >/dev/null 2>&1 || missing+=("${pkg[$c]:-$c}")
@@ -107,7 +123,11 @@ ensure_tools() {
 build_bench() {
     log "building Flare (Release) into ${BUILD_DIR#"$BENCH_ROOT"/}/"
     local blog=$BENCH_TMP/build.log
-    if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DFLARE_TESTS=OFF >"$blog" 2>&1 &&
+    # Every option that changes the code is set explicitly, so a stale CMake cache in
+    # BUILD_DIR cannot change what is measured.
+    if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DFLARE_TESTS=OFF \
+        -DFLARE_WERROR=OFF -DFLARE_LTO=ON -DFLARE_FRAME_POINTERS=OFF -DFLARE_SANITIZE= \
+        -DFLARE_FUZZ=OFF -DFLARE_EXAMPLES=ON >"$blog" 2>&1 &&
         cmake --build "$BUILD_DIR" -j2 >>"$blog" 2>&1; then
         FLARE_BUILD_OK=1
     else
@@ -150,7 +170,7 @@ server_available() {
             return 1 # a binary left over from an older build is not what we want to measure
         fi
         ;;
-    null) [[ -x $BENCH_BIN/null_server ]] ;;
+    null | null-*) [[ -x $BENCH_BIN/null_server ]] ;;
     nginx) command -v nginx >/dev/null 2>&1 ;;
     h2o) command -v h2o >/dev/null 2>&1 ;;
     lighttpd) command -v lighttpd >/dev/null 2>&1 ;;
@@ -178,6 +198,18 @@ filter_servers() {
     printf '%s\n' "${out[*]}"
 }
 
+# make_echo_body FILE: the 1 KiB request body of the echo scenario (printable, no CRLF, so
+# the null server, which counts "\r\n\r\n", sees exactly one request per request).
+make_echo_body() {
+    ECHO_BODY_FILE=$1
+    "$PY" -c 'import sys
+line = "Flare echo body: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ. "
+sys.stdout.write((line * 20)[:1024])' >"$ECHO_BODY_FILE"
+}
+
+# Does lighttpd have mod_magnet (Debian: lighttpd-modules-lua)? It serves /users/{id} with it.
+lighttpd_has_magnet() { [[ -e /usr/lib/lighttpd/mod_magnet.so ]]; }
+
 # Write NAME's config for PORT into $BENCH_TMP/NAME-PORT/ and set SERVER_CMD.
 server_command() {
     local name=$1 port=$2 dir=$BENCH_TMP/$1-$2 nofile
@@ -186,13 +218,28 @@ server_command() {
     mkdir -p "$dir/www"
     chmod 755 "$dir" "$dir/www"
     printf '%s' "$BODY" >"$dir/www/plaintext"
-    chmod 644 "$dir/www/plaintext"
+    printf '%s' "$JSON_BODY" >"$dir/www/json"
+    printf '%s' "$JSON_BODY" >"$dir/www/message.json"
+    chmod 644 "$dir/www/plaintext" "$dir/www/json" "$dir/www/message.json"
     case $name in
     flare)
         SERVER_CMD=("$FLARE_HELLO" --listen "127.0.0.1:$port" --workers 1)
         ;;
     null)
         SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port")
+        ;;
+    null-json)
+        SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port"
+            --content-type application/json --body "$JSON_BODY")
+        ;;
+    null-users)
+        SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port"
+            --content-type application/json --body "$USERS_BODY")
+        ;;
+    null-echo)
+        [[ -n $ECHO_BODY_FILE ]] || die "null-echo: make_echo_body was not called"
+        SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port"
+            --content-type "$ECHO_CTYPE" --body-file "$ECHO_BODY_FILE")
         ;;
     nginx)
         mkdir -p "$dir/tmp"
@@ -219,6 +266,14 @@ http {
             default_type text/plain;
             return 200 "$BODY";
         }
+        location = /json {
+            default_type application/json;
+            return 200 '$JSON_BODY';
+        }
+        location ~ ^/users/(\d+)\$ {
+            default_type application/json;
+            return 200 '{"id":"\$1"}';
+        }
     }
 }
 EOF
@@ -242,6 +297,27 @@ hosts:
     paths:
       /plaintext:
         file.file: $dir/www/plaintext
+      /json:
+        file.file: $dir/www/message.json
+      /users:
+        mruby.handler: |
+          Proc.new do |env|
+            if env["PATH_INFO"] =~ /\A\/(\d+)\z/
+              [200, {"content-type" => "application/json"}, ["{\"id\":\"#{\$1}\"}"]]
+            else
+              [404, {"content-type" => "text/plain"}, ["not found\n"]]
+            end
+          end
+      /echo:
+        mruby.handler: |
+          Proc.new do |env|
+            if env["REQUEST_METHOD"] == "POST"
+              [200, {"content-type" => env["CONTENT_TYPE"] || "application/octet-stream"},
+               [env["rack.input"].read]]
+            else
+              [405, {"content-type" => "text/plain"}, ["method not allowed\n"]]
+            end
+          end
 EOF
         SERVER_CMD=(h2o -m worker -c "$dir/h2o.conf")
         ;;
@@ -257,8 +333,22 @@ server.max-keep-alive-requests = 65535
 server.max-keep-alive-idle = 300
 server.max-read-idle = 300
 server.tag = "lighttpd"
-mimetype.assign = ("" => "text/plain")
+mimetype.assign = ("json" => "application/json", "" => "text/plain")
 EOF
+        if lighttpd_has_magnet; then
+            cat >"$dir/users.lua" <<'EOF'
+local id = string.match(lighty.r.req_attr["uri.path"], "^/users/(%d+)$")
+if id then
+  lighty.r.resp_header["Content-Type"] = "application/json"
+  lighty.r.resp_body:set({ '{"id":"', id, '"}' })
+  return 200
+end
+EOF
+            cat >>"$dir/lighttpd.conf" <<EOF
+server.modules += ("mod_magnet")
+\$HTTP["url"] =~ "^/users/" { magnet.attract-raw-url-to = ("$dir/users.lua") }
+EOF
+        fi
         SERVER_CMD=(lighttpd -D -f "$dir/lighttpd.conf")
         ;;
     *) die "unknown server $name" ;;
@@ -288,6 +378,45 @@ show_server_logs() {
     done
 }
 
+# lighttpd answers /users/{id} through mod_magnet: install it when missing (best effort; without
+# it lighttpd is "n/a" in that scenario).
+ensure_magnet() {
+    lighttpd_has_magnet && return 0
+    command -v lighttpd >/dev/null 2>&1 || return 0
+    [[ $(id -u) == 0 ]] || return 0
+    log "installing lighttpd-modules-lua (mod_magnet, for lighttpd's /users/{id})"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y lighttpd-modules-lua >&2 ||
+        warn "could not install lighttpd-modules-lua: lighttpd will be n/a for /users/{id}"
+}
+
+# check_route PORT METHOD PATH EXPECTED_BODY [REQUEST_BODY_FILE CONTENT_TYPE]: one request
+# with curl; 200 and exactly EXPECTED_BODY (and, with a request body, the Content-Type echoed)?
+# Sets CHECK_ERR when not.
+check_route() {
+    local port=$1 method=$2 path=$3 expect=$4 bfile=${5:-} ctype=${6:-} code
+    local -a extra=()
+    if [[ -n $bfile ]]; then
+        extra=(-H "Content-Type: $ctype" --data-binary "@$bfile")
+    fi
+    code=$(curl -s --max-time 5 -X "$method" "${extra[@]}" -o "$BENCH_TMP/check.body" \
+        -D "$BENCH_TMP/check.head" -w '%{http_code}' "http://127.0.0.1:$port$path" 2>/dev/null) || {
+        CHECK_ERR="no answer"
+        return 1
+    }
+    [[ $code == 200 ]] || {
+        CHECK_ERR="status $code"
+        return 1
+    }
+    if [[ $(<"$BENCH_TMP/check.body") != "$expect" ]]; then
+        CHECK_ERR="body '$(head -c 100 "$BENCH_TMP/check.body")'"
+        return 1
+    fi
+    if [[ -n $ctype ]] && ! tr -d '\r' <"$BENCH_TMP/check.head" | grep -qix "content-type: *$ctype"; then
+        CHECK_ERR="Content-Type is not $ctype: $(grep -i '^content-type' "$BENCH_TMP/check.head" | tr -d '\r')"
+        return 1
+    fi
+}
+
 # GET /plaintext once with curl: 200 and exactly the body?
 check_plaintext() {
     local port=$1 out code
@@ -304,6 +433,16 @@ check_plaintext() {
     }
 }
 
+# Is NAME on PORT answering? GET /plaintext (the null-* servers: their canned body).
+ready_check() {
+    case $1 in
+    null-json) check_route "$2" GET / "$JSON_BODY" ;;
+    null-users) check_route "$2" GET / "$USERS_BODY" ;;
+    null-echo) check_route "$2" GET / "$(<"$ECHO_BODY_FILE")" ;;
+    *) check_plaintext "$2" ;;
+    esac
+}
+
 # wait_ready NAME PID PORT TIMEOUT_SECONDS: returns 1 (after showing the server's logs and
 # the reason on stderr) if GET /plaintext does not answer 200 "Hello, World!" in time.
 wait_ready() {
@@ -316,14 +455,14 @@ wait_ready() {
             printf '[%s] %s exited during startup\n' "$(date +%H:%M:%S)" "$name" >&2
             return 1
         fi
-        if check_plaintext "$port"; then
+        if ready_check "$name" "$port"; then
             return 0
         fi
         sleep 0.2
     done
     show_server_logs "$BENCH_TMP/$name-$port"
-    printf "[%s] %s on port %s: GET /plaintext did not return 200 '%s' within %ss (%s)\n" \
-        "$(date +%H:%M:%S)" "$name" "$port" "$BODY" "$timeout" "$CHECK_ERR" >&2
+    printf "[%s] %s on port %s: no 200 with the expected body within %ss (%s)\n" \
+        "$(date +%H:%M:%S)" "$name" "$port" "$timeout" "$CHECK_ERR" >&2
     return 1
 }
 

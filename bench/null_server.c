@@ -6,7 +6,12 @@
  * "\r\n\r\n" and that many copies of the canned response go out in a single write(). What
  * any real server costs beyond this is the price of being a real server.
  *
- *   null_server --listen HOST:PORT
+ *   null_server --listen HOST:PORT [--content-type TYPE] [--body TEXT | --body-file PATH]
+ *
+ * The canned response is "200 OK" with Content-Type TYPE (default text/plain) and the body
+ * TEXT or the contents of PATH (default "Hello, World!"): bench/run.sh starts one per body it
+ * needs (/plaintext, /json, /users/123, the 1 KiB echo), so every scenario has its own ceiling.
+ * A request body is never parsed either: it just must not contain "\r\n\r\n".
  *
  * Exits 0 on SIGTERM/SIGINT (through a signalfd, so the loop never races a flag).
  *
@@ -33,14 +38,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char RESPONSE[] = "HTTP/1.1 200 OK\r\n"
-                               "Server: null\r\n"
-                               "Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n"
-                               "Content-Type: text/plain\r\n"
-                               "Content-Length: 13\r\n"
-                               "\r\n"
-                               "Hello, World!";
-#define RESPONSE_LEN  (sizeof(RESPONSE) - 1)
+/* The canned response: built once at startup from --body/--body-file and --content-type
+ * (default: text/plain "Hello, World!"). */
+static char *response;
+static size_t response_len;
 #define READ_BUF_SIZE (64 * 1024)
 #define MAX_EVENTS    256
 
@@ -53,7 +54,7 @@ struct conn {
 static struct conn *conns;
 static size_t conns_cap;
 
-/* out: RESPONSE repeated out_copies times (+1 spare copy so any phase can start anywhere). */
+/* out: the response repeated out_copies times (+1 spare copy so any phase can start anywhere). */
 static char *out;
 static size_t out_copies;
 
@@ -89,11 +90,11 @@ static void out_reserve(size_t copies)
     size_t want = out_copies ? out_copies : 64;
     while (want < copies)
         want *= 2;
-    char *n = realloc(out, (want + 1) * RESPONSE_LEN);
+    char *n = realloc(out, (want + 1) * response_len);
     if (!n)
         die("realloc");
     for (size_t i = out_copies ? out_copies + 1 : 0; i < want + 1; i++)
-        memcpy(n + i * RESPONSE_LEN, RESPONSE, RESPONSE_LEN);
+        memcpy(n + i * response_len, response, response_len);
     out = n;
     out_copies = want;
 }
@@ -156,8 +157,8 @@ static int conn_flush(int fd, struct conn *c)
 {
     while (c->owed) {
         /* Owed bytes end on a response boundary, so they start at this phase. */
-        size_t phase = (RESPONSE_LEN - c->owed % RESPONSE_LEN) % RESPONSE_LEN;
-        size_t avail = out_copies * RESPONSE_LEN; /* from `phase` there is >= this much */
+        size_t phase = (response_len - c->owed % response_len) % response_len;
+        size_t avail = out_copies * response_len; /* from `phase` there is >= this much */
         size_t len = c->owed < avail ? c->owed : avail;
         ssize_t w = write(fd, out + phase, len);
         if (w < 0) {
@@ -193,7 +194,7 @@ static void on_readable(int ep, int fd)
     if (!n)
         return;
     out_reserve(n);
-    c->owed = n * RESPONSE_LEN;
+    c->owed = n * response_len;
     int rc = conn_flush(fd, c);
     if (rc < 0)
         conn_close(ep, fd);
@@ -284,17 +285,74 @@ static int listen_on(const char *spec)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: null_server --listen HOST:PORT\n");
+    fprintf(f, "usage: null_server --listen HOST:PORT [--content-type TYPE]"
+               " [--body TEXT | --body-file PATH]\n");
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die(path);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        die("malloc");
+    for (;;) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) {
+            if (ferror(f))
+                die(path);
+            break;
+        }
+        cap *= 2;
+        char *nb = realloc(buf, cap);
+        if (!nb)
+            die("realloc");
+        buf = nb;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static void build_response(const char *ctype, const char *body, size_t body_len)
+{
+    static const char fmt[] = "HTTP/1.1 200 OK\r\n"
+                              "Server: null\r\n"
+                              "Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n"
+                              "Content-Type: %s\r\n"
+                              "Content-Length: %zu\r\n"
+                              "\r\n";
+    int head = snprintf(NULL, 0, fmt, ctype, body_len);
+    if (head < 0)
+        die("snprintf");
+    response_len = (size_t)head + body_len;
+    response = malloc(response_len + 1);
+    if (!response)
+        die("malloc");
+    snprintf(response, (size_t)head + 1, fmt, ctype, body_len);
+    memcpy(response + head, body, body_len);
 }
 
 int main(int argc, char **argv)
 {
     const char *listen_spec = NULL;
+    const char *ctype = "text/plain";
+    const char *body_text = "Hello, World!";
+    const char *body_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc)
             listen_spec = argv[++i];
         else if (!strncmp(argv[i], "--listen=", 9))
             listen_spec = argv[i] + 9;
+        else if (!strcmp(argv[i], "--content-type") && i + 1 < argc)
+            ctype = argv[++i];
+        else if (!strcmp(argv[i], "--body") && i + 1 < argc)
+            body_text = argv[++i];
+        else if (!strcmp(argv[i], "--body-file") && i + 1 < argc)
+            body_path = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
@@ -306,6 +364,14 @@ int main(int argc, char **argv)
     if (!listen_spec) {
         usage(stderr);
         return 2;
+    }
+    if (body_path) {
+        size_t len;
+        char *b = read_file(body_path, &len);
+        build_response(ctype, b, len);
+        free(b);
+    } else {
+        build_response(ctype, body_text, strlen(body_text));
     }
 
     signal(SIGPIPE, SIG_IGN);
@@ -359,6 +425,7 @@ int main(int argc, char **argv)
                     close(ep);
                     free(conns);
                     free(out);
+                    free(response);
                     return 0;
                 }
             } else if (!conn_get(fd)->open) {
