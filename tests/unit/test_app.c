@@ -160,15 +160,32 @@ static int h_fail(flare_req_t *req, flare_res_t *res, void *ud)
 static int port;
 
 /* protocol switch: the new owner echoes what arrived after the request */
+static int upgrade_failed;
+
 static void upgraded(flare_worker_t *w, int fd, const char *pending, size_t n, void *ud)
 {
     (void)w;
     (void)ud;
+    if (fd < 0) { /* closed before the 101 went out */
+        __atomic_add_fetch(&upgrade_failed, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
     char buf[64];
     int len = snprintf(buf, sizeof(buf), "switched:%.*s", (int)n, pending != NULL ? pending : "");
     ssize_t r = write(fd, buf, (size_t)len);
     (void)r;
     close(fd);
+}
+
+static void delayed(void *ud)
+{
+    flare_res_send(ud, 200, FLARE_STR("text/plain"), FLARE_STR("late"));
+}
+
+static int h_delay(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    return flare_worker_timer(flare_req_worker(req), 300, delayed, res) == 0 ? FLARE_ASYNC : -1;
 }
 
 static int h_upgrade(flare_req_t *req, flare_res_t *res, void *ud)
@@ -291,6 +308,7 @@ static int group_setup(void **state)
     assert_int_equal(flare_route_mw(app, FLARE_METHOD_GET, "/r", h_mw, NULL, route_mws, 1), 0);
     assert_int_equal(flare_get(app, "/stats", h_stats, NULL), 0);
     assert_int_equal(flare_get(app, "/upgrade", h_upgrade, NULL), 0);
+    assert_int_equal(flare_get(app, "/delay", h_delay, NULL), 0);
     assert_int_equal(pthread_create(&server, NULL, serve, NULL), 0);
     for (int i = 0; i < 200 && flare_app_port(app) == 0; i++)
         usleep(10000);
@@ -512,6 +530,27 @@ static void test_upgrade_handoff(void **state)
     free(r);
 }
 
+static void test_upgrade_lost_before_101(void **state)
+{
+    (void)state;
+    /* the 101 waits behind a slow response; the client leaves first */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    const char *req =
+        "GET /delay HTTP/1.1\r\nHost: t\r\n\r\nGET /upgrade HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    usleep(50000);
+    struct linger lg = { 1, 0 }; /* reset: the server sees the close at once */
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+    for (int i = 0; i < 100 && __atomic_load_n(&upgrade_failed, __ATOMIC_SEQ_CST) == 0; i++)
+        usleep(10000);
+    assert_int_equal(__atomic_load_n(&upgrade_failed, __ATOMIC_SEQ_CST), 1);
+    usleep(400000); /* the late send of /delay is a no-op on the orphan */
+}
+
 static void test_middleware_stats(void **state)
 {
     (void)state;
@@ -541,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_middleware_after_changes_status),
         cmocka_unit_test(test_middleware_stats),
         cmocka_unit_test(test_upgrade_handoff),
+        cmocka_unit_test(test_upgrade_lost_before_101),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
