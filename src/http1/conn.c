@@ -25,8 +25,9 @@
 #include "core/sys.h"
 #include "server.h"
 
-#define MAX_INFLIGHT 64   /* pipelined requests in flight before we stop reading */
-#define LINGER_MS    2000 /* read-and-discard time after an error response */
+#define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
+#define MAX_INFLIGHT 64         /* pipelined requests in flight before we stop reading */
+#define LINGER_MS    2000       /* read-and-discard time after an error response */
 #define MAX_IOV      64
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
@@ -803,7 +804,9 @@ static void process(flare_conn_t *c)
         }
         if (c->rpos == c->rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
             break;
-        if (c->nqueue >= MAX_INFLIGHT) {
+        if (c->nqueue >= MAX_INFLIGHT || c->wbuf.len - c->wsent > MAX_UNSENT) {
+            /* a client that sends but does not read: stop reading until its
+             * responses drain, instead of buffering them without bound */
             c->flags |= C_READ_PAUSED;
             flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)EPOLLIN);
             break;
