@@ -30,6 +30,18 @@ static inline bool flare__ieq_lit(flare_str_t s, const char *lower, size_t n)
 }
 #define FLARE__IEQ(s, lit) flare__ieq_lit((s), lit, sizeof(lit) - 1)
 
+/* A header field value may hold HTAB, SP, visible ASCII and obs-text, but no
+ * other control byte (CR, LF, NUL, DEL...): nothing can end the header. */
+static inline bool flare__field_value_ok(flare_str_t s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return false;
+    }
+    return true;
+}
+
 /* Writes v in decimal at p, returns the number of digits (at most 20). */
 size_t flare__u64toa(char *p, uint64_t v);
 

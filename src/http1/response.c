@@ -160,16 +160,6 @@ static inline bool ctl_free8(const char *p)
     return (lt20 | del) == 0;
 }
 
-static bool ctype_ok_slow(flare_str_t s)
-{
-    for (size_t i = 0; i < s.len; i++) {
-        unsigned char ch = (unsigned char)s.ptr[i];
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-            return false;
-    }
-    return true;
-}
-
 /* HTAB is allowed in a field value, so a block that trips the fast check
  * gets a byte-by-byte look. */
 static bool ctype_ok(flare_str_t s)
@@ -177,11 +167,11 @@ static bool ctype_ok(flare_str_t s)
     if (s.len >= 8) {
         for (size_t i = 0; i + 8 < s.len; i += 8) {
             if (!ctl_free8(s.ptr + i))
-                return ctype_ok_slow(s);
+                return flare__field_value_ok(s);
         }
-        return ctl_free8(s.ptr + s.len - 8) || ctype_ok_slow(s);
+        return ctl_free8(s.ptr + s.len - 8) || flare__field_value_ok(s);
     }
-    return ctype_ok_slow(s);
+    return flare__field_value_ok(s);
 }
 
 static int run_after(struct flare_req *ex, int status)
@@ -383,11 +373,8 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
         if (!is_tchar((unsigned char)name.ptr[i]))
             return FLARE_EINVAL;
     }
-    for (size_t i = 0; i < value.len; i++) {
-        unsigned char ch = (unsigned char)value.ptr[i];
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-            return FLARE_EINVAL;
-    }
+    if (!flare__field_value_ok(value))
+        return FLARE_EINVAL;
     if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
         FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "server") ||
         FLARE__IEQ(name, "content-type"))

@@ -44,16 +44,6 @@ static bool origin_ok(const char *o)
     return strchr(sep + 3, '/') == NULL;
 }
 
-static bool header_value_ok(const char *v)
-{
-    for (const char *p = v; *p != '\0'; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-            return false;
-    }
-    return true;
-}
-
 static bool allowed(const cors_t *c, flare_str_t origin)
 {
     if (c->any)
@@ -197,8 +187,9 @@ int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middlewar
     if (c->methods == NULL || c->headers == NULL ||
         (cfg->expose_headers != NULL && c->expose == NULL))
         goto nomem;
-    if (!header_value_ok(c->methods) || !header_value_ok(c->headers) ||
-        (c->expose != NULL && !header_value_ok(c->expose)))
+    if (!flare__field_value_ok(flare_str(c->methods)) ||
+        !flare__field_value_ok(flare_str(c->headers)) ||
+        (c->expose != NULL && !flare__field_value_ok(flare_str(c->expose))))
         goto fail;
     if (cfg->max_age > 0) {
         c->max_age = malloc(24);

@@ -40,23 +40,13 @@ static void sec_after(flare_req_t *req, flare_res_t *res, void *ud)
         flare_res_header(res, FLARE_STR("Content-Security-Policy"), csp);
 }
 
-static bool value_ok(const char *v)
-{
-    for (const char *p = v; *p != '\0'; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-            return false;
-    }
-    return true;
-}
-
 /* NULL -> default, "" -> omitted */
 static int set(char **dst, const char *v, const char *def)
 {
     const char *x = v != NULL ? v : def;
     if (x == NULL || x[0] == '\0')
         return 0;
-    if (!value_ok(x))
+    if (!flare__field_value_ok(flare_str(x)))
         return FLARE_EINVAL;
     *dst = strdup(x);
     return *dst != NULL ? 0 : FLARE_ENOMEM;
