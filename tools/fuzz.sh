@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target in BUILD_DIR/fuzz for SECONDS each, starting from
 # the seed corpus; new inputs go to a scratch corpus, crashes to fuzz/crashes/.
+# On a failure it prints the offending input (hex) so a CI log alone is enough
+# to reproduce it, and it ends with one summary line either way.
 #   tools/fuzz.sh BUILD_DIR SECONDS
 set -euo pipefail
 build=${1:?build dir}
 secs=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/fuzz/crashes"
-status=0
+failed=()
+n=0
 for bin in "$build"/fuzz/fuzz_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
@@ -15,12 +18,27 @@ for bin in "$build"/fuzz/fuzz_*; do
     scratch=$(mktemp -d)
     dict=()
     [ -f "$root/fuzz/$short.dict" ] && dict=(-dict="$root/fuzz/$short.dict")
+    n=$((n + 1))
     echo "== $name for ${secs}s"
+    before=$(ls "$root/fuzz/crashes" | grep -c "^$short-" || true)
     if ! "$bin" "${dict[@]}" -max_total_time="$secs" -print_final_stats=1 \
         -artifact_prefix="$root/fuzz/crashes/$short-" "$scratch" "$root/fuzz/corpus/$short"; then
-        echo "!! $name found a failure: see fuzz/crashes/" >&2
-        status=1
+        failed+=("$name")
+        echo "!! $name failed (exit status above); new artifacts:" >&2
+        after=$(ls "$root/fuzz/crashes" | grep -c "^$short-" || true)
+        if [ "$after" -gt "$before" ]; then
+            for f in $(ls -t "$root/fuzz/crashes" | grep "^$short-" | head -n $((after - before))); do
+                echo "   fuzz/crashes/$f ($(stat -c %s "$root/fuzz/crashes/$f") bytes; first 512 in hex):" >&2
+                od -An -tx1 -N512 -v "$root/fuzz/crashes/$f" >&2 || true
+            done
+        else
+            echo "   (none: see the fuzzer's own report above)" >&2
+        fi
     fi
     rm -rf "$scratch"
 done
-exit $status
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "!! fuzz: ${#failed[@]} of $n targets failed: ${failed[*]}" >&2
+    exit 1
+fi
+echo "fuzz: all $n targets ran ${secs}s without a failure"
