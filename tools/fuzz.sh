@@ -21,10 +21,18 @@ for bin in "$build"/fuzz/fuzz_*; do
     n=$((n + 1))
     echo "== $name for ${secs}s"
     before=$(ls "$root/fuzz/crashes" | grep -c "^$short-" || true)
-    if ! "$bin" "${dict[@]}" -max_total_time="$secs" -print_final_stats=1 \
-        -artifact_prefix="$root/fuzz/crashes/$short-" "$scratch" "$root/fuzz/corpus/$short"; then
+    # The fuzzer's progress lines go to a log (thousands of them); its summary is printed.
+    flog=$(mktemp)
+    if "$bin" "${dict[@]}" -max_total_time="$secs" -print_final_stats=1 \
+        -artifact_prefix="$root/fuzz/crashes/$short-" "$scratch" "$root/fuzz/corpus/$short" >"$flog" 2>&1; then
+        grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' "$flog" | tr '\n' ' ' || true
+        echo
+    else
+        rc=$?
         failed+=("$name")
-        echo "!! $name failed (exit status above); new artifacts:" >&2
+        echo "!! $name failed (exit status $rc); the end of its report:" >&2
+        grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$flog" | tail -n 80 >&2 || true
+        echo "!! new artifacts of $name:" >&2
         after=$(ls "$root/fuzz/crashes" | grep -c "^$short-" || true)
         if [ "$after" -gt "$before" ]; then
             for f in $(ls -t "$root/fuzz/crashes" | grep "^$short-" | head -n $((after - before))); do
@@ -35,7 +43,7 @@ for bin in "$build"/fuzz/fuzz_*; do
             echo "   (none: see the fuzzer's own report above)" >&2
         fi
     fi
-    rm -rf "$scratch"
+    rm -rf "$scratch" "$flog"
 done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "!! fuzz: ${#failed[@]} of $n targets failed: ${failed[*]}" >&2
