@@ -1,7 +1,9 @@
 /* The example server: the routes the benchmarks and the outside tests use.
  *
  *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
- *         [--max-body BYTES]
+ *         [--max-body BYTES] [--static DIR]
+ *
+ * With --static, GET /static/... serves the files of DIR (flare/static.h).
  *
  * Every handler uses the public API exactly as an application would. */
 #include <errno.h>
@@ -123,7 +125,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --listen HOST:PORT --workers N [--header-timeout SECONDS]\n"
-            "          [--idle-timeout SECONDS] [--max-body BYTES]\n",
+            "          [--idle-timeout SECONDS] [--max-body BYTES] [--static DIR]\n",
             argv0);
 }
 
@@ -143,6 +145,7 @@ static int parse_num(const char *s, unsigned long long max, unsigned long long *
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8080";
+    const char *static_dir = NULL;
     flare_config_t cfg;
     flare_config_init(&cfg);
     for (int i = 1; i < argc; i++) {
@@ -170,6 +173,8 @@ int main(int argc, char **argv)
             cfg.idle_timeout_ms = (unsigned)v * 1000;
         } else if (strcmp(arg, "--max-body") == 0 && parse_num(val, 1ull << 40, &v) == 0) {
             cfg.max_body = (size_t)v;
+        } else if (strcmp(arg, "--static") == 0) {
+            static_dir = val;
         } else {
             fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
             usage(argv[0]);
@@ -203,6 +208,12 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = flare_group_route(mw, FLARE_METHOD_GET, "/plaintext", plaintext, NULL);
+    if (rc == 0 && static_dir != NULL &&
+        (rc = flare_static(app, "/static", static_dir, NULL)) != 0) {
+        fprintf(stderr, "flare: --static %s: %s\n", static_dir, flare_strerror(rc));
+        flare_app_free(app);
+        return 1;
+    }
     if (rc != 0) {
         fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         flare_app_free(app);

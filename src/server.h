@@ -201,6 +201,9 @@ struct flare_req {
     struct flare_attr *attrs;
     flare_arena_t arena;
     flare_header_t *headers; /* capacity app->limits.max_headers */
+    /* a file body waiting for this exchange to reach the queue head (owned) */
+    int file_fd;
+    uint64_t file_off, file_len;
 };
 
 /* Connection flags */
@@ -217,12 +220,16 @@ enum {
     C_UPGRADE = 1u << 9,   /* 101 sent: hand the socket over once flushed */
 };
 
+/* Output that is not in wbuf: borrowed memory (fd -1: ptr, len) or a file
+ * range (fd >= 0: len bytes from offset off, sent with sendfile). */
 typedef struct flare_outseg {
     size_t at; /* offset in wbuf before which this segment goes */
     const char *ptr;
     size_t len;
     flare_task_fn release;
     void *ud;
+    int fd;
+    uint64_t off;
 } flare_outseg_t;
 
 struct flare_conn {
@@ -260,6 +267,12 @@ void flare__conn_sweep(flare_worker_t *w);
 void flare__conn_free_dead(flare_worker_t *w);
 void flare__conn_drain(flare_worker_t *w);
 void flare__ex_complete(struct flare_req *ex);
+/* Appends an output segment at the end of c->wbuf (fd -1: memory, else a
+ * file range). On failure (out of memory) release(ud) runs, the fd is
+ * closed, and FLARE_ENOMEM is returned. */
+int flare__conn_add_seg(flare_conn_t *c, const flare_outseg_t *seg);
+/* A file range as the next output (takes fd: closed once sent or dropped). */
+int flare__conn_push_file(flare_conn_t *c, int fd, uint64_t off, uint64_t len);
 
 /* mw/chain.c */
 int flare__chain_run(struct flare_req *ex);

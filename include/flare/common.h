@@ -57,7 +57,8 @@ FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
     X(CLOSED, -9, "connection closed")                              \
     X(TOOBIG, -10, "size limit exceeded")                           \
     X(PATTERN, -11, "invalid route pattern")                        \
-    X(THREAD, -12, "cannot start a thread")
+    X(THREAD, -12, "cannot start a thread")                         \
+    X(IO, -13, "input/output error")
 
 enum {
     FLARE_OK = 0,

@@ -178,6 +178,15 @@ FLARE_API int flare_res_send(flare_res_t *res, int status, flare_str_t content_t
 FLARE_API int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type,
                                  flare_str_t body, flare_task_fn release, void *ud);
 
+/* Sends len bytes of the open file fd from offset off as the body (HEAD:
+ * headers only). Takes fd in every case: it is closed once the bytes are
+ * written, the connection drops, or on error. Small files are read into the
+ * response (one write with the head); larger ones go out with sendfile(2),
+ * after the responses queued before them. FLARE_EIO when the file is
+ * shorter than promised. See flare/static.h for serving a directory. */
+FLARE_API int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd,
+                                 uint64_t off, uint64_t len);
+
 /* Streaming with chunked transfer coding for bodies of unknown length:
  * begin, write any number of times, end. */
 FLARE_API int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type);
@@ -272,4 +281,5 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/middleware.h"
 #include "flare/rest.h"
 #include "flare/session.h"
+#include "flare/static.h"
 #endif

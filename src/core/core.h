@@ -45,4 +45,7 @@ static inline bool flare__field_value_ok(flare_str_t s)
 /* Writes v in decimal at p, returns the number of digits (at most 20). */
 size_t flare__u64toa(char *p, uint64_t v);
 
+/* Writes v in lowercase hex (no prefix) at p, returns the digits (1 to 16). */
+size_t flare__u64tohex(char *p, uint64_t v);
+
 #endif

@@ -39,3 +39,16 @@ size_t flare__u64toa(char *p, uint64_t v)
     memcpy(p, tmp + n, sizeof(tmp) - n);
     return sizeof(tmp) - n;
 }
+
+size_t flare__u64tohex(char *p, uint64_t v)
+{
+    static const char hex[] = "0123456789abcdef";
+    char tmp[16];
+    size_t n = sizeof(tmp);
+    do {
+        tmp[--n] = hex[v & 15];
+        v >>= 4;
+    } while (v != 0);
+    memcpy(p, tmp + n, sizeof(tmp) - n);
+    return sizeof(tmp) - n;
+}

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -76,6 +77,7 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
         }
         flare__arena_init(&ex->arena);
         ex->worker = w;
+        ex->file_fd = -1;
     }
     ex->next = NULL;
     ex->flags = 0;
@@ -107,6 +109,10 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
     }
     if (flare__arena_used(&ex->arena))
         flare__arena_reset(&ex->arena);
+    if (flare__unlikely(ex->file_fd >= 0)) { /* a file response that never went out */
+        close(ex->file_fd);
+        ex->file_fd = -1;
+    }
     /* keep small buffers for the next exchange; give big ones back */
     if (ex->bodybuf.cap > 65536)
         flare__buf_free(&ex->bodybuf);
@@ -311,6 +317,50 @@ static void after_output(flare_conn_t *c)
     }
 }
 
+int flare__conn_add_seg(flare_conn_t *c, const flare_outseg_t *seg)
+{
+    if (c->nsegs == c->capsegs) {
+        uint32_t cap = c->capsegs != 0 ? c->capsegs * 2 : 4;
+        flare_outseg_t *s = realloc(c->segs, cap * sizeof(*s));
+        if (s == NULL) {
+            if (seg->release != NULL)
+                seg->release(seg->ud);
+            return FLARE_ENOMEM;
+        }
+        c->segs = s;
+        c->capsegs = cap;
+    }
+    c->segs[c->nsegs] = *seg;
+    c->segs[c->nsegs].at = c->wbuf.len;
+    c->nsegs++;
+    return 0;
+}
+
+/* Response bytes produced but not yet written (wbuf and segments). */
+static size_t unsent(const flare_conn_t *c)
+{
+    size_t all = c->wbuf.len;
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        all += c->segs[i].len;
+    return all - c->wsent;
+}
+
+/* Sends what of file segment i is not yet written, starting `skip` bytes
+ * into it. Returns bytes sent, or -errno. */
+static ssize_t send_file_seg(flare_conn_t *c, const flare_outseg_t *seg, size_t skip)
+{
+    off_t off = (off_t)(seg->off + skip);
+    size_t n = seg->len - skip;
+    if (n > (1u << 30))
+        n = 1u << 30;
+    ssize_t wr = sendfile(c->io.fd, seg->fd, &off, n);
+    if (wr < 0)
+        return -errno;
+    if (wr == 0)
+        return -EIO; /* the file shrank under us: the promised length cannot be kept */
+    return wr;
+}
+
 void flare__conn_flush(flare_conn_t *c)
 {
     /* the common case: one buffer, nothing borrowed, nothing sent yet */
@@ -339,6 +389,9 @@ void flare__conn_flush(flare_conn_t *c)
         struct iovec iov[MAX_IOV];
         int n = 0;
         size_t skip = c->wsent, wpos = 0, total = 0;
+        const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
+        size_t file_skip = 0;
+        bool more = false; /* a file range follows the gathered bytes */
         for (uint32_t i = 0; i <= c->nsegs && n < MAX_IOV; i++) {
             size_t at = i < c->nsegs ? c->segs[i].at : c->wbuf.len;
             /* wbuf bytes [wpos, at) */
@@ -357,6 +410,16 @@ void flare__conn_flush(flare_conn_t *c)
                 break;
             if (skip >= c->segs[i].len) {
                 skip -= c->segs[i].len;
+            } else if (c->segs[i].fd >= 0) {
+                /* gathered bytes go first (with MSG_MORE: the file follows);
+                 * the file range itself by sendfile on its own turn */
+                if (n == 0) {
+                    file = &c->segs[i];
+                    file_skip = skip;
+                } else {
+                    more = true;
+                }
+                break;
             } else {
                 iov[n].iov_base = (char *)c->segs[i].ptr + skip;
                 iov[n].iov_len = c->segs[i].len - skip;
@@ -365,8 +428,19 @@ void flare__conn_flush(flare_conn_t *c)
                 skip = 0;
             }
         }
-        ssize_t wr = n == 1 ? flare__write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
-                            : flare__writev(c->io.fd, iov, n);
+        ssize_t wr;
+        if (file != NULL) {
+            total = file->len - file_skip;
+            wr = send_file_seg(c, file, file_skip);
+        } else if (more) {
+            struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+            wr = sendmsg(c->io.fd, &mh, MSG_MORE | MSG_NOSIGNAL);
+            if (wr < 0)
+                wr = -errno;
+        } else {
+            wr = n == 1 ? flare__write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
+                        : flare__writev(c->io.fd, iov, n);
+        }
         if (wr < 0) {
             if (wr == -EINTR)
                 continue;
@@ -411,6 +485,17 @@ void flare__conn_flush(flare_conn_t *c)
     after_output(c);
 }
 
+static void close_file(void *ud)
+{
+    close((int)(intptr_t)ud);
+}
+
+int flare__conn_push_file(flare_conn_t *c, int fd, uint64_t off, uint64_t len)
+{
+    flare_outseg_t seg = { 0, NULL, (size_t)len, close_file, (void *)(intptr_t)fd, fd, off };
+    return flare__conn_add_seg(c, &seg);
+}
+
 /* ---- exchange queue ---- */
 
 static void enqueue(flare_conn_t *c, struct flare_req *ex)
@@ -448,6 +533,14 @@ static void queue_advance(flare_conn_t *c)
                 return;
             }
             ex->out.len = 0;
+        }
+        if (flare__unlikely(ex->file_fd >= 0)) {
+            int fd = ex->file_fd;
+            ex->file_fd = -1;
+            if (flare__conn_push_file(c, fd, ex->file_off, ex->file_len) != 0) {
+                flare__conn_close(c);
+                return;
+            }
         }
         if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER)) {
             if (ex->flags & EX_NEED_CONTINUE)
@@ -804,7 +897,8 @@ static void process(flare_conn_t *c)
         }
         if (c->rpos == c->rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
             break;
-        if (c->nqueue >= MAX_INFLIGHT || c->wbuf.len - c->wsent > MAX_UNSENT) {
+        if (c->nqueue >= MAX_INFLIGHT ||
+            (c->nsegs == 0 ? c->wbuf.len - c->wsent : unsent(c)) > MAX_UNSENT) {
             /* a client that sends but does not read: stop reading until its
              * responses drain, instead of buffering them without bound */
             c->flags |= C_READ_PAUSED;

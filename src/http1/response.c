@@ -3,8 +3,11 @@
  * The head is written with memcpy from precomputed pieces: status lines are
  * string constants generated from FLARE_STATUS_MAP, the Date line is cached
  * per worker per second, lengths are formatted by hand. No printf. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -233,16 +236,10 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
         flare_conn_t *c = ex->conn;
         if (release != NULL && out == &c->wbuf && body.len >= 4096) {
             /* borrowed: goes out by reference in the same writev */
-            if (c->nsegs == c->capsegs) {
-                uint32_t cap = c->capsegs != 0 ? c->capsegs * 2 : 4;
-                flare_outseg_t *s = realloc(c->segs, cap * sizeof(*s));
-                if (s == NULL)
-                    goto nomem;
-                c->segs = s;
-                c->capsegs = cap;
-            }
-            c->segs[c->nsegs++] = (flare_outseg_t){ out->len, body.ptr, body.len, release, ud };
+            flare_outseg_t seg = { out->len, body.ptr, body.len, release, ud, -1, 0 };
             release = NULL;
+            if (flare__conn_add_seg(c, &seg) != 0)
+                goto nomem;
         } else if (flare__buf_append(out, body.ptr, body.len) != 0) {
             goto nomem;
         }
@@ -275,6 +272,97 @@ int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, f
                        flare_task_fn release, void *ud)
 {
     return send_common(res, status, content_type, body, release != NULL ? release : no_release, ud);
+}
+
+/* Files up to this size are read into the response: one write with the
+ * head instead of a write and a sendfile. */
+#define SENDFILE_MIN 16384
+
+static int read_range(int fd, char *dst, uint64_t off, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = pread(fd, dst, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return FLARE_EIO;
+        dst += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd, uint64_t off,
+                       uint64_t len)
+{
+    struct flare_req *ex = res;
+    int rc = 0;
+    if (fd < 0)
+        return FLARE_EINVAL;
+    if (ex->flags & EX_ORPHAN) {
+        close(fd);
+        return orphan_done(ex);
+    }
+    if (ex->flags & (EX_SENT | EX_STREAM)) {
+        rc = FLARE_ESTATE;
+        goto out;
+    }
+    if ((unsigned)(status - 200) > 799u || !ctype_ok(content_type) || off > INT64_MAX ||
+        len > INT64_MAX - off) {
+        rc = FLARE_EINVAL;
+        goto out;
+    }
+    if (ex->flags & EX_HAS_AFTER) {
+        status = run_after(ex, status);
+        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN)) {
+            close(fd);
+            return ex->flags & EX_ORPHAN ? orphan_done(ex) : 0;
+        }
+    }
+    flare_buf_t *out = out_buf(ex);
+    size_t mark = out->len;
+    if (flare__serialize_head(ex, out, status, content_type, len, false) != 0) {
+        rc = FLARE_ENOMEM;
+        goto out;
+    }
+    if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && len > 0) {
+        flare_conn_t *c = ex->conn;
+        if (len <= SENDFILE_MIN) {
+            if (flare__buf_reserve(out, (size_t)len) != 0) {
+                out->len = mark;
+                rc = FLARE_ENOMEM;
+                goto out;
+            }
+            if ((rc = read_range(fd, out->data + out->len, off, (size_t)len)) != 0) {
+                out->len = mark;
+                goto out;
+            }
+            out->len += (size_t)len;
+        } else if (out == &c->wbuf) {
+            int f = fd;
+            fd = -1;
+            if (flare__conn_push_file(c, f, off, len) != 0) {
+                out->len = mark;
+                return FLARE_ENOMEM;
+            }
+        } else {
+            /* sent when this exchange reaches the head of the queue */
+            ex->file_fd = fd;
+            ex->file_off = off;
+            ex->file_len = len;
+            fd = -1;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+    return 0;
+out:
+    close(fd);
+    return rc;
 }
 
 int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)

@@ -1,0 +1,80 @@
+/* Flare: static files.
+ *
+ *   flare_static_opts_t o;
+ *   flare_static_opts_init(&o);
+ *   o.max_age = 3600;
+ *   flare_static(app, "/assets", "/srv/www/assets", &o);
+ *
+ * serves GET and HEAD /assets/<path> from the directory, the way nginx's
+ * `location /assets/ { root ...; }` does:
+ *   - the path is percent-decoded, then checked: a NUL byte, a `..` segment
+ *     or a bad escape is a 400; files are opened with openat2(2)
+ *     RESOLVE_BENEATH, so no symlink leads out of the root either (404);
+ *   - names starting with '.' are not served (404) unless opts.dotfiles;
+ *   - a directory without a trailing slash is redirected (301) to the same
+ *     path with one; with one, its index file (opts.index) is served, else 404;
+ *   - only regular files are served (a FIFO or device is a 404);
+ *   - validators: a strong ETag (modification time and size) and
+ *     Last-Modified; If-Match / If-Unmodified-Since (412), If-None-Match /
+ *     If-Modified-Since (304), RFC 9110 section 13.2.2 order;
+ *   - single byte ranges (206 with Content-Range; 416 when unsatisfiable),
+ *     with If-Range; a request for several ranges gets the whole file (200);
+ *   - Content-Type from the file extension (text types with charset=utf-8),
+ *     application/octet-stream when unknown;
+ *   - optional precompressed variants: with opts.precompressed, "x.js.gz"
+ *     next to "x.js" is sent with Content-Encoding: gzip to clients that
+ *     accept gzip (Vary: Accept-Encoding on both);
+ *   - small files are read into the response, larger ones go out with
+ *     sendfile(2); every file is opened per request (no descriptor cache:
+ *     a replaced file is seen at once).
+ * Other methods get 405 with Allow: GET, HEAD. The root is opened once, at
+ * registration; it must exist and be a directory. */
+#ifndef FLARE_STATIC_H
+#define FLARE_STATIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "flare/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flare_static_opts {
+    const char *index;         /* directory index file name ("index.html"; NULL: none) */
+    uint32_t max_age;          /* > 0: Cache-Control: public, max-age=N */
+    const char *cache_control; /* when set, used as Cache-Control instead of max_age */
+    bool dotfiles;             /* serve names starting with '.' (default false) */
+    bool precompressed;        /* look for "<file>.gz" (default false) */
+} flare_static_opts_t;
+
+/* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz. */
+FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
+
+/* Serves the directory root under URL prefix ("/static"; "" or "/" for the
+ * whole site): registers GET <prefix>/{*path} and GET <prefix> (which
+ * redirects to <prefix>/). opts may be NULL (defaults); it is copied.
+ * FLARE_EINVAL for a bad prefix or options, FLARE_NOTFOUND when root is
+ * not an accessible directory, FLARE_EEXIST when the routes exist. */
+FLARE_API int flare_static(flare_app_t *app, const char *prefix, const char *root,
+                           const flare_static_opts_t *opts);
+
+/* The same under a route group's prefix (and its middlewares). */
+FLARE_API int flare_group_static(flare_group_t *g, const char *prefix, const char *root,
+                                 const flare_static_opts_t *opts);
+
+/* The Content-Type Flare uses for a file name, by its extension
+ * ("application/octet-stream" when unknown). Static storage. */
+FLARE_API flare_str_t flare_mime_type(flare_str_t filename);
+
+/* Parses an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime
+ * forms, as RFC 9110 section 5.6.7 requires of recipients). */
+FLARE_API bool flare_http_date_parse(flare_str_t s, time_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,736 @@
+/* Static files: a directory served under a URL prefix (see flare/static.h).
+ *
+ * Per request: decode and check the path (static_parse), openat2 under the
+ * root with RESOLVE_BENEATH, fstat, validators and conditionals, Range, then
+ * flare_res_sendfile, which owns the descriptor from there on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/core.h"
+#include "flare/flare.h"
+#include "flare/static.h"
+#include "server.h"
+#include "web/static_parse.h"
+
+/* ---- pure parts ------------------------------------------------------------ */
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int flare__static_path(flare_str_t raw, char *out, size_t *outlen, bool *dir, bool dotfiles)
+{
+    size_t n = 0, seg = 0; /* seg: where the current segment starts in out */
+    *dir = raw.len > 0 && raw.ptr[raw.len - 1] == '/';
+    for (size_t i = 0; i <= raw.len; i++) {
+        unsigned char ch;
+        if (i == raw.len) {
+            ch = '/';
+        } else if (raw.ptr[i] == '%') {
+            int hi = i + 2 < raw.len ? hexval((unsigned char)raw.ptr[i + 1]) : -1;
+            int lo = hi >= 0 ? hexval((unsigned char)raw.ptr[i + 2]) : -1;
+            if (lo < 0)
+                return 400;
+            ch = (unsigned char)(hi << 4 | lo);
+            i += 2;
+            if (ch == 0)
+                return 400;
+        } else {
+            ch = (unsigned char)raw.ptr[i];
+            if (ch == 0)
+                return 400;
+        }
+        if (ch != '/') {
+            out[n++] = (char)ch;
+            continue;
+        }
+        /* end of a segment: out[seg, n) */
+        size_t len = n - seg;
+        const char *s = out + seg;
+        if (len == 0 || (len == 1 && s[0] == '.')) {
+            n = seg; /* dropped */
+        } else if (len == 2 && s[0] == '.' && s[1] == '.') {
+            return 400;
+        } else if (s[0] == '.' && !dotfiles) {
+            return 404;
+        } else {
+            out[n++] = '/';
+            seg = n;
+        }
+    }
+    if (n > 0)
+        n--; /* the separator after the last segment */
+    out[n] = '\0';
+    *outlen = n;
+    return 0;
+}
+
+static inline bool ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Saturating decimal: digits at *p..end; false when there are none. */
+static bool digits(const char **p, const char *end, uint64_t *v)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        unsigned d = (unsigned)(*s - '0');
+        x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
+        s++;
+    }
+    if (s == *p)
+        return false;
+    *p = s;
+    *v = x;
+    return true;
+}
+
+int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64_t *len)
+{
+    const char *p = value.ptr, *end = value.ptr + value.len;
+    if (value.len < 6 || strncasecmp(p, "bytes=", 6) != 0 || size == 0)
+        return FLARE__RANGE_NONE;
+    p += 6;
+    unsigned specs = 0, satisfiable = 0;
+    uint64_t f = 0, l = 0;
+    while (p < end) {
+        while (p < end && (ows(*p) || *p == ','))
+            p++;
+        if (p == end)
+            break;
+        uint64_t a, b;
+        bool sat;
+        if (*p == '-') { /* suffix-range */
+            p++;
+            if (!digits(&p, end, &b))
+                return FLARE__RANGE_NONE;
+            sat = b > 0;
+            a = b >= size ? 0 : size - b;
+            b = size - 1;
+        } else {
+            if (!digits(&p, end, &a) || p == end || *p != '-')
+                return FLARE__RANGE_NONE;
+            p++;
+            if (p < end && *p >= '0' && *p <= '9') {
+                digits(&p, end, &b);
+                if (b < a)
+                    return FLARE__RANGE_NONE; /* invalid range-spec: ignore the field */
+            } else {
+                b = UINT64_MAX;
+            }
+            sat = a < size;
+            if (b >= size)
+                b = size - 1;
+        }
+        while (p < end && ows(*p))
+            p++;
+        if (p < end && *p != ',')
+            return FLARE__RANGE_NONE;
+        specs++;
+        if (sat) {
+            satisfiable++;
+            f = a;
+            l = b - a + 1;
+        }
+    }
+    if (specs == 0)
+        return FLARE__RANGE_NONE;
+    if (satisfiable == 0)
+        return FLARE__RANGE_UNSAT;
+    if (specs > 1)
+        return FLARE__RANGE_NONE;
+    *first = f;
+    *len = l;
+    return FLARE__RANGE_ONE;
+}
+
+bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong)
+{
+    const char *p = list.ptr, *end = list.ptr + list.len;
+    bool matched = false;
+    unsigned elems = 0;
+    while (p < end) {
+        while (p < end && (ows(*p) || *p == ','))
+            p++;
+        if (p == end)
+            break;
+        elems++;
+        if (*p == '*') {
+            p++;
+            matched = true;
+        } else {
+            bool weak = false;
+            if (end - p >= 2 && p[0] == 'W' && p[1] == '/') {
+                weak = true;
+                p += 2;
+            }
+            if (p == end || *p != '"')
+                return false;
+            const char *q = p + 1;
+            while (q < end && *q != '"') {
+                unsigned char c = (unsigned char)*q;
+                if (c < 0x21 || c == 0x7f) /* etagc = %x21 / %x23-7E / obs-text */
+                    return false;
+                q++;
+            }
+            if (q == end)
+                return false;
+            q++; /* the closing quote */
+            size_t n = (size_t)(q - p);
+            if (!(strong && weak) && n == etag.len && memcmp(p, etag.ptr, n) == 0)
+                matched = true;
+            p = q;
+        }
+        while (p < end && ows(*p))
+            p++;
+        if (p < end && *p != ',')
+            return false;
+    }
+    return elems > 0 && matched;
+}
+
+bool flare__accepts_gzip(flare_str_t value)
+{
+    const char *p = value.ptr, *end = value.ptr + value.len;
+    bool gzip = false, star = false, gzip_seen = false;
+    while (p < end) {
+        while (p < end && (ows(*p) || *p == ','))
+            p++;
+        const char *t = p;
+        while (p < end && *p != ',' && *p != ';' && !ows(*p))
+            p++;
+        size_t tlen = (size_t)(p - t);
+        /* parameters: only q matters; q=0 (0, 0.0, 0.000) refuses */
+        bool refused = false;
+        while (p < end && *p != ',') {
+            while (p < end && (ows(*p) || *p == ';'))
+                p++;
+            if (end - p >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
+                p += 2;
+                refused = p < end && *p == '0';
+                if (refused) {
+                    p++;
+                    if (p < end && *p == '.') {
+                        p++;
+                        while (p < end && *p == '0')
+                            p++;
+                        refused = p == end || !(*p >= '1' && *p <= '9');
+                    }
+                }
+            }
+            while (p < end && *p != ',' && *p != ';')
+                p++;
+        }
+        if (tlen == 4 && strncasecmp(t, "gzip", 4) == 0) {
+            gzip_seen = true;
+            gzip = !refused;
+        } else if (tlen == 1 && t[0] == '*') {
+            star = !refused;
+        }
+    }
+    return gzip || (!gzip_seen && star);
+}
+
+/* ---- HTTP dates ------------------------------------------------------------ */
+
+static int month_of(const char *s)
+{
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    for (int m = 0; m < 12; m++) {
+        if (memcmp(s, months + 3 * m, 3) == 0)
+            return m;
+    }
+    return -1;
+}
+
+static bool num(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+ * days_from_civil algorithm) */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static bool hms(const char *s, int *h, int *mi, int *sec)
+{
+    return num(s, 2, h) && s[2] == ':' && num(s + 3, 2, mi) && s[5] == ':' && num(s + 6, 2, sec) &&
+           *h < 24 && *mi < 60 && *sec <= 60;
+}
+
+static bool day_name(const char *s, size_t n)
+{
+    static const char *const names[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+    static const char *const long_names[] = { "Sunday",   "Monday", "Tuesday", "Wednesday",
+                                              "Thursday", "Friday", "Saturday" };
+    for (int i = 0; i < 7; i++) {
+        if ((n == 3 && memcmp(s, names[i], 3) == 0) ||
+            (n == strlen(long_names[i]) && memcmp(s, long_names[i], n) == 0))
+            return true;
+    }
+    return false;
+}
+
+bool flare_http_date_parse(flare_str_t str, time_t *out)
+{
+    const char *s = str.ptr;
+    size_t n = str.len;
+    int d, m, y, h, mi, sec;
+    if (s == NULL)
+        return false;
+    if (n == 29 && s[3] == ',') {
+        /* IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT */
+        if (!day_name(s, 3) || s[4] != ' ' || !num(s + 5, 2, &d) || s[7] != ' ' ||
+            (m = month_of(s + 8)) < 0 || s[11] != ' ' || !num(s + 12, 4, &y) || s[16] != ' ' ||
+            !hms(s + 17, &h, &mi, &sec) || memcmp(s + 25, " GMT", 4) != 0)
+            return false;
+    } else if (n == 24 && s[3] == ' ') {
+        /* asctime: Sun Nov  6 08:49:37 1994 */
+        if (!day_name(s, 3) || (m = month_of(s + 4)) < 0 || s[7] != ' ' ||
+            !(s[8] == ' ' ? num(s + 9, 1, &d) : num(s + 8, 2, &d)) || s[10] != ' ' ||
+            !hms(s + 11, &h, &mi, &sec) || s[19] != ' ' || !num(s + 20, 4, &y))
+            return false;
+    } else {
+        /* RFC 850: Sunday, 06-Nov-94 08:49:37 GMT */
+        const char *comma = memchr(s, ',', n);
+        if (comma == NULL || !day_name(s, (size_t)(comma - s)))
+            return false;
+        size_t k = (size_t)(comma - s);
+        if (n != k + 24 || comma[1] != ' ' || !num(comma + 2, 2, &d) || comma[4] != '-' ||
+            (m = month_of(comma + 5)) < 0 || comma[8] != '-' || !num(comma + 9, 2, &y) ||
+            comma[11] != ' ' || !hms(comma + 12, &h, &mi, &sec) ||
+            memcmp(comma + 20, " GMT", 4) != 0)
+            return false;
+        y += y < 70 ? 2000 : 1900;
+    }
+    static const unsigned char mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    if (d < 1 || d > mdays[m])
+        return false;
+    int64_t t = days_from_civil(y, (unsigned)m + 1, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec;
+    *out = (time_t)t;
+    return true;
+}
+
+/* ---- MIME types ------------------------------------------------------------ */
+
+static const struct {
+    const char *ext;
+    const char *type;
+} mime_table[] = {
+    { "html", "text/html; charset=utf-8" },
+    { "htm", "text/html; charset=utf-8" },
+    { "css", "text/css; charset=utf-8" },
+    { "js", "text/javascript; charset=utf-8" },
+    { "mjs", "text/javascript; charset=utf-8" },
+    { "json", "application/json" },
+    { "map", "application/json" },
+    { "txt", "text/plain; charset=utf-8" },
+    { "md", "text/markdown; charset=utf-8" },
+    { "csv", "text/csv; charset=utf-8" },
+    { "xml", "application/xml" },
+    { "svg", "image/svg+xml" },
+    { "png", "image/png" },
+    { "jpg", "image/jpeg" },
+    { "jpeg", "image/jpeg" },
+    { "gif", "image/gif" },
+    { "webp", "image/webp" },
+    { "avif", "image/avif" },
+    { "ico", "image/x-icon" },
+    { "wasm", "application/wasm" },
+    { "pdf", "application/pdf" },
+    { "zip", "application/zip" },
+    { "gz", "application/gzip" },
+    { "woff", "font/woff" },
+    { "woff2", "font/woff2" },
+    { "ttf", "font/ttf" },
+    { "otf", "font/otf" },
+    { "mp4", "video/mp4" },
+    { "webm", "video/webm" },
+    { "mp3", "audio/mpeg" },
+    { "ogg", "audio/ogg" },
+    { "wav", "audio/wav" },
+    { "webmanifest", "application/manifest+json" },
+};
+
+flare_str_t flare_mime_type(flare_str_t name)
+{
+    size_t i = name.len;
+    while (i > 0 && name.ptr[i - 1] != '.' && name.ptr[i - 1] != '/')
+        i--;
+    if (i > 0 && name.ptr[i - 1] == '.') {
+        flare_str_t ext = { name.ptr + i, name.len - i };
+        for (size_t k = 0; k < sizeof(mime_table) / sizeof(mime_table[0]); k++) {
+            if (flare_str_ieq(ext, flare_str(mime_table[k].ext)))
+                return flare_str(mime_table[k].type);
+        }
+    }
+    return FLARE_STR("application/octet-stream");
+}
+
+/* ---- serving --------------------------------------------------------------- */
+
+typedef struct static_dir {
+    int root; /* O_PATH directory */
+    flare_static_opts_t o;
+    char *index;         /* owned copy */
+    char *cache_control; /* owned: the Cache-Control value, or NULL */
+} static_dir_t;
+
+static void static_dir_free(void *p)
+{
+    static_dir_t *sd = p;
+    if (sd->root >= 0)
+        close(sd->root);
+    free(sd->index);
+    free(sd->cache_control);
+    free(sd);
+}
+
+void flare_static_opts_init(flare_static_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->index = "index.html";
+}
+
+/* openat2 RESOLVE_BENEATH: no "..", absolute or symlinked way out of the
+ * root. Returns the fd or -errno. */
+static int open_beneath(int root, const char *rel)
+{
+    struct open_how how = {
+        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    long fd = syscall(SYS_openat2, root, *rel != '\0' ? rel : ".", &how, sizeof(how));
+    return fd >= 0 ? (int)fd : -errno;
+}
+
+static int fail(flare_res_t *res, int status, const char *msg)
+{
+    return flare_res_send(res, status, FLARE_STR("text/plain; charset=utf-8"), flare_str(msg));
+}
+
+static int open_error(flare_res_t *res, int err)
+{
+    switch (err) {
+    case -EACCES:
+    case -EPERM:
+        return fail(res, 403, "Forbidden\n");
+    case -EMFILE:
+    case -ENFILE:
+    case -ENOMEM:
+        return fail(res, 503, "Service Unavailable: out of file descriptors\n");
+    default: /* ENOENT, ENOTDIR, EXDEV (outside the root), ELOOP, ENAMETOOLONG... */
+        return fail(res, 404, "Not Found\n");
+    }
+}
+
+static int redirect_dir(flare_req_t *req, flare_res_t *res)
+{
+    flare_str_t path = flare_req_path(req), query = flare_req_query(req);
+    size_t n = path.len + 1 + (query.len > 0 ? query.len + 1 : 0);
+    char *loc = flare_req_alloc(req, n);
+    if (loc == NULL)
+        return FLARE_ENOMEM;
+    memcpy(loc, path.ptr, path.len);
+    loc[path.len] = '/';
+    if (query.len > 0) {
+        loc[path.len + 1] = '?';
+        memcpy(loc + path.len + 2, query.ptr, query.len);
+    }
+    int rc = flare_res_header(res, FLARE_STR("Location"), (flare_str_t){ loc, n });
+    if (rc != 0)
+        return fail(res, 400, "Bad Request: bad path\n");
+    return fail(res, 301, "Moved Permanently\n");
+}
+
+static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, flare_str_t raw,
+                        bool bare_prefix)
+{
+    if (bare_prefix) /* "/static": the directory itself, without its slash */
+        return redirect_dir(req, res);
+
+    /* rel + "/" + index + ".gz" */
+    size_t cap = raw.len + 2 + (sd->index != NULL ? strlen(sd->index) : 0) + 4;
+    char *rel = flare_req_alloc(req, cap);
+    if (rel == NULL)
+        return FLARE_ENOMEM;
+    size_t rlen;
+    bool slash;
+    int st = flare__static_path(raw, rel, &rlen, &slash, sd->o.dotfiles);
+    if (st == 400)
+        return fail(res, 400,
+                    "Bad Request: invalid path (bad %-escape, NUL byte or '..' segment)\n");
+    if (st != 0)
+        return fail(res, 404, "Not Found\n");
+
+    int fd = open_beneath(sd->root, rel);
+    if (fd < 0)
+        return open_error(res, fd);
+    struct stat stt;
+    if (fstat(fd, &stt) != 0) {
+        close(fd);
+        return fail(res, 500, "Internal Server Error\n");
+    }
+    if (S_ISDIR(stt.st_mode)) {
+        close(fd);
+        if (!slash && rlen > 0)
+            return redirect_dir(req, res);
+        if (sd->index == NULL)
+            return fail(res, 404, "Not Found\n");
+        if (rlen > 0)
+            rel[rlen++] = '/';
+        strcpy(rel + rlen, sd->index);
+        rlen += strlen(sd->index);
+        fd = open_beneath(sd->root, rel);
+        if (fd < 0)
+            return open_error(res, fd);
+        if (fstat(fd, &stt) != 0) {
+            close(fd);
+            return fail(res, 500, "Internal Server Error\n");
+        }
+    }
+    if (!S_ISREG(stt.st_mode)) {
+        close(fd);
+        return fail(res, 404, "Not Found\n");
+    }
+    flare_str_t ctype = flare_mime_type((flare_str_t){ rel, rlen });
+
+    /* a precompressed sibling, when the client takes gzip */
+    bool gz = false;
+    if (sd->o.precompressed) {
+        flare_str_t ae = flare_req_header(req, "accept-encoding");
+        if (ae.ptr != NULL && flare__accepts_gzip(ae)) {
+            memcpy(rel + rlen, ".gz", 4);
+            int gfd = open_beneath(sd->root, rel);
+            rel[rlen] = '\0';
+            struct stat gst;
+            if (gfd >= 0 && fstat(gfd, &gst) == 0 && S_ISREG(gst.st_mode)) {
+                close(fd);
+                fd = gfd;
+                stt = gst;
+                gz = true;
+            } else if (gfd >= 0) {
+                close(gfd);
+            }
+        }
+    }
+
+    /* validators */
+    char *etag = flare_req_alloc(req, 64), *lm = flare_req_alloc(req, 30);
+    if (etag == NULL || lm == NULL) {
+        close(fd);
+        return FLARE_ENOMEM;
+    }
+    size_t elen = 0;
+    etag[elen++] = '"';
+    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_mtim.tv_sec);
+    etag[elen++] = '.';
+    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_mtim.tv_nsec);
+    etag[elen++] = '-';
+    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_size);
+    etag[elen++] = '"';
+    flare__format_http_date(lm, stt.st_mtim.tv_sec);
+    flare_str_t etag_s = { etag, elen }, lm_s = { lm, 29 };
+
+    int rc = flare_res_header(res, FLARE_STR("ETag"), etag_s);
+    if (rc == 0)
+        rc = flare_res_header(res, FLARE_STR("Last-Modified"), lm_s);
+    if (rc == 0 && sd->cache_control != NULL)
+        rc = flare_res_header(res, FLARE_STR("Cache-Control"), flare_str(sd->cache_control));
+    if (rc == 0 && sd->o.precompressed)
+        rc = flare_res_header(res, FLARE_STR("Vary"), FLARE_STR("Accept-Encoding"));
+    if (rc == 0 && gz)
+        rc = flare_res_header(res, FLARE_STR("Content-Encoding"), FLARE_STR("gzip"));
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+
+    /* conditionals, RFC 9110 section 13.2.2 */
+    time_t mtime = stt.st_mtim.tv_sec, when;
+    flare_str_t im = flare_req_header(req, "if-match");
+    flare_str_t ius = flare_req_header(req, "if-unmodified-since");
+    if (im.ptr != NULL ? !flare__etag_match(im, etag_s, true)
+                       : (ius.ptr != NULL && flare_http_date_parse(ius, &when) && mtime > when)) {
+        close(fd);
+        return fail(res, 412, "Precondition Failed\n");
+    }
+    flare_str_t inm = flare_req_header(req, "if-none-match");
+    flare_str_t ims = flare_req_header(req, "if-modified-since");
+    if (inm.ptr != NULL ? flare__etag_match(inm, etag_s, false)
+                        : (ims.ptr != NULL && flare_http_date_parse(ims, &when) && mtime <= when)) {
+        close(fd);
+        return flare_res_send(res, 304, FLARE_STR_NULL, FLARE_STR_NULL);
+    }
+
+    uint64_t size = (uint64_t)stt.st_size, first = 0, len = size;
+    int status = 200;
+    if ((rc = flare_res_header(res, FLARE_STR("Accept-Ranges"), FLARE_STR("bytes"))) != 0) {
+        close(fd);
+        return rc;
+    }
+    flare_str_t range = flare_req_header(req, "range");
+    if (range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
+        flare_str_t ir = flare_req_header(req, "if-range");
+        bool use = true;
+        if (ir.ptr != NULL) {
+            if (ir.len > 0 && (ir.ptr[0] == '"' || ir.ptr[0] == 'W'))
+                use = flare__etag_match(ir, etag_s, true);
+            else
+                use = flare_http_date_parse(ir, &when) && when == mtime;
+        }
+        int r = use ? flare__range_parse(range, size, &first, &len) : FLARE__RANGE_NONE;
+        char *cr = flare_req_alloc(req, 80);
+        if (cr == NULL) {
+            close(fd);
+            return FLARE_ENOMEM;
+        }
+        size_t cl = 0;
+        memcpy(cr, "bytes ", 6);
+        cl = 6;
+        if (r == FLARE__RANGE_UNSAT) {
+            close(fd);
+            cr[cl++] = '*';
+            cr[cl++] = '/';
+            cl += flare__u64toa(cr + cl, size);
+            flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl });
+            return fail(res, 416, "Range Not Satisfiable\n");
+        }
+        if (r == FLARE__RANGE_ONE) {
+            cl += flare__u64toa(cr + cl, first);
+            cr[cl++] = '-';
+            cl += flare__u64toa(cr + cl, first + len - 1);
+            cr[cl++] = '/';
+            cl += flare__u64toa(cr + cl, size);
+            if ((rc = flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl })) !=
+                0) {
+                close(fd);
+                return rc;
+            }
+            status = 206;
+        }
+    }
+    rc = flare_res_sendfile(res, status, ctype, fd, first, len);
+    if (rc == FLARE_EIO) /* the file changed size under us: nothing was sent */
+        return fail(res, 500, "Internal Server Error: file changed while being sent\n");
+    return rc;
+}
+
+static int static_handler(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    return static_serve(req, res, ud, flare_req_param(req, "path"), false);
+}
+
+static int static_bare_handler(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    return static_serve(req, res, ud, FLARE_STR_NULL, true);
+}
+
+static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, const char *root,
+                      const flare_static_opts_t *opts)
+{
+    if (app == NULL || prefix == NULL || root == NULL)
+        return FLARE_EINVAL;
+    flare_static_opts_t o;
+    if (opts != NULL)
+        o = *opts;
+    else
+        flare_static_opts_init(&o);
+    size_t plen = strlen(prefix);
+    while (plen > 0 && prefix[plen - 1] == '/')
+        plen--;
+    if (plen > 0 && prefix[0] != '/')
+        return FLARE_EINVAL;
+    if (o.index != NULL && (o.index[0] == '\0' || strchr(o.index, '/') != NULL))
+        return FLARE_EINVAL;
+    if (o.cache_control != NULL && !flare__field_value_ok(flare_str(o.cache_control)))
+        return FLARE_EINVAL;
+
+    static_dir_t *sd = calloc(1, sizeof(*sd));
+    if (sd == NULL)
+        return FLARE_ENOMEM;
+    sd->root = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (sd->root < 0) {
+        free(sd);
+        return FLARE_ENOTFOUND;
+    }
+    sd->o = o;
+    sd->index = o.index != NULL ? strdup(o.index) : NULL;
+    if (o.cache_control != NULL) {
+        sd->cache_control = strdup(o.cache_control);
+    } else if (o.max_age > 0) {
+        char buf[48];
+        memcpy(buf, "public, max-age=", 16);
+        buf[16 + flare__u64toa(buf + 16, o.max_age)] = '\0';
+        sd->cache_control = strdup(buf);
+    }
+    sd->o.index = sd->index;
+    sd->o.cache_control = sd->cache_control;
+    if ((o.index != NULL && sd->index == NULL) ||
+        ((o.cache_control != NULL || o.max_age > 0) && sd->cache_control == NULL)) {
+        static_dir_free(sd);
+        return FLARE_ENOMEM;
+    }
+    int rc = flare__app_own(app, sd, static_dir_free);
+    if (rc != 0)
+        return rc;
+
+    char *pat = malloc(plen + sizeof("/{*path}"));
+    if (pat == NULL)
+        return FLARE_ENOMEM;
+    memcpy(pat, prefix, plen);
+    strcpy(pat + plen, "/{*path}");
+    rc = g != NULL ? flare_group_route(g, FLARE_METHOD_GET, pat, static_handler, sd)
+                   : flare_route(app, FLARE_METHOD_GET, pat, static_handler, sd);
+    if (rc == 0 && plen > 0) {
+        pat[plen] = '\0';
+        rc = g != NULL ? flare_group_route(g, FLARE_METHOD_GET, pat, static_bare_handler, sd)
+                       : flare_route(app, FLARE_METHOD_GET, pat, static_bare_handler, sd);
+    }
+    free(pat);
+    return rc;
+}
+
+int flare_static(flare_app_t *app, const char *prefix, const char *root,
+                 const flare_static_opts_t *opts)
+{
+    return add_static(app, NULL, prefix, root, opts);
+}
+
+int flare_group_static(flare_group_t *g, const char *prefix, const char *root,
+                       const flare_static_opts_t *opts)
+{
+    if (g == NULL)
+        return FLARE_EINVAL;
+    return add_static(g->app, g, prefix, root, opts);
+}
