@@ -3,7 +3,8 @@
  *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
  *         [--max-body BYTES] [--static DIR]
  *
- * With --static, GET /static/... serves the files of DIR (flare/static.h).
+ * With --static, GET /static/... serves the files of DIR (flare/static.h),
+ * with precompressed "<file>.gz" variants for clients that accept gzip.
  *
  * Every handler uses the public API exactly as an application would. */
 #include <errno.h>
@@ -208,8 +209,11 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = flare_group_route(mw, FLARE_METHOD_GET, "/plaintext", plaintext, NULL);
+    flare_static_opts_t so;
+    flare_static_opts_init(&so);
+    so.precompressed = true; /* x.gz beside x, for clients that take gzip */
     if (rc == 0 && static_dir != NULL &&
-        (rc = flare_static(app, "/static", static_dir, NULL)) != 0) {
+        (rc = flare_static(app, "/static", static_dir, &so)) != 0) {
         fprintf(stderr, "flare: --static %s: %s\n", static_dir, flare_strerror(rc));
         flare_app_free(app);
         return 1;

@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "flare/common.h"
+#include "flare/flare.h"
 
 #ifdef __cplusplus
 extern "C" {

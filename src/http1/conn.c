@@ -292,29 +292,35 @@ static void handoff(flare_conn_t *c)
     flare__conn_close(c);
 }
 
-static void after_output(flare_conn_t *c)
+/* All output is written. Returns true when reading resumed and the
+ * requests already buffered produced more output (flush again). */
+static bool after_output(flare_conn_t *c)
 {
     if (c->qhead != NULL)
-        return;
+        return false;
     if (c->flags & C_UPGRADE) {
         handoff(c);
-        return;
+        return false;
     }
     if (c->flags & C_CLOSING) {
         start_linger(c);
-        return;
+        return false;
     }
     if (c->flags & C_RD_EOF) {
         flare__conn_close(c);
-        return;
+        return false;
     }
     if (c->flags & C_READ_PAUSED) {
         c->flags &= ~C_READ_PAUSED;
         flare__loop_mod(&c->w->loop, &c->io, EPOLLIN);
-        /* requests already buffered while paused */
-        if (c->rpos < c->rlen)
+        /* requests already buffered while paused: their responses are
+         * flushed by the caller's loop (not here: no recursion) */
+        if (c->rpos < c->rlen) {
             process(c);
+            return !(c->flags & C_DEAD) && (c->wbuf.len > 0 || c->nsegs > 0);
+        }
     }
+    return false;
 }
 
 int flare__conn_add_seg(flare_conn_t *c, const flare_outseg_t *seg)
@@ -361,7 +367,7 @@ static ssize_t send_file_seg(flare_conn_t *c, const flare_outseg_t *seg, size_t 
     return wr;
 }
 
-void flare__conn_flush(flare_conn_t *c)
+static bool flush_once(flare_conn_t *c)
 {
     /* the common case: one buffer, nothing borrowed, nothing sent yet */
     if (c->nsegs == 0 && c->wsent == 0 && c->wbuf.len > 0) {
@@ -375,14 +381,14 @@ void flare__conn_flush(flare_conn_t *c)
                 flare__loop_mod(&c->w->loop, &c->io, ev);
             }
             if (c->qhead == NULL && (c->flags & (C_CLOSING | C_RD_EOF | C_READ_PAUSED | C_UPGRADE)))
-                after_output(c);
-            return;
+                return after_output(c);
+            return false;
         }
         if (wr > 0)
             c->wsent = (size_t)wr; /* the general path below takes the rest */
         else if (wr != -EAGAIN && wr != -EINTR) {
             flare__conn_close(c);
-            return;
+            return false;
         }
     }
     while (c->wbuf.len > 0 || c->nsegs > 0) {
@@ -451,10 +457,10 @@ void flare__conn_flush(flare_conn_t *c)
                     uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
                     flare__loop_mod(&c->w->loop, &c->io, ev);
                 }
-                return;
+                return false;
             }
             flare__conn_close(c);
-            return;
+            return false;
         }
         c->t_active = c->w->loop.now;
         size_t all = c->wbuf.len;
@@ -474,7 +480,7 @@ void flare__conn_flush(flare_conn_t *c)
                 uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
                 flare__loop_mod(&c->w->loop, &c->io, ev);
             }
-            return;
+            return false;
         }
     }
     if (c->flags & C_WANT_WRITE) {
@@ -482,7 +488,13 @@ void flare__conn_flush(flare_conn_t *c)
         uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
         flare__loop_mod(&c->w->loop, &c->io, ev);
     }
-    after_output(c);
+    return after_output(c);
+}
+
+void flare__conn_flush(flare_conn_t *c)
+{
+    while (flush_once(c)) {
+    }
 }
 
 static void close_file(void *ud)

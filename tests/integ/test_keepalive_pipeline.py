@@ -153,6 +153,20 @@ class KeepAlivePipeline(ServerTestCase):
             self.assertEqual((r.status, r.body), (200, want), "response %d" % i)
         self.assertOk(c.request("GET", "/plaintext"), HELLO)
 
+    def test_pipeline_resumes_after_inflight_pause(self):
+        # 64 async requests fill the in-flight window, so reading pauses; the
+        # synchronous requests still in the buffer are answered when it
+        # resumes, with no later event to flush them (regression: they sat
+        # in the output buffer)
+        c = self.connect(timeout=15)
+        data = b"".join(get("/slow?ms=20") for _ in range(64))
+        data += b"".join(user_req(i) for i in range(20))
+        c.send(data)
+        for i in range(64):
+            self.assertEqual(c.read_response().body, b"slow", "response %d" % i)
+        for i in range(20):
+            self.assertOk(c.read_response(), user_body(i))
+
     def test_pipelined_heads_across_buffer_boundaries(self):
         # ~5 KB heads: several straddle every read-buffer boundary
         c = self.connect(timeout=10)
