@@ -29,92 +29,29 @@
 
 #define NAME_MAX_LEN 32
 #define TEXT_MAX_LEN 2000
-#define FILE_MAX     (1 << 20)
 
 static const char *static_dir = CHAT_STATIC_DIR;
 
-/* ---- static files ---- */
+/* ---- the page ---- */
 
-static flare_str_t content_type(const char *path)
+/* "/" is the page itself; its assets are under /static/ (flare_static:
+ * validators, 304s, ranges, safe paths). */
+static int index_page(flare_req_t *req, flare_res_t *res, void *ud)
 {
-    const char *dot = strrchr(path, '.');
-    if (dot == NULL)
-        return FLARE_STR("application/octet-stream");
-    if (strcmp(dot, ".html") == 0)
-        return FLARE_STR("text/html; charset=utf-8");
-    if (strcmp(dot, ".js") == 0)
-        return FLARE_STR("text/javascript; charset=utf-8");
-    if (strcmp(dot, ".css") == 0)
-        return FLARE_STR("text/css; charset=utf-8");
-    if (strcmp(dot, ".svg") == 0)
-        return FLARE_STR("image/svg+xml");
-    if (strcmp(dot, ".png") == 0)
-        return FLARE_STR("image/png");
-    return FLARE_STR("application/octet-stream");
-}
-
-/* A name made of [A-Za-z0-9._-] segments, none of them "." or "..". */
-static bool safe_path(flare_str_t p)
-{
-    if (p.len == 0 || p.len > 200)
-        return false;
-    size_t seg = 0;
-    for (size_t i = 0; i <= p.len; i++) {
-        char c = i < p.len ? p.ptr[i] : '/';
-        if (c == '/') {
-            size_t n = i - seg;
-            if (n == 0 || (n == 1 && p.ptr[seg] == '.') ||
-                (n == 2 && p.ptr[seg] == '.' && p.ptr[seg + 1] == '.'))
-                return false;
-            seg = i + 1;
-            continue;
-        }
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
-static int send_file(flare_req_t *req, flare_res_t *res, flare_str_t rel)
-{
-    if (!safe_path(rel))
-        return flare_res_send(res, 404, FLARE_STR("text/plain"), FLARE_STR("not found\n"));
+    (void)req;
+    (void)ud;
     char path[512];
-    snprintf(path, sizeof(path), "%s/%.*s", static_dir, (int)rel.len, rel.ptr);
+    snprintf(path, sizeof(path), "%s/index.html", static_dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > FILE_MAX) {
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
             close(fd);
         return flare_res_send(res, 404, FLARE_STR("text/plain"), FLARE_STR("not found\n"));
     }
-    /* request memory: lives until the response is sent */
-    char *body = flare_req_alloc(req, (size_t)st.st_size + 1);
-    size_t got = 0;
-    while (body != NULL && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, body + got, (size_t)st.st_size - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (body == NULL || got != (size_t)st.st_size)
-        return flare_res_send(res, 500, FLARE_STR("text/plain"), FLARE_STR("read error\n"));
     flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-cache"));
-    return flare_res_send(res, 200, content_type(path), (flare_str_t){ body, got });
-}
-
-static int index_page(flare_req_t *req, flare_res_t *res, void *ud)
-{
-    (void)ud;
-    return send_file(req, res, FLARE_STR("index.html"));
-}
-
-static int static_file(flare_req_t *req, flare_res_t *res, void *ud)
-{
-    (void)ud;
-    return send_file(req, res, flare_req_param(req, "path"));
+    return flare_res_sendfile(res, 200, FLARE_STR("text/html; charset=utf-8"), fd, 0,
+                              (uint64_t)st.st_size);
 }
 
 /* ---- chat ---- */
@@ -295,6 +232,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    flare_static_opts_t so;
+    flare_static_opts_init(&so);
+    so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL)
         return 1;
@@ -307,7 +247,7 @@ int main(int argc, char **argv)
     };
     int rc;
     if ((rc = flare_get(app, "/", index_page, NULL)) != 0 ||
-        (rc = flare_get(app, "/static/{*path}", static_file, NULL)) != 0 ||
+        (rc = flare_static(app, "/static", static_dir, &so)) != 0 ||
         (rc = flare_ws_route(app, "/ws", &ws_cfg)) != 0) {
         fprintf(stderr, "chat: route: %s\n", flare_strerror(rc));
         flare_app_free(app);
