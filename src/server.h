@@ -201,7 +201,8 @@ struct flare_req {
     struct flare_attr *attrs;
     flare_arena_t arena;
     flare_header_t *headers; /* capacity app->limits.max_headers */
-    /* a file body waiting for this exchange to reach the queue head (owned) */
+    /* a file body waiting for this exchange to reach the queue head (owned;
+     * -1 when none: a cleanup hook closes it if it never goes out) */
     int file_fd;
     uint64_t file_off, file_len;
 };

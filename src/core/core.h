@@ -42,8 +42,38 @@ static inline bool flare__field_value_ok(flare_str_t s)
     return true;
 }
 
-/* Writes v in decimal at p, returns the number of digits (at most 20). */
-size_t flare__u64toa(char *p, uint64_t v);
+extern const char flare__digits2[201]; /* "00".."99" */
+
+/* Writes v in decimal at p, returns the number of digits (at most 20).
+ * Two digits at a time from a table: Content-Length is formatted on every
+ * response (52 -> ~20 instructions for "13" measured with callgrind).
+ * Inline: an out-of-line call costs ~10 more on that path. */
+static inline size_t flare__u64toa(char *p, uint64_t v)
+{
+    if (v < 10) {
+        p[0] = (char)('0' + v);
+        return 1;
+    }
+    if (v < 100) {
+        memcpy(p, flare__digits2 + 2 * v, 2);
+        return 2;
+    }
+    char tmp[20];
+    size_t n = sizeof(tmp);
+    while (v >= 100) {
+        n -= 2;
+        memcpy(tmp + n, flare__digits2 + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        n -= 2;
+        memcpy(tmp + n, flare__digits2 + 2 * v, 2);
+    } else {
+        tmp[--n] = (char)('0' + v);
+    }
+    memcpy(p, tmp + n, sizeof(tmp) - n);
+    return sizeof(tmp) - n;
+}
 
 /* Writes v in lowercase hex (no prefix) at p, returns the digits (1 to 16). */
 size_t flare__u64tohex(char *p, uint64_t v);

@@ -109,10 +109,6 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
     }
     if (flare__arena_used(&ex->arena))
         flare__arena_reset(&ex->arena);
-    if (flare__unlikely(ex->file_fd >= 0)) { /* a file response that never went out */
-        close(ex->file_fd);
-        ex->file_fd = -1;
-    }
     /* keep small buffers for the next exchange; give big ones back */
     if (ex->bodybuf.cap > 65536)
         flare__buf_free(&ex->bodybuf);
@@ -545,13 +541,14 @@ static void queue_advance(flare_conn_t *c)
                 return;
             }
             ex->out.len = 0;
-        }
-        if (flare__unlikely(ex->file_fd >= 0)) {
-            int fd = ex->file_fd;
-            ex->file_fd = -1;
-            if (flare__conn_push_file(c, fd, ex->file_off, ex->file_len) != 0) {
-                flare__conn_close(c);
-                return;
+            /* a file body follows its head (which is never empty) */
+            if (flare__unlikely(ex->file_fd >= 0)) {
+                int fd = ex->file_fd;
+                ex->file_fd = -1; /* the pending-file cleanup has nothing left to close */
+                if (flare__conn_push_file(c, fd, ex->file_off, ex->file_len) != 0) {
+                    flare__conn_close(c);
+                    return;
+                }
             }
         }
         if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER)) {

@@ -30,7 +30,7 @@ static const status_line_t status_lines[900] = {
 };
 
 /* Writes the status line at p (may write up to STATUS_LINE_MAX bytes), returns its length. */
-static size_t put_status_line(char *p, int status)
+static inline __attribute__((always_inline)) size_t put_status_line(char *p, int status)
 {
     const status_line_t *sl = &status_lines[status - 100];
     if (flare__likely(sl->len != 0)) {
@@ -89,8 +89,12 @@ static char *put_headers(char *p, const flare_res_hdr_t *h)
     return p;
 }
 
-int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
-                          uint64_t clen, bool chunked)
+/* Inlined into send_common (the hot path: a call there measured +30
+ * instructions per request); other callers use flare__serialize_head. */
+static inline __attribute__((always_inline)) int serialize_head(struct flare_req *ex,
+                                                                flare_buf_t *out, int status,
+                                                                flare_str_t ctype, uint64_t clen,
+                                                                bool chunked)
 {
     flare_worker_t *w = ex->worker;
     /* when draining, only the last queued response says close: one behind
@@ -139,6 +143,12 @@ int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, fl
     if (close)
         ex->flags |= EX_CLOSE;
     return 0;
+}
+
+int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
+                          uint64_t clen, bool chunked)
+{
+    return serialize_head(ex, out, status, ctype, clen, chunked);
 }
 
 /* An exchange whose connection is gone: the send is a no-op that frees it. */
@@ -230,7 +240,7 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
     }
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
-    if (flare__serialize_head(ex, out, status, ctype, body.len, false) != 0)
+    if (serialize_head(ex, out, status, ctype, body.len, false) != 0)
         goto nomem;
     if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && body.len > 0) {
         flare_conn_t *c = ex->conn;
@@ -293,6 +303,15 @@ static int read_range(int fd, char *dst, uint64_t off, size_t len)
     return 0;
 }
 
+static void close_pending_file(void *ud)
+{
+    struct flare_req *ex = ud;
+    if (ex->file_fd >= 0) {
+        close(ex->file_fd);
+        ex->file_fd = -1;
+    }
+}
+
 int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd, uint64_t off,
                        uint64_t len)
 {
@@ -347,7 +366,13 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
                 return FLARE_ENOMEM;
             }
         } else {
-            /* sent when this exchange reaches the head of the queue */
+            /* sent when this exchange reaches the head of the queue; closed
+             * by the cleanup if it never does */
+            if (flare_req_on_cleanup(ex, close_pending_file, ex) != 0) {
+                out->len = mark;
+                rc = FLARE_ENOMEM;
+                goto out;
+            }
             ex->file_fd = fd;
             ex->file_off = off;
             ex->file_len = len;
