@@ -2,7 +2,7 @@
 --
 --   wrk -t1 -c64 -d5s -s bench/check.lua http://127.0.0.1:8080/plaintext -- \
 --       expect='Hello, World!' [depth=16] [method=POST] [body_file=PATH] [ctype=TYPE] \
---       [expect_file=PATH] [expect_ctype=TYPE]
+--       [expect_file=PATH] [expect_len=N] [expect_ctype=TYPE] [status=200]
 --
 -- arguments (key=value, after wrk's "--"):
 --   depth=N          requests per write (HTTP/1.1 pipelining); default 1
@@ -10,13 +10,18 @@
 --   body_file=PATH   request body (a Content-Length header is added by wrk.format)
 --   ctype=TYPE       request Content-Type header
 --   expect=TEXT      the exact response body every response must carry
---   expect_file=PATH the same, read from a file (e.g. the echoed body)
+--   expect_file=PATH the same, read from a file (e.g. the echoed body, a static file)
+--   expect_len=N     the response body must be exactly N bytes long (checked first, so a
+--                    truncated or padded body is reported as such)
 --   expect_ctype=T   the response's Content-Type must be exactly T
+--   status=N         the status every response must have; default 200
 --
--- A response is "bad" when its status is not 2xx, its body differs from the expected one, or
--- its Content-Type differs (when expect_ctype is given). At the end wrk prints one line
+-- A response is "bad" when its status is not exactly the expected one (200), its body has the
+-- wrong length or differs from the expected one, or its Content-Type differs (when
+-- expect_ctype is given). At the end wrk prints one line
 --   CHECK responses=N bad=M
--- plus, when M > 0, the first bad response's status and the start of its body; run.sh fails
+-- plus, when M > 0, what was wrong with the first bad response (status, body length, body,
+-- Content-Type), its status and the start of its body; run.sh fails
 -- the run when M > 0 or when that line is missing. Every response is checked (a response
 -- callback makes wrk hand each body to Lua: that costs the client some CPU, the same for every
 -- server; the server's CPU per request, the figure run.sh compares, does not include it).
@@ -33,7 +38,7 @@ local function slurp(path)
    return s
 end
 
-local req, expect, expect_ctype
+local req, expect, expect_len, expect_ctype, expect_status
 
 function init(args)
    local opt = {}
@@ -57,6 +62,19 @@ function init(args)
    expect = opt.expect
    if opt.expect_file then
       expect = slurp(opt.expect_file)
+   end
+   if opt.expect_len then
+      expect_len = tonumber(opt.expect_len)
+      if not expect_len then
+         error("check.lua: expect_len=" .. opt.expect_len .. " is not a number")
+      end
+   end
+   if expect and expect_len and #expect ~= expect_len then
+      error(string.format("check.lua: the expected body has %d bytes, expect_len=%d", #expect, expect_len))
+   end
+   expect_status = tonumber(opt.status or "200")
+   if not expect_status then
+      error("check.lua: status=" .. opt.status .. " is not a number")
    end
    expect_ctype = opt.expect_ctype
    local r = {}
@@ -90,18 +108,22 @@ end
 
 function response(status, headers, body)
    responses = responses + 1
-   local ok = status >= 200 and status < 300
-   if ok and expect and body ~= expect then
-      ok = false
+   body = body or ""
+   local why
+   if status ~= expect_status then
+      why = string.format("status %d, not %d", status, expect_status)
+   elseif expect_len and #body ~= expect_len then
+      why = string.format("body of %d bytes, not %d", #body, expect_len)
+   elseif expect and body ~= expect then
+      why = "body differs from the expected one"
+   elseif expect_ctype and header(headers, "Content-Type") ~= expect_ctype then
+      why = "wrong Content-Type"
    end
-   if ok and expect_ctype and header(headers, "Content-Type") ~= expect_ctype then
-      ok = false
-   end
-   if not ok then
+   if why then
       bad = bad + 1
       if bad == 1 then
-         first_bad = string.format("status %d, Content-Type %s, body(%d) %q", status,
-            tostring(header(headers, "Content-Type")), #(body or ""), string.sub(body or "", 1, 120))
+         first_bad = string.format("%s: status %d, Content-Type %s, body(%d) %q", why, status,
+            tostring(header(headers, "Content-Type")), #body, string.sub(body, 1, 120))
       end
    end
 end

@@ -9,7 +9,11 @@
 #                         are not errors here: they do not change the code being measured)
 #   free_ports N          N currently free TCP ports on 127.0.0.1
 #   server_available NAME is NAME's binary there?   (flare null nginx h2o lighttpd; null-json,
-#                         null-users and null-echo are the null server with another canned body)
+#                         null-users, null-echo, null-4k and null-1m are the null server with
+#                         another canned body)
+#   make_static_dir DIR   the static-file scenarios' files (4k.bin, 1m.bin) in DIR; sets
+#                         STATIC_DIR, which makes start_server serve DIR under /static/
+#   flare_has_static      does examples/hello take --static DIR?
 #   start_server NAME PORT [WRAPPER...]   start NAME on 127.0.0.1:PORT under WRAPPER
 #                         (e.g. taskset -c 0, or valgrind ...); sets SERVER_PID, SERVER_LOG
 #   wait_ready NAME PID PORT TIMEOUT      until GET /plaintext answers 200 "Hello, World!"
@@ -25,7 +29,11 @@
 #   GET /users/123   {"id":"123"}                  application/json   (flare, nginx: a regex
 #                    location; h2o: an mruby handler; lighttpd: a mod_magnet Lua script)
 #   POST /echo       the request body, with the request's Content-Type (flare; h2o: mruby)
-# The null-* servers answer everything with one of those canned bodies.
+#   GET /static/4k.bin, /static/1m.bin   the files of $STATIC_DIR, once make_static_dir was
+#                    called (flare: --static; nginx: alias, sendfile on; h2o: file.dir;
+#                    lighttpd: mod_alias)
+# The null-* servers answer everything with one of those canned bodies (null-4k and null-1m:
+# the contents of 4k.bin and 1m.bin, read at start-up).
 
 export PATH=$PATH:/usr/sbin:/sbin
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +46,9 @@ JSON_BODY='{"message":"Hello, World!"}'
 USERS_BODY='{"id":"123"}'
 ECHO_CTYPE=application/x-bench-echo
 ECHO_BODY_FILE='' # set by make_echo_body
+STATIC_DIR=''     # set by make_static_dir; servers started afterwards serve it under /static/
+STATIC_4K_LEN=4096
+STATIC_1M_LEN=1048576
 ALL_SERVERS="flare null nginx h2o lighttpd"
 FLARE_BUILD_OK=0
 
@@ -207,6 +218,42 @@ line = "Flare echo body: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQ
 sys.stdout.write((line * 20)[:1024])' >"$ECHO_BODY_FILE"
 }
 
+# make_static_dir DIR: the files of the static-file scenarios, DIR/4k.bin (4096 bytes) and
+# DIR/1m.bin (1048576 bytes). Fixed, printable content (64-byte lines "<offset in hex> <filler>\n";
+# 4k.bin is the first 4 KiB of 1m.bin), so every run serves the same bytes. Sets STATIC_DIR.
+make_static_dir() {
+    local dir=$1
+    mkdir -p "$dir"
+    "$PY" - "$dir" "$STATIC_4K_LEN" "$STATIC_1M_LEN" <<'EOF'
+import os, sys
+d, small, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fill = ("Flare static-file benchmark: 0123456789 abcdefghijklmnopqrstuvwxyz " * 2)[:54]
+data = "".join(f"{off:08x} {fill}\n" for off in range(0, big, 64)).encode()[:big]
+for name, n in (("4k.bin", small), ("1m.bin", big)):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data[:n])
+EOF
+    chmod 755 "$dir"
+    chmod 644 "$dir/4k.bin" "$dir/1m.bin"
+    [[ $(stat -c %s "$dir/4k.bin") == "$STATIC_4K_LEN" &&
+        $(stat -c %s "$dir/1m.bin") == "$STATIC_1M_LEN" ]] ||
+        die "make_static_dir: wrong file sizes in $dir"
+    STATIC_DIR=$dir
+}
+
+# Does examples/hello take --static DIR (GET /static/... from DIR)? Its usage line says so.
+# (Asked once, after build_bench.)
+FLARE_HAS_STATIC=''
+flare_has_static() {
+    if [[ -z $FLARE_HAS_STATIC ]]; then
+        FLARE_HAS_STATIC=0
+        if [[ -x $FLARE_HELLO && $("$FLARE_HELLO" --help 2>&1) == *--static* ]]; then
+            FLARE_HAS_STATIC=1
+        fi
+    fi
+    [[ $FLARE_HAS_STATIC == 1 ]]
+}
+
 # Does lighttpd have mod_magnet (Debian: lighttpd-modules-lua)? It serves /users/{id} with it.
 lighttpd_has_magnet() { [[ -e /usr/lib/lighttpd/mod_magnet.so ]]; }
 
@@ -221,9 +268,24 @@ server_command() {
     printf '%s' "$JSON_BODY" >"$dir/www/json"
     printf '%s' "$JSON_BODY" >"$dir/www/message.json"
     chmod 644 "$dir/www/plaintext" "$dir/www/json" "$dir/www/message.json"
+    # /static/: only once make_static_dir was called (run.sh does), so counts.sh and guard.sh
+    # measure the servers exactly as before
+    local nginx_static='' lighttpd_mime=''
+    if [[ -n $STATIC_DIR ]]; then
+        nginx_static="
+        location /static/ {
+            alias $STATIC_DIR/;
+            default_type application/octet-stream;
+            sendfile on;
+        }"
+        lighttpd_mime='"bin" => "application/octet-stream", '
+    fi
     case $name in
     flare)
         SERVER_CMD=("$FLARE_HELLO" --listen "127.0.0.1:$port" --workers 1)
+        if [[ -n $STATIC_DIR ]] && flare_has_static; then
+            SERVER_CMD+=(--static "$STATIC_DIR")
+        fi
         ;;
     null)
         SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port")
@@ -240,6 +302,11 @@ server_command() {
         [[ -n $ECHO_BODY_FILE ]] || die "null-echo: make_echo_body was not called"
         SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port"
             --content-type "$ECHO_CTYPE" --body-file "$ECHO_BODY_FILE")
+        ;;
+    null-4k | null-1m)
+        [[ -n $STATIC_DIR ]] || die "$name: make_static_dir was not called"
+        SERVER_CMD=("$BENCH_BIN/null_server" --listen "127.0.0.1:$port"
+            --content-type application/octet-stream --body-file "$STATIC_DIR/${name#null-}.bin")
         ;;
     nginx)
         mkdir -p "$dir/tmp"
@@ -273,7 +340,7 @@ http {
         location ~ ^/users/(\d+)\$ {
             default_type application/json;
             return 200 '{"id":"\$1"}';
-        }
+        }$nginx_static
     }
 }
 EOF
@@ -319,6 +386,12 @@ hosts:
             end
           end
 EOF
+        if [[ -n $STATIC_DIR ]]; then
+            cat >>"$dir/h2o.conf" <<EOF
+      /static:
+        file.dir: $STATIC_DIR
+EOF
+        fi
         SERVER_CMD=(h2o -m worker -c "$dir/h2o.conf")
         ;;
     lighttpd)
@@ -333,8 +406,14 @@ server.max-keep-alive-requests = 65535
 server.max-keep-alive-idle = 300
 server.max-read-idle = 300
 server.tag = "lighttpd"
-mimetype.assign = ("json" => "application/json", "" => "text/plain")
+mimetype.assign = (${lighttpd_mime}"json" => "application/json", "" => "text/plain")
 EOF
+        if [[ -n $STATIC_DIR ]]; then
+            cat >>"$dir/lighttpd.conf" <<EOF
+server.modules += ("mod_alias")
+alias.url = ("/static/" => "$STATIC_DIR/")
+EOF
+        fi
         if lighttpd_has_magnet; then
             cat >"$dir/users.lua" <<'EOF'
 local id = string.match(lighty.r.req_attr["uri.path"], "^/users/(%d+)$")
@@ -389,11 +468,12 @@ ensure_magnet() {
         warn "could not install lighttpd-modules-lua: lighttpd will be n/a for /users/{id}"
 }
 
-# check_route PORT METHOD PATH EXPECTED_BODY [REQUEST_BODY_FILE CONTENT_TYPE]: one request
-# with curl; 200 and exactly EXPECTED_BODY (and, with a request body, the Content-Type echoed)?
-# Sets CHECK_ERR when not.
+# check_route PORT METHOD PATH EXPECTED_BODY [REQUEST_BODY_FILE CONTENT_TYPE [EXPECTED_FILE]]:
+# one request with curl; 200 and exactly EXPECTED_BODY (with EXPECTED_FILE: byte for byte that
+# file's contents instead), and, with a request body, the Content-Type echoed? Sets CHECK_ERR
+# when not.
 check_route() {
-    local port=$1 method=$2 path=$3 expect=$4 bfile=${5:-} ctype=${6:-} code
+    local port=$1 method=$2 path=$3 expect=$4 bfile=${5:-} ctype=${6:-} efile=${7:-} code
     local -a extra=()
     if [[ -n $bfile ]]; then
         extra=(-H "Content-Type: $ctype" --data-binary "@$bfile")
@@ -407,7 +487,13 @@ check_route() {
         CHECK_ERR="status $code"
         return 1
     }
-    if [[ $(<"$BENCH_TMP/check.body") != "$expect" ]]; then
+    if [[ -n $efile ]]; then
+        if ! cmp -s "$BENCH_TMP/check.body" "$efile"; then
+            CHECK_ERR="body of $(stat -c %s "$BENCH_TMP/check.body") bytes, not the"
+            CHECK_ERR+=" $(stat -c %s "$efile") bytes of $efile"
+            return 1
+        fi
+    elif [[ $(<"$BENCH_TMP/check.body") != "$expect" ]]; then
         CHECK_ERR="body '$(head -c 100 "$BENCH_TMP/check.body")'"
         return 1
     fi
@@ -439,6 +525,7 @@ ready_check() {
     null-json) check_route "$2" GET / "$JSON_BODY" ;;
     null-users) check_route "$2" GET / "$USERS_BODY" ;;
     null-echo) check_route "$2" GET / "$(<"$ECHO_BODY_FILE")" ;;
+    null-4k | null-1m) check_route "$2" GET / '' '' '' "$STATIC_DIR/${1#null-}.bin" ;;
     *) check_plaintext "$2" ;;
     esac
 }

@@ -9,9 +9,10 @@
  *   null_server --listen HOST:PORT [--content-type TYPE] [--body TEXT | --body-file PATH]
  *
  * The canned response is "200 OK" with Content-Type TYPE (default text/plain) and the body
- * TEXT or the contents of PATH (default "Hello, World!"): bench/run.sh starts one per body it
- * needs (/plaintext, /json, /users/123, the 1 KiB echo), so every scenario has its own ceiling.
- * A request body is never parsed either: it just must not contain "\r\n\r\n".
+ * TEXT or the contents of PATH (default "Hello, World!"; a file may hold any bytes): bench/run.sh
+ * starts one per body it needs (/plaintext, /json, /users/123, the 1 KiB echo, the 4 KiB and
+ * 1 MiB static files), so every scenario has its own ceiling. A request body is never parsed
+ * either: it just must not contain "\r\n\r\n".
  *
  * Exits 0 on SIGTERM/SIGINT (through a signalfd, so the loop never races a flag).
  *
@@ -58,6 +59,14 @@ static size_t conns_cap;
 static char *out;
 static size_t out_copies;
 
+/* First size of `out`: 64 copies, or as many as fit in 4 MiB when the response is large (the
+ * 1 MiB body), at least one. It grows (doubling) when a read brings more requests. */
+static size_t out_initial_copies(void)
+{
+    size_t n = ((size_t)4 << 20) / response_len;
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
 static char readbuf[READ_BUF_SIZE];
 
 static void die(const char *what)
@@ -87,7 +96,7 @@ static void out_reserve(size_t copies)
 {
     if (copies <= out_copies)
         return;
-    size_t want = out_copies ? out_copies : 64;
+    size_t want = out_copies ? out_copies : out_initial_copies();
     while (want < copies)
         want *= 2;
     char *n = realloc(out, (want + 1) * response_len);
@@ -400,7 +409,7 @@ int main(int argc, char **argv)
     ev.data.fd = sfd;
     if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev) < 0)
         die("epoll_ctl signalfd");
-    out_reserve(64);
+    out_reserve(out_initial_copies());
 
     struct epoll_event events[MAX_EVENTS];
     for (;;) {

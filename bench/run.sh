@@ -3,10 +3,11 @@
 # null server (the kernel-path ceiling), nginx, h2o and lighttpd, over the scenarios below.
 #
 # usage (from the repository root):
-#   bash bench/run.sh                                  # everything (about 12 minutes)
-#   DURATION=3 ROUNDS=1 bash bench/run.sh              # quick look (about 3 minutes)
+#   bash bench/run.sh                                  # everything (about 15 minutes)
+#   DURATION=3 ROUNDS=1 bash bench/run.sh              # quick look (about 4 minutes)
 #   SCENARIOS=plaintext,pipeline SERVERS="flare null nginx" bash bench/run.sh
 #   SCENARIOS=middleware,middleware-pipeline bash bench/run.sh   # the middleware cost only
+#   SCENARIOS=static bash bench/run.sh                 # the static files only (4 KiB, 1 MiB)
 #
 # scenarios (SCENARIOS, comma- or space-separated; default: all of them, in this order):
 #   plaintext            GET /plaintext, keep-alive, CONNECTIONS (64) connections
@@ -20,19 +21,26 @@
 #   echo                 POST /echo with a 1 KiB body, echoed with its Content-Type (flare; h2o
 #                        with an mruby handler; nginx and lighttpd cannot echo a body without
 #                        extra modules: n/a)
+#   static-4k            GET /static/4k.bin, a 4,096-byte file, keep-alive, CONNECTIONS connections
+#   static-1m            GET /static/1m.bin, a 1,048,576-byte file, keep-alive, CONNECTIONS_1M (16)
+#                        connections. The two files are written once per run into the scratch
+#                        dir with fixed content; flare (--static), nginx (alias, sendfile on), h2o
+#                        (file.dir) and lighttpd (mod_alias) serve that directory under /static/,
+#                        null-4k and null-1m answer with the same bytes from memory
 #   middleware           Flare only: /mw/plaintext (behind 10 synchronous pass-through
 #                        middlewares, "flare-mw") against /plaintext ("flare"), keep-alive,
 #                        interleaved; reports the ratio of server CPU per request
 #   middleware-pipeline  the same, DEPTH requests per write (user space's share is larger)
-#   (aliases: keepalive = plaintext, pipelined = pipeline, all = everything)
-#   Static files (4 KiB, 1 MiB): not yet, Flare does not serve files.
+#   (aliases: keepalive = plaintext, pipelined = pipeline, static = static-4k and static-1m,
+#   all = everything)
 #
 # environment:
 #   DURATION=5        seconds per wrk run
 #   ROUNDS=3          rounds; each round runs every scenario on every server, interleaved
 #                     (flare null nginx h2o lighttpd flare null ...) so drift hits all alike
 #   WARMUP=1          seconds of unrecorded wrk load per server and scenario before round 1
-#   CONNECTIONS=64    wrk connections of the 64-connection scenarios
+#   CONNECTIONS=64    wrk connections of the 64-connection scenarios (static-4k included)
+#   CONNECTIONS_1M=16 wrk connections of static-1m
 #   DEPTH=16          requests per write in the pipelined scenarios
 #   SERVERS="flare null nginx h2o lighttpd"
 #   SERVER_CPU=0 CLIENT_CPU=1   pinning (taskset); servers on one core, wrk -t1 on the other
@@ -48,12 +56,13 @@
 # What it does: installs missing tools (apt), builds Flare in Release into build-bench/
 # (examples/hello and bench/null_server), starts every server once on its own free port on
 # 127.0.0.1 pinned to SERVER_CPU (the null server once per canned body: null, null-json,
-# null-users, null-echo; all reported as "null"), checks each route answers 200 with the right
-# body, then runs wrk pinned to CLIENT_CPU with bench/check.lua, which checks the status, body
-# (and for echo the Content-Type) of EVERY response. For each run it records wrk's request
-# count, latency percentiles, and the server's CPU time (utime+stime of all its threads from
-# /proc/PID/stat, before and after the run) and derives req/s, server CPU µs per request and
-# the share of the core used.
+# null-users, null-echo, null-4k, null-1m; all reported as "null"), checks each route answers
+# 200 with the right body, then runs wrk pinned to CLIENT_CPU with bench/check.lua, which checks
+# the status (exactly 200), body (for the static files: its length and every byte) and for echo
+# the Content-Type of EVERY response. For each run it records wrk's request count, latency
+# percentiles, and the server's CPU time (utime+stime of all its threads from /proc/PID/stat,
+# before and after the run) and derives req/s, server CPU µs per request and the share of the
+# core used.
 #
 # Output in bench/results/<timestamp>/: runs.csv (one row per run, and one "n/a" row per
 # server a scenario does not apply to), wrk-*.txt (raw wrk output), env.txt, table.md (also
@@ -72,9 +81,11 @@ DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-1}
 CONNECTIONS=${CONNECTIONS:-64}
+CONNECTIONS_1M=${CONNECTIONS_1M:-16}
 DEPTH=${DEPTH:-16}
 SERVERS=${SERVERS:-$ALL_SERVERS}
-ALL_SCENARIOS="plaintext plaintext-512 plaintext-4096 pipeline json users echo middleware middleware-pipeline"
+ALL_SCENARIOS="plaintext plaintext-512 plaintext-4096 pipeline json users echo static-4k static-1m"
+ALL_SCENARIOS+=" middleware middleware-pipeline"
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
@@ -86,25 +97,26 @@ MW_REPEAT=${MW_REPEAT:-2}
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "ROUNDS must be a positive integer"
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be an integer (seconds)"
 [[ $CONNECTIONS =~ ^[0-9]+$ && $CONNECTIONS -gt 0 ]] || die "CONNECTIONS must be a positive integer"
+[[ $CONNECTIONS_1M =~ ^[0-9]+$ && $CONNECTIONS_1M -gt 0 ]] || die "CONNECTIONS_1M must be a positive integer"
 [[ $DEPTH =~ ^[0-9]+$ && $DEPTH -gt 0 ]] || die "DEPTH must be a positive integer"
 [[ $MW_REPEAT =~ ^[0-9]+$ && $MW_REPEAT -gt 0 ]] || die "MW_REPEAT must be a positive integer"
 
 scenarios=()
-for sc in ${SCENARIOS//,/ }; do
-    case $sc in
-    keepalive) sc=plaintext ;;
-    pipelined) sc=pipeline ;;
-    all)
-        read -r -a scenarios <<<"$ALL_SCENARIOS"
-        continue
-        ;;
+for sel in ${SCENARIOS//,/ }; do
+    case $sel in
+    keepalive) sel=plaintext ;;
+    pipelined) sel=pipeline ;;
+    static) sel="static-4k static-1m" ;;
+    all) sel=$ALL_SCENARIOS ;;
     esac
-    case " $ALL_SCENARIOS " in
-    *" $sc "*) ;;
-    *) die "unknown scenario '$sc' (known: $ALL_SCENARIOS)" ;;
-    esac
-    case " ${scenarios[*]} " in *" $sc "*) continue ;; esac
-    scenarios+=("$sc")
+    for sc in $sel; do
+        case " $ALL_SCENARIOS " in
+        *" $sc "*) ;;
+        *) die "unknown scenario '$sc' (known: $ALL_SCENARIOS; aliases: keepalive pipelined static all)" ;;
+        esac
+        case " ${scenarios[*]} " in *" $sc "*) continue ;; esac
+        scenarios+=("$sc")
+    done
 done
 ((${#scenarios[@]})) || die "no scenario selected"
 
@@ -124,10 +136,12 @@ read -r -a servers <<<"$(filter_servers $SERVERS)"
 ((${#servers[@]})) || die "no server to benchmark"
 has_server() { [[ " ${servers[*]} " == *" $1 "* ]]; }
 
-# scenario_def SC: SC_PATH SC_CONNS SC_DEPTH SC_METHOD SC_EXPECT SC_NULL (the null instance)
+# scenario_def SC: SC_PATH SC_CONNS SC_DEPTH SC_METHOD SC_EXPECT SC_NULL (the null instance),
+# SC_BODYFILE SC_CTYPE (request body and its type), SC_EXPECT_FILE SC_EXPECT_LEN (the expected
+# body as a file, and its length: the static files)
 scenario_def() {
     SC_PATH=/plaintext SC_CONNS=$CONNECTIONS SC_DEPTH=1 SC_METHOD=GET SC_EXPECT=$BODY SC_NULL=null
-    SC_BODYFILE='' SC_CTYPE=''
+    SC_BODYFILE='' SC_CTYPE='' SC_EXPECT_FILE='' SC_EXPECT_LEN=''
     case $1 in
     plaintext) ;;
     plaintext-512) SC_CONNS=512 ;;
@@ -138,6 +152,14 @@ scenario_def() {
     echo)
         SC_PATH=/echo SC_METHOD=POST SC_NULL=null-echo SC_BODYFILE=$ECHO_BODY_FILE SC_CTYPE=$ECHO_CTYPE
         SC_EXPECT=$(<"$ECHO_BODY_FILE")
+        ;;
+    static-4k)
+        SC_PATH=/static/4k.bin SC_EXPECT='' SC_NULL=null-4k
+        SC_EXPECT_FILE=$STATIC_DIR/4k.bin SC_EXPECT_LEN=$STATIC_4K_LEN
+        ;;
+    static-1m)
+        SC_PATH=/static/1m.bin SC_CONNS=$CONNECTIONS_1M SC_EXPECT='' SC_NULL=null-1m
+        SC_EXPECT_FILE=$STATIC_DIR/1m.bin SC_EXPECT_LEN=$STATIC_1M_LEN
         ;;
     middleware) SC_NULL='' ;;
     middleware-pipeline) SC_DEPTH=$DEPTH SC_NULL='' ;;
@@ -168,6 +190,9 @@ targets_of() {
         echo/lighttpd) NA_REASON[$s]="cannot echo a request body without extra modules (mod_magnet cannot read it in 1.4.69)" ;;
         users/lighttpd)
             lighttpd_has_magnet || NA_REASON[$s]="needs mod_magnet (lighttpd-modules-lua), not installed"
+            ;;
+        static-*/flare)
+            flare_has_static || NA_REASON[$s]="examples/hello has no --static DIR (no static files)"
             ;;
         esac
         [[ -n ${NA_REASON[$s]:-} ]] && continue
@@ -204,6 +229,9 @@ cpu_jiffies() {
 
 OUT=$(results_dir)
 make_echo_body "$OUT/echo-body.txt"
+# The static scenarios' files, once per run; every server started below serves them under
+# /static/ (whether or not a static scenario was selected, so the servers are set up alike).
+make_static_dir "$BENCH_TMP/static"
 CSV=$OUT/runs.csv
 echo "timestamp,round,scenario,server,path,connections,depth,duration_s,requests,req_per_s,cpu_us,cpu_us_per_req,server_cpu_pct,server_core_busy_pct,client_core_busy_pct,latency_p50_us,latency_p99_us,socket_errors,non_2xx,bad_responses,status,note" >"$CSV"
 
@@ -228,7 +256,8 @@ done
     echo "kernel: $(uname -r)"
     echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'))"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS DEPTH=$DEPTH"
+    echo "DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP CONNECTIONS=$CONNECTIONS CONNECTIONS_1M=$CONNECTIONS_1M DEPTH=$DEPTH"
+    echo "static files: $(cd "$STATIC_DIR" && sha256sum 4k.bin 1m.bin | awk '{ printf "%s%s sha256 %s", (NR > 1 ? ", " : ""), $2, $1 }')"
     echo "scenarios: ${scenarios[*]}"
     echo "open-file limit: $(ulimit -n)"
     echo "server: ${SRV_PIN[*]:-no wrapper}; wrk: ${CLI_PIN[*]:-no wrapper}"
@@ -262,6 +291,8 @@ wrk_cmd() {
     if [[ $SC_METHOD == POST ]]; then
         WRK+=(method=POST "body_file=$SC_BODYFILE" "ctype=$SC_CTYPE" "expect_file=$SC_BODYFILE"
             "expect_ctype=$SC_CTYPE")
+    elif [[ -n $SC_EXPECT_FILE ]]; then
+        WRK+=("expect_file=$SC_EXPECT_FILE" "expect_len=$SC_EXPECT_LEN")
     else
         WRK+=("expect=$SC_EXPECT")
     fi
@@ -325,7 +356,8 @@ for round in $(seq 1 "$ROUNDS"); do
                 fail_run "$t ($inst) died (round $rtag, before $sc)"
                 continue
             fi
-            if ! check_route "${PORT[$inst]}" "$SC_METHOD" "${T_PATH[$t]}" "$SC_EXPECT" "$SC_BODYFILE" "$SC_CTYPE"; then
+            if ! check_route "${PORT[$inst]}" "$SC_METHOD" "${T_PATH[$t]}" "$SC_EXPECT" "$SC_BODYFILE" \
+                "$SC_CTYPE" "$SC_EXPECT_FILE"; then
                 fail_run "$t: $SC_METHOD ${T_PATH[$t]} check failed before round $rtag $sc (${CHECK_ERR:-no answer})"
             fi
             wrk_cmd "$t" "$DURATION"
@@ -364,7 +396,7 @@ for round in $(seq 1 "$ROUNDS"); do
             if [[ -z $bad ]]; then
                 why+=("no CHECK line from bench/check.lua: responses not verified")
             elif ((bad > 0)); then
-                why+=("$bad of $checked responses had a wrong status, body or Content-Type")
+                why+=("$bad of $checked responses had a wrong status, body (length) or Content-Type")
             fi
             [[ ${DEAD[$inst]} == 0 ]] || why+=("server died")
             if ((${#why[@]})); then
@@ -401,7 +433,8 @@ done
     echo "CPU µs/req = server utime+stime (all threads) / requests completed. Ratios: \"÷ null\" = that"
     echo "figure ÷ the null server's (same scenario, same canned body), \"÷ peer\" = ÷ the best of"
     echo "nginx/h2o/lighttpd for that figure (highest req/s, lowest CPU and latency). Medians over the"
-    echo "rounds; every response was checked (status, body, Content-Type for echo)."
+    echo "rounds; every response was checked (status 200, body: for the static files its length and"
+    echo "every byte; Content-Type for echo)."
     echo
     "$PY" "$BENCH_ROOT/bench/summarize.py" "$CSV" --out-dir "$OUT" -- "${servers[@]}"
 } >"$OUT/table.md"

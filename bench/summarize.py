@@ -31,6 +31,8 @@ SCENARIO_TITLES = {
     "json": "GET /json",
     "users": "GET /users/123 (path parameter)",
     "echo": "POST /echo, 1 KiB body",
+    "static-4k": "GET /static/4k.bin, a 4 KiB static file, keep-alive",
+    "static-1m": "GET /static/1m.bin, a 1 MiB static file, keep-alive",
     "middleware": "Flare: /mw/plaintext (10 middlewares) vs /plaintext, keep-alive",
     "middleware-pipeline": "Flare: /mw/plaintext (10 middlewares) vs /plaintext, pipelined",
 }
@@ -293,6 +295,7 @@ def write_chart(out_dir, scenarios, servers, cpu_vs_null):
         open(dat, "w").close()
         return
     top = 1.0
+    low = 1.0
     with open(dat, "w") as f:
         f.write("# scenario " + " ".join(servers) + "\n")
         for sc in scenarios:
@@ -302,6 +305,7 @@ def write_chart(out_dir, scenarios, servers, cpu_vs_null):
                 if isinstance(v, float):
                     vals.append(f"{v:.4f}")
                     top = max(top, v)
+                    low = min(low, v)
                 else:
                     vals.append("?")
             f.write(sc + " " + " ".join(vals) + "\n")
@@ -328,10 +332,20 @@ def write_chart(out_dir, scenarios, servers, cpu_vs_null):
                       f"(sprintf('%.2f', column({col}))) with labels rotate by 90 left "
                       f"font ',8' notitle")
     ymax = 2 ** (len(bin(int(top * 1.6))) - 2)
+    # the bottom: 0.5, or lower when a ratio is below ~0.55 (a sendfile server against the null
+    # server's write() of a 1 MiB body), so that every bar shows
+    ymin = 0.5
+    while low < ymin * 1.1 and ymin > 1 / 64:
+        ymin /= 2
+    ytics = []
+    t = ymin
+    while t <= max(ymax * 2, 64):
+        ytics.append(f"'{t:g}' {t:g}")
+        t *= 2
     na_plot = ""
     if os.path.getsize(na_path):
-        na_plot = (", \\\n     'chart-na.dat' using 1:(0.56):2 with labels rotate by 90 left "
-                   "font ',8' tc rgb '#777777' notitle")
+        na_plot = (f", \\\n     'chart-na.dat' using 1:({ymin * 1.12:g}):2 with labels rotate by 90 "
+                   "left font ',8' tc rgb '#777777' notitle")
     gp = f"""# gnuplot script written by bench/summarize.py: gnuplot chart.gp (in this directory)
 set datafile missing '?'
 set style data histograms
@@ -339,8 +353,8 @@ set style histogram clustered gap {gap}
 set style fill solid 0.85 border -1
 set boxwidth 0.95
 set logscale y 2
-set yrange [0.5:{ymax * 2}]
-set ytics ('0.5' 0.5, '1' 1, '2' 2, '4' 4, '8' 8, '16' 16, '32' 32, '64' 64)
+set yrange [{ymin:g}:{ymax * 2}]
+set ytics ({', '.join(ytics)})
 set grid ytics lc rgb '#dddddd'
 set key top left horizontal
 set ylabel 'server CPU per request / null server (log scale)'
