@@ -24,9 +24,12 @@
  *   - optional precompressed variants: with opts.precompressed, "x.js.gz"
  *     next to "x.js" is sent with Content-Encoding: gzip to clients that
  *     accept gzip (Vary: Accept-Encoding on both);
- *   - small files are read into the response, larger ones go out with
- *     sendfile(2); every file is opened per request (no descriptor cache:
- *     a replaced file is seen at once).
+ *   - files up to 16 KiB are kept per worker (contents, validators and an
+ *     open descriptor; 64 per worker): a hit costs one fstat(2), which sees
+ *     a file changed in place at once; the path itself is looked up again
+ *     after opts.cache_ms (1 s), so a file replaced by rename or removed is
+ *     seen within that time (0: no cache, every request opens the file);
+ *   - larger files are opened per request and go out with sendfile(2).
  * Other methods get 405 with Allow: GET, HEAD. The root is opened once, at
  * registration; it must exist and be a directory. */
 #ifndef FLARE_STATIC_H
@@ -48,9 +51,11 @@ typedef struct flare_static_opts {
     const char *cache_control; /* when set, used as Cache-Control instead of max_age */
     bool dotfiles;             /* serve names starting with '.' (default false) */
     bool precompressed;        /* look for "<file>.gz" (default false) */
+    uint32_t cache_ms;         /* small-file cache: revalidate paths after (1000; 0: off) */
 } flare_static_opts_t;
 
-/* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz. */
+/* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
+ * small-file cache revalidated every 1000 ms. */
 FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 
 /* Serves the directory root under URL prefix ("/static"; "" or "/" for the

@@ -334,7 +334,8 @@ bool flare_http_date_parse(flare_str_t str, time_t *out)
         y += y < 70 ? 2000 : 1900;
     }
     static const unsigned char mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
-    if (d < 1 || d > mdays[m])
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d < 1 || d > mdays[m] || (m == 1 && d == 29 && !leap))
         return false;
     int64_t t = days_from_civil(y, (unsigned)m + 1, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec;
     *out = (time_t)t;
@@ -399,18 +400,71 @@ flare_str_t flare_mime_type(flare_str_t name)
 
 /* ---- serving --------------------------------------------------------------- */
 
+/* Small files (up to CACHE_FILE_MAX) are kept per worker, contents and
+ * validators, with their descriptor open: a hit costs one fstat (which
+ * sees in-place changes at once) instead of openat2 + fstat + pread +
+ * close. The path is opened again after cache_ms, so a file replaced by
+ * rename or removed is seen within that time. Each worker touches only
+ * its own table: no lock. */
+#define CACHE_SLOTS       64 /* per worker; a power of two */
+#define CACHE_PROBE       4
+#define CACHE_MAX_WORKERS 256
+#define CACHE_PATH_MAX    200
+#define CACHE_FILE_MAX    16384
+#define ETAG_MAX          (2 + 16 + 1 + 16 + 1 + 16)
+
+typedef struct cache_entry {
+    int fd; /* -1: empty slot */
+    uint32_t pathlen;
+    bool slash;         /* the request path ended with '/' (a directory's index) */
+    uint64_t opened_ms; /* when the path was last opened */
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+    off_t size;
+    flare_str_t ctype;
+    uint8_t etag_len;
+    char etag[ETAG_MAX];
+    char lm[29];
+    char *body; /* size bytes (malloc) */
+    char path[CACHE_PATH_MAX];
+} cache_entry_t;
+
+typedef struct static_cache {
+    cache_entry_t e[CACHE_SLOTS];
+} static_cache_t;
+
 typedef struct static_dir {
     int root; /* O_PATH directory */
     flare_static_opts_t o;
     char *index;         /* owned copy */
     char *cache_control; /* owned: the Cache-Control value, or NULL */
+    uint32_t cache_ms;
+    static_cache_t *cache[CACHE_MAX_WORKERS]; /* by worker id, made on first use */
 } static_dir_t;
+
+static void entry_clear(cache_entry_t *e)
+{
+    if (e->fd >= 0)
+        close(e->fd);
+    free(e->body);
+    e->fd = -1;
+    e->body = NULL;
+    e->pathlen = 0;
+}
 
 static void static_dir_free(void *p)
 {
     static_dir_t *sd = p;
     if (sd->root >= 0)
         close(sd->root);
+    for (size_t w = 0; w < CACHE_MAX_WORKERS; w++) {
+        if (sd->cache[w] == NULL)
+            continue;
+        for (size_t i = 0; i < CACHE_SLOTS; i++)
+            entry_clear(&sd->cache[w]->e[i]);
+        free(sd->cache[w]);
+    }
     free(sd->index);
     free(sd->cache_control);
     free(sd);
@@ -420,6 +474,7 @@ void flare_static_opts_init(flare_static_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->index = "index.html";
+    o->cache_ms = 1000;
 }
 
 /* openat2 RESOLVE_BENEATH: no "..", absolute or symlinked way out of the
@@ -473,6 +528,235 @@ static int redirect_dir(flare_req_t *req, flare_res_t *res)
     return fail(res, 301, "Moved Permanently\n");
 }
 
+static size_t format_etag(char *out, const struct stat *st)
+{
+    size_t n = 0;
+    out[n++] = '"';
+    n += flare__u64tohex(out + n, (uint64_t)st->st_mtim.tv_sec);
+    out[n++] = '.';
+    n += flare__u64tohex(out + n, (uint64_t)st->st_mtim.tv_nsec);
+    out[n++] = '-';
+    n += flare__u64tohex(out + n, (uint64_t)st->st_size);
+    out[n++] = '"';
+    return n;
+}
+
+/* What a response needs to know about the file: from the cache (body set)
+ * or an open descriptor (body NULL; fd owned, handed to sendfile). */
+typedef struct file_info {
+    flare_str_t etag, lm, ctype;
+    time_t mtime;
+    uint64_t size;
+    const char *body;
+    int fd;
+    bool gz;
+} file_info_t;
+
+static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, file_info_t *fi)
+{
+    int rc = flare_res_header(res, FLARE_STR("ETag"), fi->etag);
+    if (rc == 0)
+        rc = flare_res_header(res, FLARE_STR("Last-Modified"), fi->lm);
+    if (rc == 0 && sd->cache_control != NULL)
+        rc = flare_res_header(res, FLARE_STR("Cache-Control"), flare_str(sd->cache_control));
+    if (rc == 0 && sd->o.precompressed)
+        rc = flare_res_header(res, FLARE_STR("Vary"), FLARE_STR("Accept-Encoding"));
+    if (rc == 0 && fi->gz)
+        rc = flare_res_header(res, FLARE_STR("Content-Encoding"), FLARE_STR("gzip"));
+    if (rc == 0)
+        rc = flare_res_header(res, FLARE_STR("Accept-Ranges"), FLARE_STR("bytes"));
+    if (rc != 0)
+        goto done;
+
+    /* conditionals, RFC 9110 section 13.2.2 */
+    time_t when;
+    flare_str_t im = flare_req_header(req, "if-match");
+    flare_str_t ius = flare_req_header(req, "if-unmodified-since");
+    if (im.ptr != NULL
+            ? !flare__etag_match(im, fi->etag, true)
+            : (ius.ptr != NULL && flare_http_date_parse(ius, &when) && fi->mtime > when)) {
+        rc = fail(res, 412, "Precondition Failed\n");
+        goto done;
+    }
+    flare_str_t inm = flare_req_header(req, "if-none-match");
+    flare_str_t ims = flare_req_header(req, "if-modified-since");
+    if (inm.ptr != NULL
+            ? flare__etag_match(inm, fi->etag, false)
+            : (ims.ptr != NULL && flare_http_date_parse(ims, &when) && fi->mtime <= when)) {
+        rc = flare_res_send(res, 304, FLARE_STR_NULL, FLARE_STR_NULL);
+        goto done;
+    }
+
+    uint64_t first = 0, len = fi->size;
+    int status = 200;
+    flare_str_t range = flare_req_header(req, "range");
+    if (range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
+        flare_str_t ir = flare_req_header(req, "if-range");
+        bool use = true;
+        if (ir.ptr != NULL) {
+            if (ir.len > 0 && (ir.ptr[0] == '"' || ir.ptr[0] == 'W'))
+                use = flare__etag_match(ir, fi->etag, true);
+            else
+                use = flare_http_date_parse(ir, &when) && when == fi->mtime;
+        }
+        int r = use ? flare__range_parse(range, fi->size, &first, &len) : FLARE__RANGE_NONE;
+        if (r != FLARE__RANGE_NONE) {
+            char *cr = flare_req_alloc(req, 80);
+            if (cr == NULL) {
+                rc = FLARE_ENOMEM;
+                goto done;
+            }
+            size_t cl = 6;
+            memcpy(cr, "bytes ", 6);
+            if (r == FLARE__RANGE_UNSAT) {
+                cr[cl++] = '*';
+            } else {
+                cl += flare__u64toa(cr + cl, first);
+                cr[cl++] = '-';
+                cl += flare__u64toa(cr + cl, first + len - 1);
+            }
+            cr[cl++] = '/';
+            cl += flare__u64toa(cr + cl, fi->size);
+            if ((rc = flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl })) !=
+                0)
+                goto done;
+            if (r == FLARE__RANGE_UNSAT) {
+                rc = fail(res, 416, "Range Not Satisfiable\n");
+                goto done;
+            }
+            status = 206;
+        }
+    }
+    if (fi->body != NULL)
+        return flare_res_send(res, status, fi->ctype,
+                              (flare_str_t){ fi->body + first, (size_t)len });
+    int fd = fi->fd;
+    fi->fd = -1;
+    rc = flare_res_sendfile(res, status, fi->ctype, fd, first, len);
+    if (rc == FLARE_EIO) /* the file changed size under us: nothing was sent */
+        return fail(res, 500, "Internal Server Error: file changed while being sent\n");
+    return rc;
+done:
+    if (fi->body == NULL && fi->fd >= 0) {
+        close(fi->fd);
+        fi->fd = -1;
+    }
+    return rc;
+}
+
+static uint32_t path_hash(const char *p, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 16777619u;
+    return h;
+}
+
+/* The worker's table (made on first use), or NULL: no caching. */
+static static_cache_t *worker_cache(static_dir_t *sd, flare_req_t *req)
+{
+    if (sd->cache_ms == 0)
+        return NULL;
+    unsigned id = req->worker->id;
+    if (id >= CACHE_MAX_WORKERS)
+        return NULL;
+    if (sd->cache[id] == NULL) {
+        static_cache_t *c = malloc(sizeof(*c));
+        if (c == NULL)
+            return NULL;
+        for (size_t i = 0; i < CACHE_SLOTS; i++) {
+            c->e[i].fd = -1;
+            c->e[i].body = NULL;
+            c->e[i].pathlen = 0;
+        }
+        sd->cache[id] = c;
+    }
+    return sd->cache[id];
+}
+
+static cache_entry_t *cache_find(static_cache_t *c, const char *rel, size_t rlen, bool slash)
+{
+    uint32_t h = path_hash(rel, rlen);
+    for (uint32_t k = 0; k < CACHE_PROBE; k++) {
+        cache_entry_t *e = &c->e[(h + k) & (CACHE_SLOTS - 1)];
+        if (e->fd >= 0 && e->pathlen == rlen && e->slash == slash &&
+            memcmp(e->path, rel, rlen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* A free slot for rel, or the least recently opened of its probe run. */
+static cache_entry_t *cache_slot(static_cache_t *c, const char *rel, size_t rlen)
+{
+    uint32_t h = path_hash(rel, rlen);
+    cache_entry_t *victim = NULL;
+    for (uint32_t k = 0; k < CACHE_PROBE; k++) {
+        cache_entry_t *e = &c->e[(h + k) & (CACHE_SLOTS - 1)];
+        if (e->fd < 0)
+            return e;
+        if (victim == NULL || e->opened_ms < victim->opened_ms)
+            victim = e;
+    }
+    entry_clear(victim);
+    return victim;
+}
+
+static bool same_file(const struct stat *st, const cache_entry_t *e)
+{
+    return st->st_ino == e->ino && st->st_dev == e->dev && st->st_size == e->size &&
+           st->st_mtim.tv_sec == e->mtime.tv_sec && st->st_mtim.tv_nsec == e->mtime.tv_nsec;
+}
+
+static void info_from_entry(file_info_t *fi, const cache_entry_t *e)
+{
+    fi->etag = (flare_str_t){ e->etag, e->etag_len };
+    fi->lm = (flare_str_t){ e->lm, sizeof(e->lm) };
+    fi->ctype = e->ctype;
+    fi->mtime = e->mtime.tv_sec;
+    fi->size = (uint64_t)e->size;
+    fi->body = e->body;
+    fi->fd = -1;
+    fi->gz = false;
+}
+
+/* Reads a small regular file into a cache slot, which takes fd. */
+static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen, bool slash,
+                                 int fd, const struct stat *st, flare_str_t ctype, uint64_t now)
+{
+    char *body = malloc(st->st_size > 0 ? (size_t)st->st_size : 1);
+    if (body == NULL)
+        return NULL;
+    size_t got = 0, want = (size_t)st->st_size;
+    while (got < want) {
+        ssize_t n = pread(fd, body + got, want - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got != want) {
+        free(body);
+        return NULL;
+    }
+    cache_entry_t *e = cache_slot(c, key, klen);
+    e->fd = fd;
+    e->pathlen = (uint32_t)klen;
+    e->slash = slash;
+    memcpy(e->path, key, klen);
+    e->opened_ms = now;
+    e->dev = st->st_dev;
+    e->ino = st->st_ino;
+    e->mtime = st->st_mtim;
+    e->size = st->st_size;
+    e->ctype = ctype;
+    e->etag_len = (uint8_t)format_etag(e->etag, st);
+    flare__format_http_date(e->lm, st->st_mtim.tv_sec);
+    e->body = body;
+    return e;
+}
+
 static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, flare_str_t raw,
                         bool bare_prefix)
 {
@@ -492,6 +776,29 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
                     "Bad Request: invalid path (bad %-escape, NUL byte or '..' segment)\n");
     if (st != 0)
         return fail(res, 404, "Not Found\n");
+
+    /* a precompressed sibling is wanted: the uncached path looks for it */
+    bool want_gz = false;
+    if (sd->o.precompressed) {
+        flare_str_t ae = flare_req_header(req, "accept-encoding");
+        want_gz = ae.ptr != NULL && flare__accepts_gzip(ae);
+    }
+    file_info_t fi;
+    uint64_t now = req->worker->loop.now;
+    static_cache_t *cache = !want_gz && rlen < CACHE_PATH_MAX ? worker_cache(sd, req) : NULL;
+    size_t klen = rlen; /* the cache key: the request's path, before any index is added */
+    if (cache != NULL) {
+        cache_entry_t *e = cache_find(cache, rel, klen, slash);
+        if (e != NULL) {
+            struct stat cur;
+            if (now - e->opened_ms < sd->cache_ms && fstat(e->fd, &cur) == 0 &&
+                same_file(&cur, e)) {
+                info_from_entry(&fi, e);
+                return respond(req, res, sd, &fi);
+            }
+            entry_clear(e); /* changed, or time to look the path up again */
+        }
+    }
 
     int fd = open_beneath(sd->root, rel);
     if (fd < 0)
@@ -518,6 +825,9 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
             close(fd);
             return fail(res, 500, "Internal Server Error\n");
         }
+    } else if (slash && rlen > 0) {
+        close(fd); /* "file/": not a directory (ENOTDIR, as the kernel would say) */
+        return fail(res, 404, "Not Found\n");
     }
     if (!S_ISREG(stt.st_mode)) {
         close(fd);
@@ -525,125 +835,48 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     }
     flare_str_t ctype = flare_mime_type((flare_str_t){ rel, rlen });
 
-    /* a precompressed sibling, when the client takes gzip */
-    bool gz = false;
-    if (sd->o.precompressed) {
-        flare_str_t ae = flare_req_header(req, "accept-encoding");
-        if (ae.ptr != NULL && flare__accepts_gzip(ae)) {
-            memcpy(rel + rlen, ".gz", 4);
-            int gfd = open_beneath(sd->root, rel);
-            rel[rlen] = '\0';
-            struct stat gst;
-            if (gfd >= 0 && fstat(gfd, &gst) == 0 && S_ISREG(gst.st_mode)) {
-                close(fd);
-                fd = gfd;
-                stt = gst;
-                gz = true;
-            } else if (gfd >= 0) {
+    if (want_gz) {
+        memcpy(rel + rlen, ".gz", 4);
+        int gfd = open_beneath(sd->root, rel);
+        rel[rlen] = '\0';
+        struct stat gst;
+        if (gfd >= 0 && fstat(gfd, &gst) == 0 && S_ISREG(gst.st_mode)) {
+            close(fd);
+            fd = gfd;
+            stt = gst;
+            fi.gz = true;
+        } else {
+            if (gfd >= 0)
                 close(gfd);
-            }
+            fi.gz = false;
         }
+    } else {
+        fi.gz = false;
     }
 
-    /* validators */
-    char *etag = flare_req_alloc(req, 64), *lm = flare_req_alloc(req, 30);
+    if (cache != NULL && !fi.gz && stt.st_size <= CACHE_FILE_MAX) {
+        cache_entry_t *e = cache_fill(cache, rel, klen, slash, fd, &stt, ctype, now);
+        if (e != NULL) {
+            info_from_entry(&fi, e);
+            return respond(req, res, sd, &fi);
+        }
+        /* out of memory or the file changed while read: serve it uncached */
+    }
+
+    char *etag = flare_req_alloc(req, ETAG_MAX), *lm = flare_req_alloc(req, 29);
     if (etag == NULL || lm == NULL) {
         close(fd);
         return FLARE_ENOMEM;
     }
-    size_t elen = 0;
-    etag[elen++] = '"';
-    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_mtim.tv_sec);
-    etag[elen++] = '.';
-    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_mtim.tv_nsec);
-    etag[elen++] = '-';
-    elen += flare__u64tohex(etag + elen, (uint64_t)stt.st_size);
-    etag[elen++] = '"';
     flare__format_http_date(lm, stt.st_mtim.tv_sec);
-    flare_str_t etag_s = { etag, elen }, lm_s = { lm, 29 };
-
-    int rc = flare_res_header(res, FLARE_STR("ETag"), etag_s);
-    if (rc == 0)
-        rc = flare_res_header(res, FLARE_STR("Last-Modified"), lm_s);
-    if (rc == 0 && sd->cache_control != NULL)
-        rc = flare_res_header(res, FLARE_STR("Cache-Control"), flare_str(sd->cache_control));
-    if (rc == 0 && sd->o.precompressed)
-        rc = flare_res_header(res, FLARE_STR("Vary"), FLARE_STR("Accept-Encoding"));
-    if (rc == 0 && gz)
-        rc = flare_res_header(res, FLARE_STR("Content-Encoding"), FLARE_STR("gzip"));
-    if (rc != 0) {
-        close(fd);
-        return rc;
-    }
-
-    /* conditionals, RFC 9110 section 13.2.2 */
-    time_t mtime = stt.st_mtim.tv_sec, when;
-    flare_str_t im = flare_req_header(req, "if-match");
-    flare_str_t ius = flare_req_header(req, "if-unmodified-since");
-    if (im.ptr != NULL ? !flare__etag_match(im, etag_s, true)
-                       : (ius.ptr != NULL && flare_http_date_parse(ius, &when) && mtime > when)) {
-        close(fd);
-        return fail(res, 412, "Precondition Failed\n");
-    }
-    flare_str_t inm = flare_req_header(req, "if-none-match");
-    flare_str_t ims = flare_req_header(req, "if-modified-since");
-    if (inm.ptr != NULL ? flare__etag_match(inm, etag_s, false)
-                        : (ims.ptr != NULL && flare_http_date_parse(ims, &when) && mtime <= when)) {
-        close(fd);
-        return flare_res_send(res, 304, FLARE_STR_NULL, FLARE_STR_NULL);
-    }
-
-    uint64_t size = (uint64_t)stt.st_size, first = 0, len = size;
-    int status = 200;
-    if ((rc = flare_res_header(res, FLARE_STR("Accept-Ranges"), FLARE_STR("bytes"))) != 0) {
-        close(fd);
-        return rc;
-    }
-    flare_str_t range = flare_req_header(req, "range");
-    if (range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
-        flare_str_t ir = flare_req_header(req, "if-range");
-        bool use = true;
-        if (ir.ptr != NULL) {
-            if (ir.len > 0 && (ir.ptr[0] == '"' || ir.ptr[0] == 'W'))
-                use = flare__etag_match(ir, etag_s, true);
-            else
-                use = flare_http_date_parse(ir, &when) && when == mtime;
-        }
-        int r = use ? flare__range_parse(range, size, &first, &len) : FLARE__RANGE_NONE;
-        char *cr = flare_req_alloc(req, 80);
-        if (cr == NULL) {
-            close(fd);
-            return FLARE_ENOMEM;
-        }
-        size_t cl = 0;
-        memcpy(cr, "bytes ", 6);
-        cl = 6;
-        if (r == FLARE__RANGE_UNSAT) {
-            close(fd);
-            cr[cl++] = '*';
-            cr[cl++] = '/';
-            cl += flare__u64toa(cr + cl, size);
-            flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl });
-            return fail(res, 416, "Range Not Satisfiable\n");
-        }
-        if (r == FLARE__RANGE_ONE) {
-            cl += flare__u64toa(cr + cl, first);
-            cr[cl++] = '-';
-            cl += flare__u64toa(cr + cl, first + len - 1);
-            cr[cl++] = '/';
-            cl += flare__u64toa(cr + cl, size);
-            if ((rc = flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl })) !=
-                0) {
-                close(fd);
-                return rc;
-            }
-            status = 206;
-        }
-    }
-    rc = flare_res_sendfile(res, status, ctype, fd, first, len);
-    if (rc == FLARE_EIO) /* the file changed size under us: nothing was sent */
-        return fail(res, 500, "Internal Server Error: file changed while being sent\n");
-    return rc;
+    fi.etag = (flare_str_t){ etag, format_etag(etag, &stt) };
+    fi.lm = (flare_str_t){ lm, 29 };
+    fi.ctype = ctype;
+    fi.mtime = stt.st_mtim.tv_sec;
+    fi.size = (uint64_t)stt.st_size;
+    fi.body = NULL;
+    fi.fd = fd;
+    return respond(req, res, sd, &fi);
 }
 
 static int static_handler(flare_req_t *req, flare_res_t *res, void *ud)
@@ -685,6 +918,7 @@ static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, co
         return FLARE_ENOTFOUND;
     }
     sd->o = o;
+    sd->cache_ms = o.cache_ms;
     sd->index = o.index != NULL ? strdup(o.index) : NULL;
     if (o.cache_control != NULL) {
         sd->cache_control = strdup(o.cache_control);

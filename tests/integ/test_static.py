@@ -172,6 +172,15 @@ class Static(ServerTestCase):
         self.assertEqual(r.get("Location"), "/static/docs/?v=1")
         self.assertOk(self.get("/static/docs/"), b"<p>docs</p>\n")
 
+    def test_directory_redirect_after_index_was_cached(self):
+        # the cache must tell "docs/" (the index) from "docs" (a redirect)
+        c = self.connect()
+        for _ in range(3):
+            self.assertOk(self.get("/static/docs/", conn=c), b"<p>docs</p>\n")
+            r = self.get("/static/docs", conn=c)
+            self.assertEqual((r.status, r.get("Location")), (301, "/static/docs/"))
+            self.assertEqual(self.get("/static/4k.bin/", conn=c).status, 404)
+
     def test_directory_without_index_404(self):
         r = self.get("/static/sub/")
         self.assertEqual(r.status, 404, r)
@@ -222,7 +231,8 @@ class Static(ServerTestCase):
 
     def test_missing(self):
         c = self.connect()
-        for target in ("/static/nope", "/static/4k.bin/x", "/static/sub/nope/"):
+        for target in ("/static/nope", "/static/4k.bin/x", "/static/sub/nope/", "/static/4k.bin/",
+                       "/static/sub/a.txt/"):
             with self.subTest(target=target):
                 self.assertEqual(self.get(target, conn=c).status, 404)
 
@@ -289,6 +299,39 @@ class Static(ServerTestCase):
         r2 = self.get("/static/changing.txt", {"If-None-Match": r1.get("ETag")})
         self.assertOk(r2, b"two two\n")
         self.assertNotEqual(r1.get("ETag"), r2.get("ETag"))
+
+    def test_small_file_cache_sees_changes(self):
+        # small files are cached per worker: a change in place is seen at
+        # once (fstat on the cached descriptor), a rename or removal once
+        # the path is looked up again (cache_ms, 1 s by default)
+        c = self.connect()
+        write("cached.txt", b"first\n")
+        for _ in range(4):  # fill the caches of both workers
+            self.assertOk(self.get("/static/cached.txt", conn=self.connect()), b"first\n")
+        with open(os.path.join(ROOT, "cached.txt"), "ab") as f:
+            f.write(b"appended\n")
+        for _ in range(4):
+            self.assertOk(self.get("/static/cached.txt", conn=self.connect()), b"first\nappended\n")
+        tmp = write("cached.tmp", b"replaced by rename\n")
+        os.replace(tmp, os.path.join(ROOT, "cached.txt"))
+        time.sleep(1.2)
+        for _ in range(4):
+            self.assertOk(self.get("/static/cached.txt", conn=self.connect()), b"replaced by rename\n")
+        os.unlink(os.path.join(ROOT, "cached.txt"))
+        time.sleep(1.2)
+        for _ in range(4):
+            self.assertEqual(self.get("/static/cached.txt", conn=self.connect()).status, 404)
+        self.assertServerAlive()
+        c.close()
+
+    def test_cache_keeps_index_and_ranges_right(self):
+        c = self.connect()
+        for _ in range(3):
+            self.assertOk(self.get("/static/docs/", conn=c), b"<p>docs</p>\n")
+            r = self.get("/static/4k.bin", {"Range": "bytes=10-19"}, conn=c)
+            self.assertEqual((r.status, r.body), (206, SMALL[10:20]))
+            r = self.get("/static/4k.bin", conn=c, method="HEAD")
+            self.assertEqual((r.status, r.get("Content-Length"), r.body), (200, "4096", b""))
 
     # ---- ranges ----------------------------------------------------------
 
