@@ -289,6 +289,10 @@ int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTION
  * plus headers added with flare_res_header), stops reading requests, and
  * once everything before it is flushed hands the socket to fn. */
 int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud);
+/* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
+ * checked, not copied; valid until the response head is serialized, which
+ * the flare_res_send* call does). For the web layer's precomputed headers. */
+int flare__res_header_block(struct flare_req *ex, flare_str_t block);
 int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
                           uint64_t clen, bool chunked);
 

@@ -79,6 +79,11 @@ static inline flare_buf_t *out_buf(struct flare_req *ex)
 static char *put_headers(char *p, const flare_res_hdr_t *h)
 {
     for (; h != NULL; h = h->next) {
+        if (h->name.len == 0) { /* a trusted block of whole lines (flare__res_header_block) */
+            memcpy(p, h->value.ptr, h->value.len);
+            p += h->value.len;
+            continue;
+        }
         memcpy(p, h->name.ptr, h->name.len);
         p += h->name.len;
         PUT(p, ": ");
@@ -501,6 +506,21 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
         memcpy(s + name.len, value.ptr, value.len);
     h->name = (flare_str_t){ s, name.len };
     h->value = (flare_str_t){ s + name.len, value.len };
+    h->next = NULL;
+    *ex->res_hdrs_tail = h;
+    ex->res_hdrs_tail = &h->next;
+    return 0;
+}
+
+int flare__res_header_block(struct flare_req *ex, flare_str_t block)
+{
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h));
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    h->name = (flare_str_t){ "", 0 };
+    h->value = block;
     h->next = NULL;
     *ex->res_hdrs_tail = h;
     ex->res_hdrs_tail = &h->next;

@@ -5,6 +5,8 @@
  * flare_res_sendfile, which owns the descriptor from there on. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <linux/openat2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,6 +414,7 @@ flare_str_t flare_mime_type(flare_str_t name)
 #define CACHE_PATH_MAX    200
 #define CACHE_FILE_MAX    16384
 #define ETAG_MAX          (2 + 16 + 1 + 16 + 1 + 16)
+#define VHDRS_MAX         (sizeof("ETag: \r\nLast-Modified: \r\n") - 1 + ETAG_MAX + 29)
 
 typedef struct cache_entry {
     int fd; /* -1: empty slot */
@@ -423,9 +426,9 @@ typedef struct cache_entry {
     struct timespec mtime;
     off_t size;
     flare_str_t ctype;
-    uint8_t etag_len;
-    char etag[ETAG_MAX];
-    char lm[29];
+    uint8_t etag_len, vhdrs_len;
+    /* "ETag: <etag>\r\nLast-Modified: <date>\r\n": the etag is at offset 6 */
+    char vhdrs[VHDRS_MAX];
     char *body; /* size bytes (malloc) */
     char path[CACHE_PATH_MAX];
 } cache_entry_t;
@@ -439,6 +442,8 @@ typedef struct static_dir {
     flare_static_opts_t o;
     char *index;         /* owned copy */
     char *cache_control; /* owned: the Cache-Control value, or NULL */
+    char *fixed_hdrs;    /* owned: the header lines every file response carries */
+    size_t fixed_len;
     uint32_t cache_ms;
     static_cache_t *cache[CACHE_MAX_WORKERS]; /* by worker id, made on first use */
 } static_dir_t;
@@ -467,6 +472,7 @@ static void static_dir_free(void *p)
     }
     free(sd->index);
     free(sd->cache_control);
+    free(sd->fixed_hdrs);
     free(sd);
 }
 
@@ -477,16 +483,60 @@ void flare_static_opts_init(flare_static_opts_t *o)
     o->cache_ms = 1000;
 }
 
+#define OPEN_FLAGS (O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+
+/* Without openat2 (kernels before 5.6, valgrind, some seccomp filters):
+ * one openat per component with O_NOFOLLOW, so no symlink is followed at
+ * all (rel has no "..", "." or empty segment: flare__static_path). */
+static int open_walk(int root, const char *rel)
+{
+    char comp[NAME_MAX + 1];
+    int dir = root;
+    for (;;) {
+        const char *slash = strchr(rel, '/');
+        size_t n = slash != NULL ? (size_t)(slash - rel) : strlen(rel);
+        if (n > NAME_MAX) {
+            if (dir != root)
+                close(dir);
+            return -ENAMETOOLONG;
+        }
+        memcpy(comp, rel, n);
+        comp[n] = '\0';
+        int fd = slash != NULL ? openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                               : openat(dir, comp, OPEN_FLAGS | O_NOFOLLOW);
+        int err = errno;
+        if (dir != root)
+            close(dir);
+        if (fd < 0)
+            return -err;
+        if (slash == NULL)
+            return fd;
+        dir = fd;
+        rel = slash + 1;
+    }
+}
+
+static _Atomic bool no_openat2;
+
 /* openat2 RESOLVE_BENEATH: no "..", absolute or symlinked way out of the
  * root. Returns the fd or -errno. */
 static int open_beneath(int root, const char *rel)
 {
-    struct open_how how = {
-        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-    };
-    long fd = syscall(SYS_openat2, root, *rel != '\0' ? rel : ".", &how, sizeof(how));
-    return fd >= 0 ? (int)fd : -errno;
+    if (*rel == '\0')
+        rel = ".";
+    if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
+        struct open_how how = {
+            .flags = OPEN_FLAGS,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        };
+        long fd = syscall(SYS_openat2, root, rel, &how, sizeof(how));
+        if (fd >= 0)
+            return (int)fd;
+        if (errno != ENOSYS)
+            return -errno;
+        atomic_store_explicit(&no_openat2, true, memory_order_relaxed);
+    }
+    return open_walk(root, rel);
 }
 
 static int fail(flare_res_t *res, int status, const char *msg)
@@ -528,9 +578,12 @@ static int redirect_dir(flare_req_t *req, flare_res_t *res)
     return fail(res, 301, "Moved Permanently\n");
 }
 
-static size_t format_etag(char *out, const struct stat *st)
+/* "ETag: <etag>\r\nLast-Modified: <date>\r\n" into out (VHDRS_MAX);
+ * returns its length, the etag's in *etag_len (it starts at out + 6). */
+static size_t format_vhdrs(char *out, const struct stat *st, size_t *etag_len)
 {
-    size_t n = 0;
+    size_t n = 6;
+    memcpy(out, "ETag: ", 6);
     out[n++] = '"';
     n += flare__u64tohex(out + n, (uint64_t)st->st_mtim.tv_sec);
     out[n++] = '.';
@@ -538,13 +591,60 @@ static size_t format_etag(char *out, const struct stat *st)
     out[n++] = '-';
     n += flare__u64tohex(out + n, (uint64_t)st->st_size);
     out[n++] = '"';
-    return n;
+    *etag_len = n - 6;
+    memcpy(out + n, "\r\nLast-Modified: ", 17);
+    n += 17;
+    flare__format_http_date(out + n, st->st_mtim.tv_sec);
+    n += 29;
+    memcpy(out + n, "\r\n", 2);
+    return n + 2;
+}
+
+/* The request headers a file response depends on, found in one pass. */
+typedef struct conds {
+    flare_str_t im, ius, inm, ims, range, ir, ae;
+} conds_t;
+
+static void scan_conds(flare_req_t *req, conds_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    size_t n = flare_req_header_count(req);
+    for (size_t i = 0; i < n; i++) {
+        const flare_header_t *h = flare_req_header_at(req, i);
+        flare_str_t *slot = NULL;
+        switch (h->name.len) {
+        case 5:
+            slot = flare_str_ieq(h->name, FLARE_STR("range")) ? &c->range : NULL;
+            break;
+        case 8:
+            slot = flare_str_ieq(h->name, FLARE_STR("if-match"))   ? &c->im
+                   : flare_str_ieq(h->name, FLARE_STR("if-range")) ? &c->ir
+                                                                   : NULL;
+            break;
+        case 13:
+            slot = flare_str_ieq(h->name, FLARE_STR("if-none-match")) ? &c->inm : NULL;
+            break;
+        case 15:
+            slot = flare_str_ieq(h->name, FLARE_STR("accept-encoding")) ? &c->ae : NULL;
+            break;
+        case 17:
+            slot = flare_str_ieq(h->name, FLARE_STR("if-modified-since")) ? &c->ims : NULL;
+            break;
+        case 19:
+            slot = flare_str_ieq(h->name, FLARE_STR("if-unmodified-since")) ? &c->ius : NULL;
+            break;
+        default:
+            break;
+        }
+        if (slot != NULL && slot->ptr == NULL) /* the first one counts */
+            *slot = h->value;
+    }
 }
 
 /* What a response needs to know about the file: from the cache (body set)
  * or an open descriptor (body NULL; fd owned, handed to sendfile). */
 typedef struct file_info {
-    flare_str_t etag, lm, ctype;
+    flare_str_t etag, vhdrs, ctype; /* etag: a view into vhdrs */
     time_t mtime;
     uint64_t size;
     const char *body;
@@ -552,62 +652,51 @@ typedef struct file_info {
     bool gz;
 } file_info_t;
 
-static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, file_info_t *fi)
+static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, file_info_t *fi,
+                   const conds_t *c)
 {
-    int rc = flare_res_header(res, FLARE_STR("ETag"), fi->etag);
+    int rc = flare__res_header_block(res, fi->vhdrs);
     if (rc == 0)
-        rc = flare_res_header(res, FLARE_STR("Last-Modified"), fi->lm);
-    if (rc == 0 && sd->cache_control != NULL)
-        rc = flare_res_header(res, FLARE_STR("Cache-Control"), flare_str(sd->cache_control));
-    if (rc == 0 && sd->o.precompressed)
-        rc = flare_res_header(res, FLARE_STR("Vary"), FLARE_STR("Accept-Encoding"));
+        rc = flare__res_header_block(res, (flare_str_t){ sd->fixed_hdrs, sd->fixed_len });
     if (rc == 0 && fi->gz)
-        rc = flare_res_header(res, FLARE_STR("Content-Encoding"), FLARE_STR("gzip"));
-    if (rc == 0)
-        rc = flare_res_header(res, FLARE_STR("Accept-Ranges"), FLARE_STR("bytes"));
+        rc = flare__res_header_block(res, FLARE_STR("Content-Encoding: gzip\r\n"));
     if (rc != 0)
         goto done;
 
     /* conditionals, RFC 9110 section 13.2.2 */
     time_t when;
-    flare_str_t im = flare_req_header(req, "if-match");
-    flare_str_t ius = flare_req_header(req, "if-unmodified-since");
-    if (im.ptr != NULL
-            ? !flare__etag_match(im, fi->etag, true)
-            : (ius.ptr != NULL && flare_http_date_parse(ius, &when) && fi->mtime > when)) {
+    if (c->im.ptr != NULL
+            ? !flare__etag_match(c->im, fi->etag, true)
+            : (c->ius.ptr != NULL && flare_http_date_parse(c->ius, &when) && fi->mtime > when)) {
         rc = fail(res, 412, "Precondition Failed\n");
         goto done;
     }
-    flare_str_t inm = flare_req_header(req, "if-none-match");
-    flare_str_t ims = flare_req_header(req, "if-modified-since");
-    if (inm.ptr != NULL
-            ? flare__etag_match(inm, fi->etag, false)
-            : (ims.ptr != NULL && flare_http_date_parse(ims, &when) && fi->mtime <= when)) {
+    if (c->inm.ptr != NULL
+            ? flare__etag_match(c->inm, fi->etag, false)
+            : (c->ims.ptr != NULL && flare_http_date_parse(c->ims, &when) && fi->mtime <= when)) {
         rc = flare_res_send(res, 304, FLARE_STR_NULL, FLARE_STR_NULL);
         goto done;
     }
 
     uint64_t first = 0, len = fi->size;
     int status = 200;
-    flare_str_t range = flare_req_header(req, "range");
-    if (range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
-        flare_str_t ir = flare_req_header(req, "if-range");
+    if (c->range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
         bool use = true;
-        if (ir.ptr != NULL) {
-            if (ir.len > 0 && (ir.ptr[0] == '"' || ir.ptr[0] == 'W'))
-                use = flare__etag_match(ir, fi->etag, true);
+        if (c->ir.ptr != NULL) {
+            if (c->ir.len > 0 && (c->ir.ptr[0] == '"' || c->ir.ptr[0] == 'W'))
+                use = flare__etag_match(c->ir, fi->etag, true);
             else
-                use = flare_http_date_parse(ir, &when) && when == fi->mtime;
+                use = flare_http_date_parse(c->ir, &when) && when == fi->mtime;
         }
-        int r = use ? flare__range_parse(range, fi->size, &first, &len) : FLARE__RANGE_NONE;
+        int r = use ? flare__range_parse(c->range, fi->size, &first, &len) : FLARE__RANGE_NONE;
         if (r != FLARE__RANGE_NONE) {
-            char *cr = flare_req_alloc(req, 80);
+            char *cr = flare_req_alloc(req, 96);
             if (cr == NULL) {
                 rc = FLARE_ENOMEM;
                 goto done;
             }
-            size_t cl = 6;
-            memcpy(cr, "bytes ", 6);
+            size_t cl = sizeof("Content-Range: bytes ") - 1;
+            memcpy(cr, "Content-Range: bytes ", cl);
             if (r == FLARE__RANGE_UNSAT) {
                 cr[cl++] = '*';
             } else {
@@ -617,8 +706,9 @@ static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, f
             }
             cr[cl++] = '/';
             cl += flare__u64toa(cr + cl, fi->size);
-            if ((rc = flare_res_header(res, FLARE_STR("Content-Range"), (flare_str_t){ cr, cl })) !=
-                0)
+            cr[cl++] = '\r';
+            cr[cl++] = '\n';
+            if ((rc = flare__res_header_block(res, (flare_str_t){ cr, cl })) != 0)
                 goto done;
             if (r == FLARE__RANGE_UNSAT) {
                 rc = fail(res, 416, "Range Not Satisfiable\n");
@@ -710,8 +800,8 @@ static bool same_file(const struct stat *st, const cache_entry_t *e)
 
 static void info_from_entry(file_info_t *fi, const cache_entry_t *e)
 {
-    fi->etag = (flare_str_t){ e->etag, e->etag_len };
-    fi->lm = (flare_str_t){ e->lm, sizeof(e->lm) };
+    fi->etag = (flare_str_t){ e->vhdrs + 6, e->etag_len };
+    fi->vhdrs = (flare_str_t){ e->vhdrs, e->vhdrs_len };
     fi->ctype = e->ctype;
     fi->mtime = e->mtime.tv_sec;
     fi->size = (uint64_t)e->size;
@@ -751,8 +841,9 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     e->mtime = st->st_mtim;
     e->size = st->st_size;
     e->ctype = ctype;
-    e->etag_len = (uint8_t)format_etag(e->etag, st);
-    flare__format_http_date(e->lm, st->st_mtim.tv_sec);
+    size_t elen;
+    e->vhdrs_len = (uint8_t)format_vhdrs(e->vhdrs, st, &elen);
+    e->etag_len = (uint8_t)elen;
     e->body = body;
     return e;
 }
@@ -778,11 +869,9 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
         return fail(res, 404, "Not Found\n");
 
     /* a precompressed sibling is wanted: the uncached path looks for it */
-    bool want_gz = false;
-    if (sd->o.precompressed) {
-        flare_str_t ae = flare_req_header(req, "accept-encoding");
-        want_gz = ae.ptr != NULL && flare__accepts_gzip(ae);
-    }
+    conds_t cd;
+    scan_conds(req, &cd);
+    bool want_gz = sd->o.precompressed && cd.ae.ptr != NULL && flare__accepts_gzip(cd.ae);
     file_info_t fi;
     uint64_t now = req->worker->loop.now;
     static_cache_t *cache = !want_gz && rlen < CACHE_PATH_MAX ? worker_cache(sd, req) : NULL;
@@ -794,7 +883,7 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
             if (now - e->opened_ms < sd->cache_ms && fstat(e->fd, &cur) == 0 &&
                 same_file(&cur, e)) {
                 info_from_entry(&fi, e);
-                return respond(req, res, sd, &fi);
+                return respond(req, res, sd, &fi, &cd);
             }
             entry_clear(e); /* changed, or time to look the path up again */
         }
@@ -858,25 +947,25 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
         cache_entry_t *e = cache_fill(cache, rel, klen, slash, fd, &stt, ctype, now);
         if (e != NULL) {
             info_from_entry(&fi, e);
-            return respond(req, res, sd, &fi);
+            return respond(req, res, sd, &fi, &cd);
         }
         /* out of memory or the file changed while read: serve it uncached */
     }
 
-    char *etag = flare_req_alloc(req, ETAG_MAX), *lm = flare_req_alloc(req, 29);
-    if (etag == NULL || lm == NULL) {
+    char *vh = flare_req_alloc(req, VHDRS_MAX);
+    if (vh == NULL) {
         close(fd);
         return FLARE_ENOMEM;
     }
-    flare__format_http_date(lm, stt.st_mtim.tv_sec);
-    fi.etag = (flare_str_t){ etag, format_etag(etag, &stt) };
-    fi.lm = (flare_str_t){ lm, 29 };
+    size_t elen;
+    fi.vhdrs = (flare_str_t){ vh, format_vhdrs(vh, &stt, &elen) };
+    fi.etag = (flare_str_t){ vh + 6, elen };
     fi.ctype = ctype;
     fi.mtime = stt.st_mtim.tv_sec;
     fi.size = (uint64_t)stt.st_size;
     fi.body = NULL;
     fi.fd = fd;
-    return respond(req, res, sd, &fi);
+    return respond(req, res, sd, &fi, &cd);
 }
 
 static int static_handler(flare_req_t *req, flare_res_t *res, void *ud)
@@ -930,7 +1019,21 @@ static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, co
     }
     sd->o.index = sd->index;
     sd->o.cache_control = sd->cache_control;
-    if ((o.index != NULL && sd->index == NULL) ||
+    size_t cc = sd->cache_control != NULL ? strlen(sd->cache_control) : 0;
+    sd->fixed_hdrs = malloc(64 + cc);
+    if (sd->fixed_hdrs != NULL) {
+        char *p = sd->fixed_hdrs;
+        p = stpcpy(p, "Accept-Ranges: bytes\r\n");
+        if (sd->cache_control != NULL) {
+            p = stpcpy(p, "Cache-Control: ");
+            p = stpcpy(p, sd->cache_control);
+            p = stpcpy(p, "\r\n");
+        }
+        if (o.precompressed)
+            p = stpcpy(p, "Vary: Accept-Encoding\r\n");
+        sd->fixed_len = (size_t)(p - sd->fixed_hdrs);
+    }
+    if (sd->fixed_hdrs == NULL || (o.index != NULL && sd->index == NULL) ||
         ((o.cache_control != NULL || o.max_age > 0) && sd->cache_control == NULL)) {
         static_dir_free(sd);
         return FLARE_ENOMEM;
