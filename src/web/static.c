@@ -518,6 +518,11 @@ static int open_walk(int root, const char *rel)
 
 static _Atomic bool no_openat2;
 
+void flare__static_no_openat2(bool on)
+{
+    atomic_store(&no_openat2, on);
+}
+
 /* openat2 RESOLVE_BENEATH: no "..", absolute or symlinked way out of the
  * root. Returns the fd or -errno. */
 static int open_beneath(int root, const char *rel)

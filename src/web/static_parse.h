@@ -36,4 +36,8 @@ bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong);
 /* Does Accept-Encoding accept gzip (by name or "*", with q > 0)? */
 bool flare__accepts_gzip(flare_str_t value);
 
+/* Tests only: true makes the static module open files without openat2,
+ * as on kernels that lack it (component by component, no symlinks). */
+void flare__static_no_openat2(bool on);
+
 #endif

@@ -12,7 +12,11 @@
 
 #include <cmocka.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "core/clock.h"
+#include "harness.h"
 #include "flare/static.h"
 #include "web/static_parse.h"
 
@@ -693,6 +697,110 @@ static void test_mime_type(void **state)
     assert_view(flare_mime_type((flare_str_t){ "a.html.png", 6 }), "text/html; charset=utf-8");
 }
 
+/* flare_static over real sockets, with openat2 and with the component
+ * walk used where openat2 is missing: the same answers, except that the
+ * walk follows no symlink at all. */
+static char root[64];
+
+static void put_file(const char *rel, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int status_of(const harness_t *h, const char *target, char **body)
+{
+    char req[512];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", target);
+    char *r = harness_roundtrip(h, req);
+    int st = 0;
+    sscanf(r, "HTTP/1.1 %d", &st);
+    char *b = strstr(r, "\r\n\r\n");
+    *body = strdup(b != NULL ? b + 4 : "");
+    free(r);
+    return st;
+}
+
+static void serve_tree(bool walk)
+{
+    flare__static_no_openat2(walk);
+    harness_t h = { 0 };
+    flare_config_t cfg;
+    flare_config_init(&cfg);
+    cfg.workers = 1;
+    h.app = flare_app_new(&cfg);
+    assert_non_null(h.app);
+    flare_static_opts_t o;
+    flare_static_opts_init(&o);
+    o.cache_ms = 0; /* every request opens its file */
+    assert_int_equal(flare_static(h.app, "/s", root, &o), 0);
+    assert_int_equal(harness_start(&h), 0);
+    char *body;
+    assert_int_equal(status_of(&h, "/s/a/b/c.txt", &body), 200);
+    assert_string_equal(body, "deep\n");
+    free(body);
+    assert_int_equal(status_of(&h, "/s/", &body), 200);
+    assert_string_equal(body, "index\n");
+    free(body);
+    assert_int_equal(status_of(&h, "/s/a/b/", &body), 404); /* no index there */
+    free(body);
+    assert_int_equal(status_of(&h, "/s/a/b/missing", &body), 404);
+    free(body);
+    assert_int_equal(status_of(&h, "/s/out", &body), 404); /* symlink out of the root */
+    free(body);
+    /* a symlink inside the root: followed by openat2, refused by the walk */
+    assert_int_equal(status_of(&h, "/s/in", &body), walk ? 404 : 200);
+    free(body);
+    assert_int_equal(status_of(&h, "/s/linkdir/c.txt", &body), walk ? 404 : 200);
+    free(body);
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(h.app);
+    flare__static_no_openat2(false);
+}
+
+static void test_serve_openat2_and_walk(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof(root), "/tmp/flare-static-unit-XXXXXX");
+    assert_non_null(mkdtemp(root));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/a", root);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/a/b", root);
+    assert_int_equal(mkdir(path, 0755), 0);
+    put_file("a/b/c.txt", "deep\n");
+    put_file("index.html", "index\n");
+    snprintf(path, sizeof(path), "%s/out", root);
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+    snprintf(path, sizeof(path), "%s/in", root);
+    assert_int_equal(symlink("a/b/c.txt", path), 0);
+    snprintf(path, sizeof(path), "%s/linkdir", root);
+    assert_int_equal(symlink("a/b", path), 0);
+    serve_tree(false);
+    serve_tree(true);
+    /* a root that is not a directory */
+    flare_app_t *app = flare_app_new(NULL);
+    assert_non_null(app);
+    snprintf(path, sizeof(path), "%s/index.html", root);
+    assert_int_equal(flare_static(app, "/x", path, NULL), FLARE_ENOTFOUND);
+    assert_int_equal(flare_static(app, "x", root, NULL), FLARE_EINVAL);
+    flare_static_opts_t o;
+    flare_static_opts_init(&o);
+    o.index = "a/b";
+    assert_int_equal(flare_static(app, "/y", root, &o), FLARE_EINVAL);
+    flare_static_opts_init(&o);
+    o.cache_control = "max-age=1\r\nX: y";
+    assert_int_equal(flare_static(app, "/z", root, &o), FLARE_EINVAL);
+    flare_app_free(app);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -716,6 +824,7 @@ int main(void)
         cmocka_unit_test(test_date_invalid),
         cmocka_unit_test(test_date_roundtrip),
         cmocka_unit_test(test_mime_type),
+        cmocka_unit_test(test_serve_openat2_and_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
