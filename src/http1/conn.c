@@ -489,6 +489,24 @@ static bool flush_once(flare_conn_t *c)
 
 void flare__conn_flush(flare_conn_t *c)
 {
+    /* the common case, without a call: one buffer, nothing borrowed,
+     * nothing sent yet, and nothing to do once it is out */
+    if (flare__likely(
+            c->nsegs == 0 && c->wsent == 0 && c->wbuf.len > 0 &&
+            !(c->flags & (C_WANT_WRITE | C_CLOSING | C_RD_EOF | C_READ_PAUSED | C_UPGRADE)))) {
+        ssize_t wr = flare__write(c->io.fd, c->wbuf.data, c->wbuf.len);
+        if (flare__likely((size_t)wr == c->wbuf.len)) {
+            c->wbuf.len = 0;
+            c->t_active = c->w->loop.now;
+            return;
+        }
+        if (wr > 0) {
+            c->wsent = (size_t)wr; /* flush_once takes the rest */
+        } else if (wr != -EAGAIN && wr != -EINTR) {
+            flare__conn_close(c);
+            return;
+        }
+    }
     while (flush_once(c)) {
     }
 }
