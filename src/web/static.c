@@ -420,6 +420,8 @@ typedef struct cache_entry {
     int fd; /* -1: empty slot */
     uint32_t pathlen;
     bool slash;         /* the request path ended with '/' (a directory's index) */
+    bool gzreq;         /* the client takes gzip (key), and precompressed is on */
+    bool gz;            /* the entry holds the ".gz" sibling */
     uint64_t opened_ms; /* when the path was last opened */
     dev_t dev;
     ino_t ino;
@@ -769,12 +771,13 @@ static static_cache_t *worker_cache(static_dir_t *sd, flare_req_t *req)
     return sd->cache[id];
 }
 
-static cache_entry_t *cache_find(static_cache_t *c, const char *rel, size_t rlen, bool slash)
+static cache_entry_t *cache_find(static_cache_t *c, const char *rel, size_t rlen, bool slash,
+                                 bool gzreq)
 {
     uint32_t h = path_hash(rel, rlen);
     for (uint32_t k = 0; k < CACHE_PROBE; k++) {
         cache_entry_t *e = &c->e[(h + k) & (CACHE_SLOTS - 1)];
-        if (e->fd >= 0 && e->pathlen == rlen && e->slash == slash &&
+        if (e->fd >= 0 && e->pathlen == rlen && e->slash == slash && e->gzreq == gzreq &&
             memcmp(e->path, rel, rlen) == 0)
             return e;
     }
@@ -812,12 +815,13 @@ static void info_from_entry(file_info_t *fi, const cache_entry_t *e)
     fi->size = (uint64_t)e->size;
     fi->body = e->body;
     fi->fd = -1;
-    fi->gz = false;
+    fi->gz = e->gz;
 }
 
 /* Reads a small regular file into a cache slot, which takes fd. */
 static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen, bool slash,
-                                 int fd, const struct stat *st, flare_str_t ctype, uint64_t now)
+                                 bool gzreq, bool gz, int fd, const struct stat *st,
+                                 flare_str_t ctype, uint64_t now)
 {
     char *body = malloc(st->st_size > 0 ? (size_t)st->st_size : 1);
     if (body == NULL)
@@ -839,6 +843,8 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     e->fd = fd;
     e->pathlen = (uint32_t)klen;
     e->slash = slash;
+    e->gzreq = gzreq;
+    e->gz = gz;
     memcpy(e->path, key, klen);
     e->opened_ms = now;
     e->dev = st->st_dev;
@@ -873,16 +879,17 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     if (st != 0)
         return fail(res, 404, "Not Found\n");
 
-    /* a precompressed sibling is wanted: the uncached path looks for it */
+    /* want_gz: a precompressed sibling is wanted (it is looked for when the
+     * path is opened; the cache remembers what was found) */
     conds_t cd;
     scan_conds(req, &cd);
     bool want_gz = sd->o.precompressed && cd.ae.ptr != NULL && flare__accepts_gzip(cd.ae);
     file_info_t fi;
     uint64_t now = req->worker->loop.now;
-    static_cache_t *cache = !want_gz && rlen < CACHE_PATH_MAX ? worker_cache(sd, req) : NULL;
+    static_cache_t *cache = rlen < CACHE_PATH_MAX ? worker_cache(sd, req) : NULL;
     size_t klen = rlen; /* the cache key: the request's path, before any index is added */
     if (cache != NULL) {
-        cache_entry_t *e = cache_find(cache, rel, klen, slash);
+        cache_entry_t *e = cache_find(cache, rel, klen, slash, want_gz);
         if (e != NULL) {
             struct stat cur;
             if (now - e->opened_ms < sd->cache_ms && fstat(e->fd, &cur) == 0 &&
@@ -948,8 +955,9 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
         fi.gz = false;
     }
 
-    if (cache != NULL && !fi.gz && stt.st_size <= CACHE_FILE_MAX) {
-        cache_entry_t *e = cache_fill(cache, rel, klen, slash, fd, &stt, ctype, now);
+    if (cache != NULL && stt.st_size <= CACHE_FILE_MAX) {
+        cache_entry_t *e =
+            cache_fill(cache, rel, klen, slash, want_gz, fi.gz, fd, &stt, ctype, now);
         if (e != NULL) {
             info_from_entry(&fi, e);
             return respond(req, res, sd, &fi, &cd);
