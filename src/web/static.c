@@ -104,6 +104,8 @@ static bool digits(const char **p, const char *end, uint64_t *v)
 
 int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64_t *len)
 {
+    if (value.ptr == NULL) /* (NULL + 0 is undefined) */
+        return FLARE__RANGE_NONE;
     const char *p = value.ptr, *end = value.ptr + value.len;
     if (value.len < 6 || strncasecmp(p, "bytes=", 6) != 0 || size == 0)
         return FLARE__RANGE_NONE;
@@ -163,6 +165,8 @@ int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64
 
 bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong)
 {
+    if (list.ptr == NULL)
+        return false;
     const char *p = list.ptr, *end = list.ptr + list.len;
     bool matched = false;
     unsigned elems = 0;
@@ -208,6 +212,8 @@ bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong)
 
 bool flare__accepts_gzip(flare_str_t value)
 {
+    if (value.ptr == NULL)
+        return false;
     const char *p = value.ptr, *end = value.ptr + value.len;
     bool gzip = false, star = false, gzip_seen = false;
     while (p < end) {
