@@ -324,6 +324,19 @@ class Static(ServerTestCase):
         self.assertServerAlive()
         c.close()
 
+    def test_cache_eviction_keeps_contents_right(self):
+        # more small files than a worker's cache holds (64): entries are
+        # evicted and refilled, and every answer is still its own file
+        names = ["many/f%03d.txt" % i for i in range(150)]
+        for i, n in enumerate(names):
+            write(n, b"file %d\n" % i * (1 + i % 7))
+        c = self.connect()
+        for rnd in range(2):
+            for i, n in enumerate(names):
+                r = self.get("/static/" + n, conn=c)
+                self.assertOk(r, b"file %d\n" % i * (1 + i % 7))
+        self.assertServerAlive()
+
     def test_cache_keeps_index_and_ranges_right(self):
         c = self.connect()
         for _ in range(3):
