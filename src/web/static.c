@@ -422,6 +422,22 @@ flare_str_t flare_mime_type(flare_str_t name)
 #define ETAG_MAX          (2 + 16 + 1 + 16 + 1 + 16)
 #define VHDRS_MAX         (sizeof("ETag: \r\nLast-Modified: \r\n") - 1 + ETAG_MAX + 29)
 
+/* Cached contents, referenced by the entry and by every response that
+ * sends them by reference (4 KiB and up: no copy into the write buffer).
+ * Counted without atomics: entries, responses and their release all live
+ * on one worker. */
+typedef struct cbody {
+    uint32_t refs;
+    char data[];
+} cbody_t;
+
+static void cbody_release(void *ud)
+{
+    cbody_t *b = ud;
+    if (--b->refs == 0)
+        free(b);
+}
+
 typedef struct cache_entry {
     int fd; /* -1: empty slot */
     uint32_t pathlen;
@@ -437,7 +453,7 @@ typedef struct cache_entry {
     uint8_t etag_len, vhdrs_len;
     /* "ETag: <etag>\r\nLast-Modified: <date>\r\n": the etag is at offset 6 */
     char vhdrs[VHDRS_MAX];
-    char *body; /* size bytes (malloc) */
+    struct cbody *body; /* the contents (shared with responses still being sent) */
     char path[CACHE_PATH_MAX];
 } cache_entry_t;
 
@@ -460,7 +476,8 @@ static void entry_clear(cache_entry_t *e)
 {
     if (e->fd >= 0)
         close(e->fd);
-    free(e->body);
+    if (e->body != NULL)
+        cbody_release(e->body);
     e->fd = -1;
     e->body = NULL;
     e->pathlen = 0;
@@ -661,6 +678,7 @@ typedef struct file_info {
     time_t mtime;
     uint64_t size;
     const char *body;
+    cbody_t *shared; /* body's owner when it comes from the cache */
     int fd;
     bool gz;
 } file_info_t;
@@ -729,6 +747,13 @@ static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, f
             }
             status = 206;
         }
+    }
+    if (fi->shared != NULL) {
+        /* by reference: send_ref releases at once when it copies instead */
+        fi->shared->refs++;
+        return flare_res_send_ref(res, status, fi->ctype,
+                                  (flare_str_t){ fi->body + first, (size_t)len }, cbody_release,
+                                  fi->shared);
     }
     if (fi->body != NULL)
         return flare_res_send(res, status, fi->ctype,
@@ -819,7 +844,8 @@ static void info_from_entry(file_info_t *fi, const cache_entry_t *e)
     fi->ctype = e->ctype;
     fi->mtime = e->mtime.tv_sec;
     fi->size = (uint64_t)e->size;
-    fi->body = e->body;
+    fi->body = e->body->data;
+    fi->shared = e->body;
     fi->fd = -1;
     fi->gz = e->gz;
 }
@@ -829,9 +855,11 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
                                  bool gzreq, bool gz, int fd, const struct stat *st,
                                  flare_str_t ctype, uint64_t now)
 {
-    char *body = malloc(st->st_size > 0 ? (size_t)st->st_size : 1);
-    if (body == NULL)
+    cbody_t *cb = malloc(sizeof(*cb) + (st->st_size > 0 ? (size_t)st->st_size : 1));
+    if (cb == NULL)
         return NULL;
+    cb->refs = 1; /* the entry's */
+    char *body = cb->data;
     size_t got = 0, want = (size_t)st->st_size;
     while (got < want) {
         ssize_t n = pread(fd, body + got, want - got, (off_t)got);
@@ -842,7 +870,7 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
         got += (size_t)n;
     }
     if (got != want) {
-        free(body);
+        free(cb);
         return NULL;
     }
     cache_entry_t *e = cache_slot(c, key, klen);
@@ -861,7 +889,7 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     size_t elen;
     e->vhdrs_len = (uint8_t)format_vhdrs(e->vhdrs, st, &elen);
     e->etag_len = (uint8_t)elen;
-    e->body = body;
+    e->body = cb;
     return e;
 }
 
@@ -983,6 +1011,7 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     fi.mtime = stt.st_mtim.tv_sec;
     fi.size = (uint64_t)stt.st_size;
     fi.body = NULL;
+    fi.shared = NULL;
     fi.fd = fd;
     return respond(req, res, sd, &fi, &cd);
 }

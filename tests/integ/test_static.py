@@ -337,6 +337,39 @@ class Static(ServerTestCase):
                 self.assertOk(r, b"file %d\n" % i * (1 + i % 7))
         self.assertServerAlive()
 
+    def test_cached_body_outlives_its_entry(self):
+        # cached bodies of 4 KiB and up go out by reference: responses still
+        # queued for a slow reader must keep the old contents while the
+        # file changes and the entry is dropped, refilled and evicted (with
+        # the entry freeing its body outright, ASan reports a use after free)
+        old, new = pattern(8192, 7), pattern(8192, 8)
+        write("shared8k.bin", old)
+        self.assertFile(self.get("/static/shared8k.bin"), old)  # cached now
+        a = socket.socket()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        a.settimeout(20)
+        a.connect(self.addr)
+        try:
+            a.sendall(build_request("GET", "/static/shared8k.bin") * 400)
+            # 3.2 MB of answers: more than the socket buffers hold, so many
+            # wait in the server's output, referencing the cached body
+            time.sleep(0.3)
+            with open(os.path.join(ROOT, "shared8k.bin"), "r+b") as f:
+                f.write(new)  # in place: same inode, new mtime
+            c = self.connect()
+            for _ in range(4):  # both workers drop their entry and refill it
+                self.assertFile(self.get("/static/shared8k.bin", conn=self.connect()), new)
+            for i in range(150):  # and churn the caches
+                write("churn/f%03d.txt" % i, b"churn %d\n" % i)
+                self.assertOk(self.get("/static/churn/f%03d.txt" % i, conn=c), b"churn %d\n" % i)
+            conn = flaretest.Conn.__new__(flaretest.Conn)
+            conn.sock, conn.buf, conn.timeout, conn.eof = a, b"", 20, False
+            for i in range(400):
+                r = conn.read_response(timeout=20)
+                self.assertEqual((r.status, r.body == old), (200, True), "response %d" % i)
+        finally:
+            a.close()
+
     def test_cache_keeps_index_and_ranges_right(self):
         c = self.connect()
         for _ in range(3):
