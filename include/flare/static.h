@@ -45,6 +45,12 @@
 extern "C" {
 #endif
 
+/* An extension and its Content-Type ("webc", "application/x-webc"). */
+typedef struct flare_mime {
+    const char *ext; /* without the dot; compared case-insensitively */
+    const char *type;
+} flare_mime_t;
+
 typedef struct flare_static_opts {
     const char *index;         /* directory index file name ("index.html"; NULL: none) */
     uint32_t max_age;          /* > 0: Cache-Control: public, max-age=N */
@@ -52,6 +58,9 @@ typedef struct flare_static_opts {
     bool dotfiles;             /* serve names starting with '.' (default false) */
     bool precompressed;        /* look for "<file>.gz" (default false) */
     uint32_t cache_ms;         /* small-file cache: revalidate paths after (1000; 0: off) */
+    /* extra or overriding types, looked up before the built-in table; an
+     * array ended by { NULL, NULL } (copied at registration), or NULL */
+    const flare_mime_t *mime;
 } flare_static_opts_t;
 
 /* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,

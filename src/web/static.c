@@ -469,6 +469,8 @@ typedef struct static_dir {
     char *fixed_hdrs;    /* owned: the header lines every file response carries */
     size_t fixed_len;
     uint32_t cache_ms;
+    flare_mime_t *mime; /* owned copy of opts.mime (strings included), or NULL */
+    size_t nmime;
     static_cache_t *cache[CACHE_MAX_WORKERS]; /* by worker id, made on first use */
 } static_dir_t;
 
@@ -495,6 +497,11 @@ static void static_dir_free(void *p)
             entry_clear(&sd->cache[w]->e[i]);
         free(sd->cache[w]);
     }
+    for (size_t i = 0; i < sd->nmime; i++) {
+        free((char *)sd->mime[i].ext);
+        free((char *)sd->mime[i].type);
+    }
+    free(sd->mime);
     free(sd->index);
     free(sd->cache_control);
     free(sd->fixed_hdrs);
@@ -893,6 +900,24 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     return e;
 }
 
+/* The directory's own types first, then the built-in table. */
+static flare_str_t dir_mime_type(const static_dir_t *sd, flare_str_t name)
+{
+    if (sd->nmime > 0) {
+        size_t i = name.len;
+        while (i > 0 && name.ptr[i - 1] != '.' && name.ptr[i - 1] != '/')
+            i--;
+        if (i > 0 && name.ptr[i - 1] == '.') {
+            flare_str_t ext = { name.ptr + i, name.len - i };
+            for (size_t k = 0; k < sd->nmime; k++) {
+                if (flare_str_ieq(ext, flare_str(sd->mime[k].ext)))
+                    return flare_str(sd->mime[k].type);
+            }
+        }
+    }
+    return flare_mime_type(name);
+}
+
 static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, flare_str_t raw,
                         bool bare_prefix)
 {
@@ -968,7 +993,7 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
         close(fd);
         return fail(res, 404, "Not Found\n");
     }
-    flare_str_t ctype = flare_mime_type((flare_str_t){ rel, rlen });
+    flare_str_t ctype = dir_mime_type(sd, (flare_str_t){ rel, rlen });
 
     if (want_gz) {
         memcpy(rel + rlen, ".gz", 4);
@@ -1045,6 +1070,14 @@ static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, co
         return FLARE_EINVAL;
     if (o.cache_control != NULL && !flare__field_value_ok(flare_str(o.cache_control)))
         return FLARE_EINVAL;
+    size_t nmime = 0;
+    for (; o.mime != NULL && (o.mime[nmime].ext != NULL || o.mime[nmime].type != NULL); nmime++) {
+        const flare_mime_t *m = &o.mime[nmime];
+        if (m->ext == NULL || m->type == NULL || m->ext[0] == '\0' || m->type[0] == '\0' ||
+            strchr(m->ext, '.') != NULL || strchr(m->ext, '/') != NULL ||
+            !flare__field_value_ok(flare_str(m->type)))
+            return FLARE_EINVAL;
+    }
 
     static_dir_t *sd = calloc(1, sizeof(*sd));
     if (sd == NULL)
@@ -1055,7 +1088,24 @@ static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, co
         return FLARE_ENOTFOUND;
     }
     sd->o = o;
+    sd->o.mime = NULL;
     sd->cache_ms = o.cache_ms;
+    if (nmime > 0) {
+        sd->mime = calloc(nmime, sizeof(*sd->mime));
+        if (sd->mime == NULL) {
+            static_dir_free(sd);
+            return FLARE_ENOMEM;
+        }
+        for (size_t i = 0; i < nmime; i++, sd->nmime++) {
+            sd->mime[i].ext = strdup(o.mime[i].ext);
+            sd->mime[i].type = strdup(o.mime[i].type);
+            if (sd->mime[i].ext == NULL || sd->mime[i].type == NULL) {
+                sd->nmime++;
+                static_dir_free(sd);
+                return FLARE_ENOMEM;
+            }
+        }
+    }
     sd->index = o.index != NULL ? strdup(o.index) : NULL;
     if (o.cache_control != NULL) {
         sd->cache_control = strdup(o.cache_control);

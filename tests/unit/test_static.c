@@ -762,6 +762,59 @@ static void serve_tree(bool walk)
     flare__static_no_openat2(false);
 }
 
+static void test_serve_custom_mime(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare-static-mime-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(root, sizeof(root), "%s", dir);
+    put_file("app.webc", "w\n");
+    put_file("notes.TXT", "n\n");
+    put_file("plain.css", "c\n");
+    harness_t h = { 0 };
+    flare_config_t cfg;
+    flare_config_init(&cfg);
+    cfg.workers = 1;
+    h.app = flare_app_new(&cfg);
+    assert_non_null(h.app);
+    flare_static_opts_t o;
+    flare_static_opts_init(&o);
+    flare_mime_t bad[] = { { "a.b", "x/y" }, { NULL, NULL } };
+    o.mime = bad;
+    assert_int_equal(flare_static(h.app, "/s", root, &o), FLARE_EINVAL);
+    flare_mime_t inject[] = { { "x", "a\r\nSet-Cookie: y" }, { NULL, NULL } };
+    o.mime = inject;
+    assert_int_equal(flare_static(h.app, "/s", root, &o), FLARE_EINVAL);
+    /* the table is copied: the caller's array may go away */
+    flare_mime_t *types = calloc(3, sizeof(*types));
+    assert_non_null(types);
+    types[0] = (flare_mime_t){ "webc", "application/x-webc" };
+    types[1] = (flare_mime_t){ "txt", "text/x-notes; charset=utf-8" }; /* overrides */
+    o.mime = types;
+    assert_int_equal(flare_static(h.app, "/s", root, &o), 0);
+    free(types);
+    assert_int_equal(harness_start(&h), 0);
+    static const char *const cases[][2] = {
+        { "/s/app.webc", "Content-Type: application/x-webc\r\n" },
+        { "/s/notes.TXT", "Content-Type: text/x-notes; charset=utf-8\r\n" },
+        { "/s/plain.css", "Content-Type: text/css; charset=utf-8\r\n" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char req[256];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                 cases[i][0]);
+        char *r = harness_roundtrip(&h, req);
+        assert_non_null(strstr(r, "HTTP/1.1 200 OK\r\n"));
+        assert_non_null(strstr(r, cases[i][1]));
+        free(r);
+    }
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(h.app);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_serve_openat2_and_walk(void **state)
 {
     (void)state;
@@ -825,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_date_roundtrip),
         cmocka_unit_test(test_mime_type),
         cmocka_unit_test(test_serve_openat2_and_walk),
+        cmocka_unit_test(test_serve_custom_mime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
