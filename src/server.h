@@ -282,6 +282,10 @@ int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middlew
 int flare__chains_build(flare_app_t *app);
 void flare__chains_free(flare_app_t *app);
 
+/* http1/request.c: a path parameter as sent (not percent-decoded), for
+ * callers that decode and check it themselves (static files) */
+flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name);
+
 /* http1/response.c */
 int flare__res_error(struct flare_req *ex, int status, const char *msg);
 int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */

@@ -92,18 +92,22 @@ static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
     return (flare_str_t){ out, n };
 }
 
-flare_str_t flare_req_param(flare_req_t *req, const char *name)
+flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name)
 {
     flare_str_t n = flare_str(name);
     for (unsigned i = 0; i < req->match.nparams; i++) {
         if (flare_str_eq(req->match.params[i].name, n)) {
             flare_str_t v = req->match.params[i].value;
-            if (v.len == 0)
-                return (flare_str_t){ "", 0 };
-            return decode(req, v, false);
+            return v.len > 0 ? v : (flare_str_t){ "", 0 };
         }
     }
     return FLARE_STR_NULL;
+}
+
+flare_str_t flare_req_param(flare_req_t *req, const char *name)
+{
+    flare_str_t v = flare__req_param_raw(req, name);
+    return v.len > 0 ? decode(req, v, false) : v;
 }
 
 flare_str_t flare_req_query_param(flare_req_t *req, const char *name)

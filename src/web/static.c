@@ -1043,7 +1043,8 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
 
 static int static_handler(flare_req_t *req, flare_res_t *res, void *ud)
 {
-    return static_serve(req, res, ud, flare_req_param(req, "path"), false);
+    /* raw: flare__static_path decodes exactly once ("%2520" is "%20", not " ") */
+    return static_serve(req, res, ud, flare__req_param_raw(req, "path"), false);
 }
 
 static int static_bare_handler(flare_req_t *req, flare_res_t *res, void *ud)

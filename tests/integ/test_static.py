@@ -56,6 +56,7 @@ write("data/x.json", b'{"a":1}\n')
 write("UPPER.HTML", b"<p>upper</p>\n")
 write("noext", b"raw\n")
 write("with space.txt", b"spaced\n")
+write("a%20b.txt", b"percent in the name\n")
 write("sub/a.txt", b"sub a\n")
 write("docs/index.html", b"<p>docs</p>\n")
 write(".env", b"SECRET=1\n")
@@ -140,6 +141,9 @@ class Static(ServerTestCase):
 
     def test_percent_encoded_name(self):
         self.assertOk(self.get("/static/with%20space.txt"), b"spaced\n")
+        # decoded once: "%2520" names the file "a%20b.txt", not "a b.txt"
+        self.assertOk(self.get("/static/a%2520b.txt"), b"percent in the name\n")
+        self.assertEqual(self.get("/static/a%20b.txt").status, 404)
         self.assertOk(self.get("/static/%73ub/%61.txt"), b"sub a\n")
 
     def test_dot_and_empty_segments_are_dropped(self):
