@@ -42,6 +42,23 @@ static inline bool flare__field_value_ok(flare_str_t s)
     return true;
 }
 
+/* The value of a hex digit, or -1. */
+static inline int flare__hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (unsigned char)(c | 0x20);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* OWS (RFC 9110 section 5.6.3): space or horizontal tab. */
+static inline bool flare__is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
 extern const char flare__digits2[201]; /* "00".."99" */
 
 /* Writes v in decimal at p, returns the number of digits (at most 20).

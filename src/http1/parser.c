@@ -285,11 +285,6 @@ static inline bool valid_host(const char *p, size_t n, const char *end)
     return true;
 }
 
-static inline bool ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 /* A line should end at p but no CRLF is there: returns 0 when the bytes
  * run out first (more are needed), else the error. */
 __attribute__((cold, noinline)) static int eol_slow(flare_http_head_t *head, const char *p,
@@ -310,14 +305,14 @@ __attribute__((cold, noinline)) static int bad_name(flare_http_head_t *head, con
 {
     char c = *p;
     if (p == name) {
-        if (ows(c))
+        if (flare__is_ows(c))
             return fail(head, 400, "obsolete line folding in header section");
         if (c == '\n')
             return fail(head, 400, "bare LF in request head");
         if (c == ':')
             return fail(head, 400, "empty header name");
     } else {
-        if (ows(c))
+        if (flare__is_ows(c))
             return fail(head, 400, "whitespace before colon in header field");
         if (c == '\r' || c == '\n')
             return fail(head, 400, "header field without colon");
@@ -418,10 +413,10 @@ static unsigned connection_tokens(const char *p, const char *end)
     if (end - p == 5 && (load32(p) | LOWER32) == load32("clos") && (p[4] | 0x20) == 'e')
         return F_CLOSE;
     while (p != end) {
-        while (p != end && (ows(*p) || *p == ','))
+        while (p != end && (flare__is_ows(*p) || *p == ','))
             p++;
         const char *tok = p;
-        while (p != end && *p != ',' && !ows(*p))
+        while (p != end && *p != ',' && !flare__is_ows(*p))
             p++;
         flare_str_t s = { tok, (size_t)(p - tok) };
         if (FLARE__IEQ(s, "close"))
@@ -639,7 +634,7 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
         if (p != end && *p == ' ')
             p++;
         if (flare__unlikely(p != end && (uint8_t)*p <= ' ')) {
-            while (p != end && ows(*p))
+            while (p != end && flare__is_ows(*p))
                 p++;
         }
         const char *val = p;

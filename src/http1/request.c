@@ -56,16 +56,6 @@ const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i)
     return i < req->head.nheaders ? &req->head.headers[i] : NULL;
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (unsigned char)(c | 0x20);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* Percent-decodes into the arena when needed; invalid escapes stay as sent. */
 static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
 {
@@ -78,8 +68,8 @@ static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
     for (size_t i = 0; i < s.len; i++) {
         unsigned char ch = (unsigned char)s.ptr[i];
         if (ch == '%') {
-            int hi = i + 1 < s.len ? hexval((unsigned char)s.ptr[i + 1]) : -1;
-            int lo = i + 2 < s.len ? hexval((unsigned char)s.ptr[i + 2]) : -1;
+            int hi = i + 1 < s.len ? flare__hexval((unsigned char)s.ptr[i + 1]) : -1;
+            int lo = i + 2 < s.len ? flare__hexval((unsigned char)s.ptr[i + 2]) : -1;
             if (hi >= 0 && lo >= 0) {
                 out[n++] = (char)(hi * 16 + lo);
                 i += 2;

@@ -1,17 +1,8 @@
 /* application/x-www-form-urlencoded and query strings. */
 #include <string.h>
 
+#include "core/core.h"
 #include "flare/form.h"
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
 
 /* Decodes the byte at raw[*i] (and its escape), advancing *i. */
 static inline unsigned char decode_at(flare_str_t raw, size_t *i)
@@ -22,8 +13,8 @@ static inline unsigned char decode_at(flare_str_t raw, size_t *i)
         return ' ';
     }
     if (c == '%' && raw.len - *i >= 3) {
-        int hi = hexval((unsigned char)raw.ptr[*i + 1]);
-        int lo = hexval((unsigned char)raw.ptr[*i + 2]);
+        int hi = flare__hexval((unsigned char)raw.ptr[*i + 1]);
+        int lo = flare__hexval((unsigned char)raw.ptr[*i + 2]);
         if (hi >= 0 && lo >= 0) {
             *i += 3;
             return (unsigned char)(hi << 4 | lo);

@@ -23,16 +23,6 @@
 
 /* ---- pure parts ------------------------------------------------------------ */
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 int flare__static_path(flare_str_t raw, char *out, size_t *outlen, bool *dir, bool dotfiles)
 {
     size_t n = 0, seg = 0; /* seg: where the current segment starts in out */
@@ -42,8 +32,8 @@ int flare__static_path(flare_str_t raw, char *out, size_t *outlen, bool *dir, bo
         if (i == raw.len) {
             ch = '/';
         } else if (raw.ptr[i] == '%') {
-            int hi = i + 2 < raw.len ? hexval((unsigned char)raw.ptr[i + 1]) : -1;
-            int lo = hi >= 0 ? hexval((unsigned char)raw.ptr[i + 2]) : -1;
+            int hi = i + 2 < raw.len ? flare__hexval((unsigned char)raw.ptr[i + 1]) : -1;
+            int lo = hi >= 0 ? flare__hexval((unsigned char)raw.ptr[i + 2]) : -1;
             if (lo < 0)
                 return 400;
             ch = (unsigned char)(hi << 4 | lo);
@@ -80,11 +70,6 @@ int flare__static_path(flare_str_t raw, char *out, size_t *outlen, bool *dir, bo
     return 0;
 }
 
-static inline bool ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 /* Saturating decimal: digits at *p..end; false when there are none. */
 static bool digits(const char **p, const char *end, uint64_t *v)
 {
@@ -113,7 +98,7 @@ int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64
     unsigned specs = 0, satisfiable = 0;
     uint64_t f = 0, l = 0;
     while (p < end) {
-        while (p < end && (ows(*p) || *p == ','))
+        while (p < end && (flare__is_ows(*p) || *p == ','))
             p++;
         if (p == end)
             break;
@@ -141,7 +126,7 @@ int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64
             if (b >= size)
                 b = size - 1;
         }
-        while (p < end && ows(*p))
+        while (p < end && flare__is_ows(*p))
             p++;
         if (p < end && *p != ',')
             return FLARE__RANGE_NONE;
@@ -171,7 +156,7 @@ bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong)
     bool matched = false;
     unsigned elems = 0;
     while (p < end) {
-        while (p < end && (ows(*p) || *p == ','))
+        while (p < end && (flare__is_ows(*p) || *p == ','))
             p++;
         if (p == end)
             break;
@@ -202,7 +187,7 @@ bool flare__etag_match(flare_str_t list, flare_str_t etag, bool strong)
                 matched = true;
             p = q;
         }
-        while (p < end && ows(*p))
+        while (p < end && flare__is_ows(*p))
             p++;
         if (p < end && *p != ',')
             return false;
@@ -217,16 +202,16 @@ bool flare__accepts_gzip(flare_str_t value)
     const char *p = value.ptr, *end = value.ptr + value.len;
     bool gzip = false, star = false, gzip_seen = false;
     while (p < end) {
-        while (p < end && (ows(*p) || *p == ','))
+        while (p < end && (flare__is_ows(*p) || *p == ','))
             p++;
         const char *t = p;
-        while (p < end && *p != ',' && *p != ';' && !ows(*p))
+        while (p < end && *p != ',' && *p != ';' && !flare__is_ows(*p))
             p++;
         size_t tlen = (size_t)(p - t);
         /* parameters: only q matters; q=0 (0, 0.0, 0.000) refuses */
         bool refused = false;
         while (p < end && *p != ',') {
-            while (p < end && (ows(*p) || *p == ';'))
+            while (p < end && (flare__is_ows(*p) || *p == ';'))
                 p++;
             if (end - p >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
                 p += 2;

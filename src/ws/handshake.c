@@ -8,11 +8,6 @@
 
 static const char GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
-static inline bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 bool flare__ws_list_next(const flare_header_t *h, size_t n, const char *name, size_t *field,
                          size_t *pos, flare_str_t *elem)
 {
@@ -23,7 +18,7 @@ bool flare__ws_list_next(const flare_header_t *h, size_t n, const char *name, si
         flare_str_t v = h[*field].value;
         while (*pos < v.len) {
             size_t i = *pos;
-            while (i < v.len && (is_ows(v.ptr[i]) || v.ptr[i] == ','))
+            while (i < v.len && (flare__is_ows(v.ptr[i]) || v.ptr[i] == ','))
                 i++;
             size_t start = i;
             bool quoted = false;
@@ -35,7 +30,7 @@ bool flare__ws_list_next(const flare_header_t *h, size_t n, const char *name, si
                 i++;
             }
             size_t end = i;
-            while (end > start && is_ows(v.ptr[end - 1]))
+            while (end > start && flare__is_ows(v.ptr[end - 1]))
                 end--;
             *pos = i;
             if (end > start) {
