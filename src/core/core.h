@@ -59,6 +59,10 @@ static inline bool flare__is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
+/* Reads exactly len bytes of fd from offset off (pread, EINTR retried).
+ * 0, or FLARE_EIO when the file ends first or the read fails. */
+int flare__pread_all(int fd, char *dst, uint64_t off, size_t len);
+
 extern const char flare__digits2[201]; /* "00".."99" */
 
 /* Writes v in decimal at p, returns the number of digits (at most 20).

@@ -1,3 +1,6 @@
+#include <errno.h>
+#include <unistd.h>
+
 #include "core/core.h"
 
 const char flare__digits2[201] = "00010203040506070809"
@@ -22,4 +25,19 @@ size_t flare__u64tohex(char *p, uint64_t v)
     } while (v != 0);
     memcpy(p, tmp + n, sizeof(tmp) - n);
     return sizeof(tmp) - n;
+}
+
+int flare__pread_all(int fd, char *dst, uint64_t off, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = pread(fd, dst, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return FLARE_EIO;
+        dst += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
 }

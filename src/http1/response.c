@@ -217,31 +217,39 @@ int flare_res_set_status(flare_res_t *res, int status)
     return 0;
 }
 
+enum { SEND_GO = 1, SEND_ORPHAN = 2 };
+
+/* What every complete response goes through first: state and argument
+ * checks (invalid: the caller's own extra ones), then the after hooks,
+ * which may change *status or answer themselves. Returns SEND_GO, or
+ * SEND_ORPHAN / a result once the caller has released its body. */
+static inline __attribute__((always_inline)) int send_prologue(struct flare_req *ex, int *status,
+                                                               flare_str_t ctype, bool invalid)
+{
+    if (ex->flags & EX_ORPHAN)
+        return SEND_ORPHAN;
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if ((unsigned)(*status - 200) > 799u || !ctype_ok(ctype) || invalid)
+        return FLARE_EINVAL;
+    if (ex->flags & EX_HAS_AFTER) {
+        *status = run_after(ex, *status);
+        if (ex->flags & EX_ORPHAN)
+            return SEND_ORPHAN;
+        if (ex->flags & (EX_SENT | EX_STREAM))
+            return 0;
+    }
+    return SEND_GO;
+}
+
 static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
                        flare_task_fn release, void *ud)
 {
-    if (ex->flags & EX_ORPHAN) {
+    int rc = send_prologue(ex, &status, ctype, false);
+    if (rc != SEND_GO) {
         if (release != NULL)
             release(ud);
-        return orphan_done(ex);
-    }
-    if (ex->flags & (EX_SENT | EX_STREAM)) {
-        if (release != NULL)
-            release(ud);
-        return FLARE_ESTATE;
-    }
-    if ((unsigned)(status - 200) > 799u || !ctype_ok(ctype)) {
-        if (release != NULL)
-            release(ud);
-        return FLARE_EINVAL;
-    }
-    if (ex->flags & EX_HAS_AFTER) {
-        status = run_after(ex, status);
-        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN)) {
-            if (release != NULL)
-                release(ud);
-            return ex->flags & EX_ORPHAN ? orphan_done(ex) : 0;
-        }
+        return rc == SEND_ORPHAN ? orphan_done(ex) : rc;
     }
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
@@ -293,21 +301,6 @@ int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, f
  * head instead of a write and a sendfile. */
 #define SENDFILE_MIN 16384
 
-static int read_range(int fd, char *dst, uint64_t off, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = pread(fd, dst, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return FLARE_EIO;
-        dst += n;
-        off += (uint64_t)n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static void close_pending_file(void *ud)
 {
     struct flare_req *ex = ud;
@@ -321,29 +314,14 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
                        uint64_t len)
 {
     struct flare_req *ex = res;
-    int rc = 0;
     if (fd < 0)
         return FLARE_EINVAL;
-    if (ex->flags & EX_ORPHAN) {
+    int rc = send_prologue(ex, &status, content_type, off > INT64_MAX || len > INT64_MAX - off);
+    if (rc != SEND_GO) {
         close(fd);
-        return orphan_done(ex);
+        return rc == SEND_ORPHAN ? orphan_done(ex) : rc;
     }
-    if (ex->flags & (EX_SENT | EX_STREAM)) {
-        rc = FLARE_ESTATE;
-        goto out;
-    }
-    if ((unsigned)(status - 200) > 799u || !ctype_ok(content_type) || off > INT64_MAX ||
-        len > INT64_MAX - off) {
-        rc = FLARE_EINVAL;
-        goto out;
-    }
-    if (ex->flags & EX_HAS_AFTER) {
-        status = run_after(ex, status);
-        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN)) {
-            close(fd);
-            return ex->flags & EX_ORPHAN ? orphan_done(ex) : 0;
-        }
-    }
+    rc = 0;
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
     if (flare__serialize_head(ex, out, status, content_type, len, false) != 0) {
@@ -358,7 +336,7 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
                 rc = FLARE_ENOMEM;
                 goto out;
             }
-            if ((rc = read_range(fd, out->data + out->len, off, (size_t)len)) != 0) {
+            if ((rc = flare__pread_all(fd, out->data + out->len, off, (size_t)len)) != 0) {
                 out->len = mark;
                 goto out;
             }
@@ -480,6 +458,13 @@ static bool is_tchar(unsigned char ch)
     return ch != 0 && strchr(extra, ch) != NULL;
 }
 
+static void append_hdr(struct flare_req *ex, flare_res_hdr_t *h)
+{
+    h->next = NULL;
+    *ex->res_hdrs_tail = h;
+    ex->res_hdrs_tail = &h->next;
+}
+
 int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
 {
     struct flare_req *ex = res;
@@ -506,9 +491,7 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
         memcpy(s + name.len, value.ptr, value.len);
     h->name = (flare_str_t){ s, name.len };
     h->value = (flare_str_t){ s + name.len, value.len };
-    h->next = NULL;
-    *ex->res_hdrs_tail = h;
-    ex->res_hdrs_tail = &h->next;
+    append_hdr(ex, h);
     return 0;
 }
 
@@ -521,9 +504,7 @@ int flare__res_header_block(struct flare_req *ex, flare_str_t block)
         return FLARE_ENOMEM;
     h->name = (flare_str_t){ "", 0 };
     h->value = block;
-    h->next = NULL;
-    *ex->res_hdrs_tail = h;
-    ex->res_hdrs_tail = &h->next;
+    append_hdr(ex, h);
     return 0;
 }
 

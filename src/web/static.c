@@ -376,13 +376,22 @@ static const struct {
     { "webmanifest", "application/manifest+json" },
 };
 
-flare_str_t flare_mime_type(flare_str_t name)
+/* The extension of the last path segment (after its last '.'), or
+ * .ptr == NULL when it has none. */
+static flare_str_t file_ext(flare_str_t name)
 {
     size_t i = name.len;
     while (i > 0 && name.ptr[i - 1] != '.' && name.ptr[i - 1] != '/')
         i--;
-    if (i > 0 && name.ptr[i - 1] == '.') {
-        flare_str_t ext = { name.ptr + i, name.len - i };
+    if (i == 0 || name.ptr[i - 1] != '.')
+        return FLARE_STR_NULL;
+    return (flare_str_t){ name.ptr + i, name.len - i };
+}
+
+flare_str_t flare_mime_type(flare_str_t name)
+{
+    flare_str_t ext = file_ext(name);
+    if (ext.ptr != NULL) {
         for (size_t k = 0; k < sizeof(mime_table) / sizeof(mime_table[0]); k++) {
             if (flare_str_ieq(ext, flare_str(mime_table[k].ext)))
                 return flare_str(mime_table[k].type);
@@ -851,17 +860,7 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     if (cb == NULL)
         return NULL;
     cb->refs = 1; /* the entry's */
-    char *body = cb->data;
-    size_t got = 0, want = (size_t)st->st_size;
-    while (got < want) {
-        ssize_t n = pread(fd, body + got, want - got, (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    if (got != want) {
+    if (flare__pread_all(fd, cb->data, 0, (size_t)st->st_size) != 0) {
         free(cb);
         return NULL;
     }
@@ -888,17 +887,10 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
 /* The directory's own types first, then the built-in table. */
 static flare_str_t dir_mime_type(const static_dir_t *sd, flare_str_t name)
 {
-    if (sd->nmime > 0) {
-        size_t i = name.len;
-        while (i > 0 && name.ptr[i - 1] != '.' && name.ptr[i - 1] != '/')
-            i--;
-        if (i > 0 && name.ptr[i - 1] == '.') {
-            flare_str_t ext = { name.ptr + i, name.len - i };
-            for (size_t k = 0; k < sd->nmime; k++) {
-                if (flare_str_ieq(ext, flare_str(sd->mime[k].ext)))
-                    return flare_str(sd->mime[k].type);
-            }
-        }
+    flare_str_t ext = file_ext(name);
+    for (size_t k = 0; ext.ptr != NULL && k < sd->nmime; k++) {
+        if (flare_str_ieq(ext, flare_str(sd->mime[k].ext)))
+            return flare_str(sd->mime[k].type);
     }
     return flare_mime_type(name);
 }
