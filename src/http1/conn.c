@@ -363,30 +363,10 @@ static ssize_t send_file_seg(flare_conn_t *c, const flare_outseg_t *seg, size_t 
     return wr;
 }
 
+/* The general output path: borrowed segments, file ranges, partial writes,
+ * and what follows the output (flare__conn_flush takes the common case). */
 static bool flush_once(flare_conn_t *c)
 {
-    /* the common case: one buffer, nothing borrowed, nothing sent yet */
-    if (c->nsegs == 0 && c->wsent == 0 && c->wbuf.len > 0) {
-        ssize_t wr = flare__write(c->io.fd, c->wbuf.data, c->wbuf.len);
-        if (flare__likely((size_t)wr == c->wbuf.len)) {
-            c->wbuf.len = 0;
-            c->t_active = c->w->loop.now;
-            if (c->flags & C_WANT_WRITE) {
-                c->flags &= ~C_WANT_WRITE;
-                uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
-                flare__loop_mod(&c->w->loop, &c->io, ev);
-            }
-            if (c->qhead == NULL && (c->flags & (C_CLOSING | C_RD_EOF | C_READ_PAUSED | C_UPGRADE)))
-                return after_output(c);
-            return false;
-        }
-        if (wr > 0)
-            c->wsent = (size_t)wr; /* the general path below takes the rest */
-        else if (wr != -EAGAIN && wr != -EINTR) {
-            flare__conn_close(c);
-            return false;
-        }
-    }
     while (c->wbuf.len > 0 || c->nsegs > 0) {
         struct iovec iov[MAX_IOV];
         int n = 0;
