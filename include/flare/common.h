@@ -72,6 +72,20 @@ enum {
 /* Text for a FLARE_E* code (or 0). Never NULL; static storage. */
 FLARE_API const char *flare_strerror(int code);
 
+/* The cause of the last failure of a call documented to record one
+ * (flare_app_new, flare_app_run, ...) on the calling thread: a message that
+ * names the system call, the field or the address and why, for example
+ * "bind 127.0.0.1:8080: Address already in use" or
+ * "flare_config_t.max_headers: 100000 is more than 65535". "" when nothing
+ * failed yet. Thread-local, like errno: valid until the next recorded
+ * failure on this thread. Never NULL. */
+FLARE_API const char *flare_last_error(void);
+
+/* The errno of the system call behind the last recorded failure on this
+ * thread (EADDRINUSE, EACCES, EMFILE...), or 0 when it was not a system call
+ * (a bad argument, out of memory in Flare itself). */
+FLARE_API int flare_last_errno(void);
+
 /* Request methods: one table generates the enum and the names. */
 #define FLARE_METHOD_MAP(X) \
     X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS) X(TRACE) X(PATCH)

@@ -1,7 +1,39 @@
 /* Tables generated from the X-macro maps in flare/common.h. */
 #include "flare/common.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "core/core.h"
+
+/* The last recorded failure of this thread (see flare_last_error). */
+static _Thread_local char last_msg[256];
+static _Thread_local int last_errno;
+
+int flare__fail(int code, int sys_errno, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+    va_end(ap);
+    if (n >= 0 && sys_errno != 0 && (size_t)n < sizeof(last_msg)) {
+        char eb[128];
+        const char *es = strerror_r(sys_errno, eb, sizeof(eb));
+        snprintf(last_msg + n, sizeof(last_msg) - (size_t)n, ": %s", es);
+    }
+    last_errno = sys_errno;
+    return code;
+}
+
+const char *flare_last_error(void)
+{
+    return last_msg;
+}
+
+int flare_last_errno(void)
+{
+    return last_errno;
+}
 
 const char *flare_strerror(int code)
 {

@@ -59,6 +59,13 @@ static inline bool flare__is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
+/* Records the cause of a failure for flare_last_error()/flare_last_errno()
+ * on this thread and returns code, so a failing path reads
+ *     return flare__fail(FLARE_EBIND, errno, "bind %s", addr);
+ * With sys_errno != 0, ": <strerror(sys_errno)>" is appended to the message.
+ * Off the hot path only (it formats). */
+int flare__fail(int code, int sys_errno, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Reads exactly len bytes of fd from offset off (pread, EINTR retried).
  * 0, or FLARE_EIO when the file ends first or the read fails. */
 int flare__pread_all(int fd, char *dst, uint64_t off, size_t len);
