@@ -1,8 +1,13 @@
-/* Event loop: one per worker thread. epoll (level-triggered), a binary heap
- * of timers (no timer syscalls: the nearest deadline is epoll_wait's
- * timeout), and a multi-producer single-consumer post queue woken by an
- * eventfd. Only the owning thread touches the loop, except flare__loop_post
- * and flare__loop_wake, which are safe from any thread. */
+/* Event loop: one per worker thread. epoll (level-triggered), a heap of
+ * timers (no timer syscalls: the nearest deadline is epoll_wait's timeout),
+ * and a multi-producer single-consumer post queue woken by an eventfd. Only
+ * the owning thread touches the loop, except the post and wake calls, which
+ * are safe from any thread.
+ *
+ * Timers and post nodes are intrusive: their owner embeds them, so arming a
+ * timer or posting a node never allocates and never fails. That is what the
+ * periodic sweeps, the drain request and the job pool's replies rely on: a
+ * re-arm that could fail with ENOMEM would stop all timeouts for good. */
 #ifndef FLARE_LOOP_H
 #define FLARE_LOOP_H
 
@@ -23,25 +28,32 @@ struct flare_io {
     flare_io_fn cb;
 };
 
-typedef struct flare_timer_entry {
+/* A timer, embedded in whoever owns it. A pairing heap node: `child` is the
+ * first child, `next` the next sibling, `prev` the previous sibling or, for
+ * a first child, the parent. Ordered by (when, seq): FIFO among equal
+ * deadlines. */
+typedef struct flare_timer {
+    struct flare_timer *child, *next, *prev;
     uint64_t when;
-    uint64_t seq; /* FIFO among equal deadlines */
+    uint64_t seq;
     flare_loop_task_fn fn;
     void *ud;
-} flare_timer_entry_t;
+    bool active;
+} flare_timer_t;
 
 typedef struct flare_post_node {
     struct flare_post_node *next;
     flare_loop_task_fn fn;
     void *ud;
+    bool heap; /* allocated by flare__loop_post: freed before fn runs */
 } flare_post_node_t;
 
 struct flare_loop {
     int epfd;
     bool stop;
-    uint64_t now; /* cached monotonic ms, refreshed after each wait */
-    flare_timer_entry_t *timers;
-    size_t ntimers, captimers;
+    uint64_t now;          /* cached monotonic ms, refreshed after each wait */
+    flare_timer_t *timers; /* heap root */
+    size_t ntimers;
     uint64_t timer_seq;
     flare_io_t wake_io; /* eventfd */
     /* called after each batch of events: frees what callbacks closed, so an
@@ -60,11 +72,28 @@ int flare__loop_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
 int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
 void flare__loop_del(flare_loop_t *l, flare_io_t *io);
 
-/* Runs fn(ud) at l->now + ms. 0 or FLARE_ENOMEM. */
+/* An embedded timer: init once, then start/stop as often as needed. A
+ * started timer runs fn(ud) once at l->now + ms; starting an active timer
+ * moves it. The owner stops it before freeing the memory it lives in. */
+static inline void flare__timer_init(flare_timer_t *t, flare_loop_task_fn fn, void *ud)
+{
+    *t = (flare_timer_t){ .fn = fn, .ud = ud };
+}
+void flare__timer_start(flare_loop_t *l, flare_timer_t *t, uint64_t ms);
+void flare__timer_stop(flare_loop_t *l, flare_timer_t *t);
+
+/* A one-shot timer the loop allocates (and frees after it fires): for
+ * callers with nowhere to embed one. 0 or FLARE_ENOMEM. */
 int flare__loop_timer(flare_loop_t *l, uint64_t ms, flare_loop_task_fn fn, void *ud);
 
-/* Thread-safe: queues fn(ud) to run on the loop's thread. */
+/* Thread-safe: queues fn(ud) to run on the loop's thread. 0 or
+ * FLARE_ENOMEM (the node is allocated). */
 int flare__loop_post(flare_loop_t *l, flare_loop_task_fn fn, void *ud);
+
+/* Thread-safe: queues a caller-owned node (fn and ud set, not queued
+ * already) and cannot fail. The node is not touched after n->fn runs, so fn
+ * may free the memory holding it. */
+void flare__loop_post_node(flare_loop_t *l, flare_post_node_t *n);
 
 /* Thread-safe: makes a blocked epoll_wait return. */
 void flare__loop_wake(flare_loop_t *l);

@@ -62,29 +62,44 @@ static int parse_addr(const char *addr, int port_override, struct sockaddr_stora
  * first listener, a plain bind (no SO_REUSEPORT) checks the port is free and,
  * for port 0, picks it. It is closed at once: the window before the real
  * listeners bind is a few microseconds. */
+static int bad_addr(const char *addr)
+{
+    return flare__fail(FLARE_EADDR, 0, "listen address \"%s\": expected HOST:PORT",
+                       addr != NULL ? addr : "(null)");
+}
+
+static void bound_port(int fd, int *port_out)
+{
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof(got);
+    if (port_out != NULL && getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
+        *port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                    : ((struct sockaddr_in *)&got)->sin_port);
+}
+
 int flare__listen_probe(const char *addr, int *port_out)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    int rc = parse_addr(addr, -1, &ss, &sl);
-    if (rc != 0)
-        return rc;
+    if (parse_addr(addr, -1, &ss, &sl) != 0)
+        return bad_addr(addr);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return FLARE_ESYS;
+        return flare__fail(FLARE_ESYS, errno, "socket for %s", addr);
     /* SO_REUSEADDR: connections of a previous run in TIME_WAIT do not block
      * a restart; a live listener on the port still does (Linux) */
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+        int e = errno;
         close(fd);
-        return FLARE_EBIND;
+        return flare__fail(FLARE_ESYS, e, "setsockopt(SO_REUSEADDR) for %s", addr);
     }
-    struct sockaddr_storage got;
-    socklen_t gl = sizeof(got);
-    if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
-        *port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                                    : ((struct sockaddr_in *)&got)->sin_port);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+        int e = errno;
+        close(fd);
+        return flare__fail(FLARE_EBIND, e, "bind %s", addr);
+    }
+    bound_port(fd, port_out);
     close(fd);
     return 0;
 }
@@ -93,37 +108,41 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    int rc = parse_addr(addr, port_override, &ss, &sl);
-    if (rc != 0)
-        return rc;
+    if (parse_addr(addr, port_override, &ss, &sl) != 0)
+        return bad_addr(addr);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return FLARE_ESYS;
+        return flare__fail(FLARE_ESYS, errno, "socket for %s", addr);
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, backlog) != 0) {
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+        int e = errno;
         close(fd);
-        return FLARE_EBIND;
+        return flare__fail(FLARE_ESYS, e, "setsockopt(SO_REUSEPORT) for %s", addr);
     }
-    if (port_out != NULL) {
-        struct sockaddr_storage got;
-        socklen_t gl = sizeof(got);
-        if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0)
-            *port_out = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                                        : ((struct sockaddr_in *)&got)->sin_port);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+        int e = errno;
+        close(fd);
+        return flare__fail(FLARE_EBIND, e, "bind %s (port %d)", addr, port_override);
     }
+    if (listen(fd, backlog) != 0) {
+        int e = errno;
+        close(fd);
+        return flare__fail(FLARE_EBIND, e, "listen on %s", addr);
+    }
+    bound_port(fd, port_out);
     return fd;
 }
 
 /* Out of descriptors: the pending connection would make epoll report the
  * listener readable forever. Spend the reserve descriptor to accept and
  * close it, then take the reserve back (the classic EMFILE guard). */
-static void listener_resume(void *ud)
+void flare__listener_resume(void *ud)
 {
     flare_worker_t *w = ud;
-    if (w->listen_io.fd >= 0 && !w->draining)
-        flare__loop_mod(&w->loop, &w->listen_io, EPOLLIN);
+    if (w->listen_io.fd >= 0 && !w->draining &&
+        flare__loop_mod(&w->loop, &w->listen_io, EPOLLIN) != 0)
+        flare__timer_start(&w->loop, &w->resume_timer, 100); /* try again, never give up */
 }
 
 static void emfile_guard(flare_worker_t *w)
@@ -141,7 +160,7 @@ static void emfile_guard(flare_worker_t *w)
      * on a listener that cannot be served, stop watching it for 100 ms
      * (nginx does the same with accept_mutex_delay). */
     if (flare__loop_mod(&w->loop, &w->listen_io, 0) == 0)
-        flare__loop_timer(&w->loop, 100, listener_resume, w);
+        flare__timer_start(&w->loop, &w->resume_timer, 100);
 }
 
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)

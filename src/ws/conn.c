@@ -33,6 +33,8 @@ _Thread_local ws_worker_t *flare__ws_tls;
 
 static void io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 static void sweep_cb(void *ud);
+static void reap_cb(void *ud);
+static void flush_cb(void *ud);
 
 static inline uint64_t now_ms(const flare_ws_t *ws)
 {
@@ -51,10 +53,10 @@ ws_worker_t *flare__ws_worker_get(flare_worker_t *w, ws_app_t *wapp)
     ww->w = w;
     ww->wapp = wapp;
     ww->next_seq = 1;
-    if (flare__loop_timer(&w->loop, wapp->sweep_ms, sweep_cb, w) != 0) {
-        free(ww);
-        return NULL;
-    }
+    flare__timer_init(&ww->sweep_timer, sweep_cb, ww);
+    flare__timer_init(&ww->reap_timer, reap_cb, ww);
+    flare__timer_init(&ww->flush_timer, flush_cb, ww);
+    flare__timer_start(&w->loop, &ww->sweep_timer, wapp->sweep_ms);
     w->ws = ww;
     flare__ws_tls = ww;
     return ww;
@@ -98,12 +100,7 @@ static void reap_all(ws_worker_t *ww);
 
 static void reap_cb(void *ud)
 {
-    flare_worker_t *w = ud;
-    ws_worker_t *ww = w->ws;
-    if (ww == NULL)
-        return; /* disposed: the loop fires leftover timers at its end */
-    ww->reap_armed = false;
-    reap_all(ww);
+    reap_all(ud);
 }
 
 void flare__ws_go_dead(flare_ws_t *ws)
@@ -129,8 +126,8 @@ void flare__ws_go_dead(flare_ws_t *ws)
     ws->flags |= WF_REAPING;
     ws->reap_next = ww->reap;
     ww->reap = ws;
-    if (!ww->reap_armed && flare__loop_timer(&w->loop, 0, reap_cb, w) == 0)
-        ww->reap_armed = true;
+    if (!ww->reap_timer.active)
+        flare__timer_start(&w->loop, &ww->reap_timer, 0);
 }
 
 void flare__ws_abort(flare_ws_t *ws, uint16_t code)
@@ -182,12 +179,7 @@ static void flush_dirty(ws_worker_t *ww)
 
 static void flush_cb(void *ud)
 {
-    flare_worker_t *w = ud;
-    ws_worker_t *ww = w->ws;
-    if (ww == NULL)
-        return;
-    ww->flush_armed = false;
-    flush_dirty(ww);
+    flush_dirty(ud);
 }
 
 static void reap_all(ws_worker_t *ww)
@@ -371,8 +363,8 @@ int flare__ws_send_shared(flare_ws_t *ws, ws_shared_t *plain, ws_shared_t *packe
         ws->flags |= WF_DIRTY;
         ws->dirty_next = ww->dirty;
         ww->dirty = ws;
-        if (!ww->flush_armed && flare__loop_timer(&ww->w->loop, 0, flush_cb, ww->w) == 0)
-            ww->flush_armed = true;
+        if (!ww->flush_timer.active)
+            flare__timer_start(&ww->w->loop, &ww->flush_timer, 0);
     }
     return rc;
 }
@@ -707,15 +699,14 @@ static void sweep_one(flare_ws_t *ws, uint64_t now)
 
 static void sweep_cb(void *ud)
 {
-    flare_worker_t *w = ud;
-    ws_worker_t *ww = w->ws;
-    if (ww == NULL)
-        return;
+    ws_worker_t *ww = ud;
+    flare_worker_t *w = ww->w;
+    /* re-armed first: nothing below can keep the next sweep from happening */
+    flare__timer_start(&w->loop, &ww->sweep_timer, ww->wapp->sweep_ms);
     uint64_t now = w->loop.now;
     for (flare_ws_t *ws = ww->conns; ws != NULL; ws = ws->next)
         sweep_one(ws, now);
     reap_all(ww);
-    flare__loop_timer(&w->loop, ww->wapp->sweep_ms, sweep_cb, w);
 }
 
 /* ---- shutdown ---- */
@@ -756,6 +747,9 @@ void flare__ws_dispose(flare_worker_t *w)
         free(ww->sinf);
     }
     flare__buf_free(&ww->scratch);
+    flare__timer_stop(&w->loop, &ww->sweep_timer);
+    flare__timer_stop(&w->loop, &ww->reap_timer);
+    flare__timer_stop(&w->loop, &ww->flush_timer);
     free(ww);
     w->ws = NULL;
     if (flare__ws_tls == ww)

@@ -152,9 +152,10 @@ struct ws_worker {
     ws_room_t **rooms;
     size_t roomcap, nrooms;
     flare_ws_t *reap;
-    bool reap_armed;
     flare_ws_t *dirty; /* queued hub deliveries, written once after the event batch */
-    bool flush_armed;
+    /* embedded: arming them cannot fail (a lost re-arm would stop
+     * heartbeats and timeouts for good); stopped in flare__ws_dispose */
+    flare_timer_t sweep_timer, reap_timer, flush_timer;
     ws_out_t *free_nodes; /* small queue entries for shared frames */
     unsigned nfree_nodes;
     z_stream *sdef[16]; /* shared compressors by window bits (no context takeover) */

@@ -2,8 +2,10 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -97,6 +99,141 @@ static void *many_posts(void *arg)
     return NULL;
 }
 
+/* Embedded timers against a reference: random starts, restarts and stops;
+ * then every timer still armed fires exactly once, in (deadline, start
+ * order) order, and no stopped one fires. */
+#define EMB_N 300
+typedef struct {
+    flare_timer_t t;
+    uint64_t when, seq; /* what the reference expects */
+    bool armed;
+    int fired;
+} emb_t;
+
+static uint64_t emb_last_when, emb_last_seq;
+static bool emb_any;
+static int emb_bad;
+
+static void emb_fire(void *ud)
+{
+    emb_t *e = ud;
+    e->fired++;
+    if (!e->armed)
+        emb_bad++; /* stopped, yet fired */
+    if (emb_any && (e->when < emb_last_when || (e->when == emb_last_when && e->seq < emb_last_seq)))
+        emb_bad++; /* out of order */
+    emb_any = true;
+    emb_last_when = e->when;
+    emb_last_seq = e->seq;
+}
+
+static void test_embedded_timers(void **state)
+{
+    (void)state;
+    static emb_t es[EMB_N];
+    flare_loop_t loop;
+    assert_int_equal(flare__loop_init(&loop), 0);
+    for (int i = 0; i < EMB_N; i++)
+        flare__timer_init(&es[i].t, emb_fire, &es[i]);
+    uint64_t seq = 0;
+    unsigned r = 12345;
+    for (int k = 0; k < 50000; k++) {
+        r = r * 1103515245u + 12345u;
+        emb_t *e = &es[(r >> 8) % EMB_N];
+        if ((r >> 20) % 4 == 0) {
+            flare__timer_stop(&loop, &e->t);
+            e->armed = false;
+        } else {
+            uint64_t ms = (r >> 22) % 40; /* many equal deadlines */
+            flare__timer_start(&loop, &e->t, ms);
+            e->when = loop.now + ms;
+            e->seq = seq++;
+            e->armed = true;
+        }
+        if (k % 1000 == 999)
+            loop.now++; /* deadlines spread over time, not only over ms */
+    }
+    size_t armed = 0;
+    for (int i = 0; i < EMB_N; i++)
+        armed += es[i].armed;
+    assert_true(armed > 0 && armed < EMB_N);
+    assert_int_equal(loop.ntimers, armed);
+    flare__loop_dispose(&loop); /* fires what is pending, earliest first */
+    assert_int_equal(emb_bad, 0);
+    for (int i = 0; i < EMB_N; i++)
+        assert_int_equal(es[i].fired, es[i].armed ? 1 : 0);
+}
+
+/* A timer that re-arms itself from its callback keeps going; stopping it
+ * from another timer's callback takes effect at once. */
+static int rearm_count;
+static flare_timer_t rearm_t, stopper_t;
+static flare_loop_t *rearm_loop;
+
+static void rearm_cb(void *ud)
+{
+    (void)ud;
+    rearm_count++;
+    flare__timer_start(rearm_loop, &rearm_t, 1);
+}
+
+static void stopper_cb(void *ud)
+{
+    (void)ud;
+    flare__timer_stop(rearm_loop, &rearm_t);
+    rearm_loop->stop = true;
+}
+
+static void test_timer_rearm_and_stop(void **state)
+{
+    (void)state;
+    flare_loop_t loop;
+    assert_int_equal(flare__loop_init(&loop), 0);
+    rearm_loop = &loop;
+    flare__timer_init(&rearm_t, rearm_cb, NULL);
+    flare__timer_init(&stopper_t, stopper_cb, NULL);
+    flare__timer_start(&loop, &rearm_t, 1);
+    flare__timer_start(&loop, &stopper_t, 60);
+    flare__loop_run(&loop);
+    assert_true(rearm_count >= 5);
+    assert_false(rearm_t.active);
+    assert_int_equal(loop.ntimers, 0);
+    int before = rearm_count;
+    flare__loop_dispose(&loop);
+    assert_int_equal(rearm_count, before);
+}
+
+/* A caller-owned post node: queued without allocating, run once, and free
+ * to be released by its own callback. */
+typedef struct {
+    flare_post_node_t node;
+    int *ran;
+} owned_post_t;
+
+static void owned_post_run(void *ud)
+{
+    owned_post_t *p = ud;
+    (*p->ran)++;
+    free(p);
+}
+
+static void test_post_node(void **state)
+{
+    (void)state;
+    flare_loop_t loop;
+    assert_int_equal(flare__loop_init(&loop), 0);
+    int ran = 0;
+    for (int i = 0; i < 3; i++) {
+        owned_post_t *p = malloc(sizeof(*p));
+        assert_non_null(p);
+        p->node = (flare_post_node_t){ .fn = owned_post_run, .ud = p };
+        p->ran = &ran;
+        flare__loop_post_node(&loop, &p->node);
+    }
+    flare__loop_dispose(&loop); /* runs what was posted */
+    assert_int_equal(ran, 3);
+}
+
 static void test_post_wakes(void **state)
 {
     (void)state;
@@ -152,6 +289,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timers_order),
         cmocka_unit_test(test_many_timers),
+        cmocka_unit_test(test_embedded_timers),
+        cmocka_unit_test(test_timer_rearm_and_stop),
+        cmocka_unit_test(test_post_node),
         cmocka_unit_test(test_post_wakes),
         cmocka_unit_test(test_io),
     };
