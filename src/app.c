@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,9 +66,16 @@ flare_app_t *flare_app_new(const flare_config_t *cfg)
     app->limits.max_request_line = app->cfg.max_request_line;
     app->limits.max_head = app->cfg.max_head;
     app->limits.max_headers = app->cfg.max_headers;
-    app->stop_fd = -1;
+    app->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (app->stop_fd < 0) {
+        flare__fail(FLARE_ESYS, errno, "eventfd (stop)");
+        free(app);
+        return NULL;
+    }
     app->router = flare__router_new();
     if (app->router == NULL) {
+        flare__fail(FLARE_ENOMEM, 0, "flare_app_new: out of memory");
+        close(app->stop_fd);
         free(app);
         return NULL;
     }
@@ -165,9 +174,11 @@ size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max)
 {
     if (app == NULL)
         return 0;
+    /* the workers exist only inside the gate; outside it the counts are 0 */
+    bool in = flare__app_enter(app) == 0;
     for (unsigned i = 0; i < app->nmw && i < max; i++) {
         flare_mw_stats_t st = { app->mw_names[i], 0, 0, 0 };
-        for (unsigned k = 0; k < app->nworkers; k++) {
+        for (unsigned k = 0; in && k < app->nworkers; k++) {
             flare_mw_stat_t *ws = app->workers[k].mw_stats;
             if (ws == NULL)
                 continue;
@@ -179,6 +190,8 @@ size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max)
         }
         out[i] = st;
     }
+    if (in)
+        flare__app_leave(app);
     return app->nmw;
 }
 
@@ -261,11 +274,49 @@ int flare_app_port(const flare_app_t *app)
     return app->port;
 }
 
+/* ---- the gate: when other threads may reach the workers ---- */
+
+#define GATE_OPEN ((uint64_t)1 << 63)
+
+int flare__app_enter(flare_app_t *app)
+{
+    uint64_t v = atomic_fetch_add_explicit(&app->gate, 1, memory_order_acquire);
+    if (v & GATE_OPEN)
+        return 0;
+    atomic_fetch_sub_explicit(&app->gate, 1, memory_order_release);
+    return FLARE_ESTATE;
+}
+
+void flare__app_leave(flare_app_t *app)
+{
+    atomic_fetch_sub_explicit(&app->gate, 1, memory_order_release);
+}
+
+/* After every worker has started: what they are is now visible to whoever
+ * enters (the release pairs with enter's acquire). */
+static void gate_open(flare_app_t *app)
+{
+    atomic_fetch_or_explicit(&app->gate, GATE_OPEN, memory_order_release);
+}
+
+/* No caller enters from now on; waits for those inside (each holds it for a
+ * post or a sum of counters: microseconds) before anything is freed. */
+static void gate_close(flare_app_t *app)
+{
+    atomic_fetch_and_explicit(&app->gate, ~GATE_OPEN, memory_order_acq_rel);
+    while ((atomic_load_explicit(&app->gate, memory_order_acquire) & ~GATE_OPEN) != 0)
+        sched_yield();
+}
+
 /* ---- workers ---- */
 
+/* The periodic sweep. It is re-armed first, on an embedded timer, so that
+ * nothing it does (closing connections, running their callbacks) can keep
+ * the next sweep from happening: a lost re-arm would end all timeouts. */
 static void sweep_timer(void *ud)
 {
     flare_worker_t *w = ud;
+    flare__timer_start(&w->loop, &w->sweep_timer, w->draining ? 100 : 1000);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     flare__worker_update_date(w, ts.tv_sec);
@@ -275,7 +326,6 @@ static void sweep_timer(void *ud)
         return;
     }
     w->loop.deferred = true;
-    flare__loop_timer(&w->loop, w->draining ? 100 : 1000, sweep_timer, w);
 }
 
 static void after_events(void *ud)
@@ -301,6 +351,7 @@ static void worker_stop_task(void *ud)
     flare__conn_drain(w);
     if (w->app->ws_drain != NULL)
         w->app->ws_drain(w);
+    flare__timer_start(&w->loop, &w->sweep_timer, 100); /* check progress often */
     if (w->nconns == 0 && w->nextra == 0)
         w->loop.stop = true;
 }
@@ -319,12 +370,30 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void worker_dispose(flare_worker_t *w)
+/* Resets the per-run part of a worker (everything after mw_stats). */
+static void worker_reset(flare_worker_t *w)
 {
-    if (w->listen_io.fd >= 0)
+    size_t off = offsetof(flare_worker_t, loop);
+    memset((char *)w + off, 0, sizeof(*w) - off);
+    w->listen_io.fd = -1;
+    w->reserve_fd = -1;
+}
+
+/* Closes what a run opened for w; `inited`: its loop exists. */
+static void worker_dispose(flare_worker_t *w, bool inited)
+{
+    if (w->listen_io.fd >= 0) {
         close(w->listen_io.fd);
-    if (w->reserve_fd >= 0)
+        w->listen_io.fd = -1;
+    }
+    if (w->reserve_fd >= 0) {
         close(w->reserve_fd);
+        w->reserve_fd = -1;
+    }
+    if (!inited)
+        return;
+    flare__timer_stop(&w->loop, &w->sweep_timer);
+    flare__timer_stop(&w->loop, &w->resume_timer);
     flare__loop_dispose(&w->loop);
     /* exchanges orphaned by connections closed at shutdown and never
      * completed by their handler are the handler's leak; recycled ones: */
@@ -350,144 +419,231 @@ static unsigned cpu_count(void)
     return n > 0 ? (unsigned)n : 1;
 }
 
+/* The first run makes the workers; later runs reuse them (same count), so a
+ * worker pointer stays valid until flare_app_free. */
+static int workers_alloc(flare_app_t *app)
+{
+    if (app->workers != NULL)
+        return 0;
+    unsigned n = app->cfg.workers != 0 ? app->cfg.workers : cpu_count();
+    flare_worker_t *ws = calloc(n, sizeof(*ws));
+    if (ws == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory for %u workers", n);
+    for (unsigned i = 0; i < n; i++) {
+        ws[i].app = app;
+        ws[i].id = i;
+        if (app->cfg.mw_stats && app->nmw > 0) {
+            ws[i].mw_stats = calloc(app->nmw, sizeof(*ws[i].mw_stats));
+            if (ws[i].mw_stats == NULL) {
+                for (unsigned k = 0; k < i; k++)
+                    free(ws[k].mw_stats);
+                free(ws);
+                return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory");
+            }
+        }
+    }
+    app->workers = ws;
+    app->nworkers = n;
+    return 0;
+}
+
+/* One run's worker: listener, loop, timers, EMFILE reserve. */
+static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, bool *inited)
+{
+    flare_app_t *app = w->app;
+    worker_reset(w);
+    int fd = flare__listen_socket(listen_addr, *port, app->cfg.backlog, port);
+    if (fd < 0)
+        return fd;
+    w->listen_io.fd = fd;
+    w->listen_io.cb = flare__worker_accept_cb;
+    int rc = flare__loop_init(&w->loop);
+    if (rc != 0)
+        return rc;
+    *inited = true;
+    w->loop.after_events = after_events;
+    w->loop.after_events_ud = w;
+    flare__timer_init(&w->sweep_timer, sweep_timer, w);
+    flare__timer_init(&w->resume_timer, flare__listener_resume, w);
+    w->stop_node.fn = worker_stop_task;
+    w->stop_node.ud = w;
+    w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (w->reserve_fd < 0)
+        return flare__fail(FLARE_ESYS, errno, "open /dev/null (descriptor reserve)");
+    if (flare__loop_add(&w->loop, &w->listen_io, EPOLLIN) != 0)
+        return flare__fail(FLARE_ESYS, errno, "epoll_ctl (listener)");
+    return 0;
+}
+
+/* ---- signals ----
+ *
+ * SIGINT and SIGTERM stop the app. They are blocked in the thread that runs
+ * the app before any thread starts, so every worker and job thread inherits
+ * the mask and only the signalfd sees them. A thread the user started
+ * earlier may not block them; the kernel may deliver the signal there, so a
+ * handler is installed too, for the whole process: it wakes the same stop
+ * eventfd. One running app owns the handler at a time. */
+
+static _Atomic int signal_stop_fd = -1;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    int fd = atomic_load(&signal_stop_fd);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t r = write(fd, &one, sizeof(one));
+        (void)r;
+    }
+    errno = saved;
+}
+
+typedef struct run_signals {
+    sigset_t old_mask;
+    struct sigaction old_int, old_term, old_pipe;
+    bool masked, handlers, pipe;
+    int sfd;
+} run_signals_t;
+
+static int signals_take(flare_app_t *app, run_signals_t *rs)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    /* writes to a closed socket return EPIPE instead of killing the process */
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigemptyset(&ign.sa_mask);
+    if (sigaction(SIGPIPE, &ign, &rs->old_pipe) != 0)
+        return flare__fail(FLARE_ESYS, errno, "sigaction(SIGPIPE)");
+    rs->pipe = true;
+    int rc = pthread_sigmask(SIG_BLOCK, &mask, &rs->old_mask);
+    if (rc != 0)
+        return flare__fail(FLARE_ESYS, rc, "pthread_sigmask");
+    rs->masked = true;
+    rs->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (rs->sfd < 0)
+        return flare__fail(FLARE_ESYS, errno, "signalfd");
+    int expected = -1;
+    if (atomic_compare_exchange_strong(&signal_stop_fd, &expected, app->stop_fd)) {
+        struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGINT, &sa, &rs->old_int) != 0) {
+            atomic_store(&signal_stop_fd, -1);
+            return flare__fail(FLARE_ESYS, errno, "sigaction(SIGINT)");
+        }
+        if (sigaction(SIGTERM, &sa, &rs->old_term) != 0) {
+            int e = errno;
+            sigaction(SIGINT, &rs->old_int, NULL);
+            atomic_store(&signal_stop_fd, -1);
+            return flare__fail(FLARE_ESYS, e, "sigaction(SIGTERM)");
+        }
+        rs->handlers = true;
+    }
+    return 0;
+}
+
+static void signals_give_back(run_signals_t *rs)
+{
+    if (rs->sfd >= 0) {
+        /* consume the signal so it does not fire when unblocked */
+        struct signalfd_siginfo si;
+        while (read(rs->sfd, &si, sizeof(si)) > 0) {
+        }
+        close(rs->sfd);
+    }
+    if (rs->handlers) {
+        sigaction(SIGINT, &rs->old_int, NULL);
+        sigaction(SIGTERM, &rs->old_term, NULL);
+        atomic_store(&signal_stop_fd, -1);
+    }
+    if (rs->masked)
+        pthread_sigmask(SIG_SETMASK, &rs->old_mask, NULL);
+    if (rs->pipe)
+        sigaction(SIGPIPE, &rs->old_pipe, NULL);
+}
+
+/* Waits for a stop: a signal, or flare_app_stop. 0, or FLARE_ESYS when
+ * poll itself fails (the app then stops too: it cannot be stopped later). */
+static int wait_for_stop(flare_app_t *app, int sfd)
+{
+    struct pollfd pfd[2] = { { app->stop_fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+    for (;;) {
+        int pr = poll(pfd, 2, -1);
+        if (pr > 0)
+            return 0;
+        if (pr < 0 && errno != EINTR)
+            return flare__fail(FLARE_ESYS, errno, "poll (waiting for a stop)");
+    }
+}
+
 int flare_app_run(flare_app_t *app, const char *listen_addr)
 {
     if (app == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_app_run: app is NULL");
     bool expected = false;
     if (!atomic_compare_exchange_strong(&app->running, &expected, true))
-        return FLARE_ESTATE;
-    int rc = 0;
-    unsigned n = app->cfg.workers != 0 ? app->cfg.workers : cpu_count();
-    sigset_t mask, old;
-    int sfd = -1;
+        return flare__fail(FLARE_ESTATE, 0, "flare_app_run: the app is already running");
     unsigned started = 0, inited = 0;
-    bool masked = false;
+    run_signals_t rs = { .sfd = -1 };
 
-    rc = flare__chains_build(app);
+    int rc = flare__chains_build(app);
     if (rc != 0)
         goto out;
-    app->workers = calloc(n, sizeof(*app->workers));
-    if (app->workers == NULL) {
-        rc = FLARE_ENOMEM;
+    rc = workers_alloc(app);
+    if (rc != 0)
         goto out;
-    }
-    app->nworkers = n;
-    for (unsigned i = 0; i < n; i++) {
-        flare_worker_t *w = &app->workers[i];
-        w->listen_io.fd = -1;
-        w->reserve_fd = -1;
-    }
     /* listeners first: a bad address or a taken port fails before threads */
     int port = -1;
     rc = flare__listen_probe(listen_addr, &port);
     if (rc != 0)
         goto out;
-    for (unsigned i = 0; i < n; i++) {
-        int fd = flare__listen_socket(listen_addr, port, app->cfg.backlog, &port);
-        if (fd < 0) {
-            rc = fd;
+    for (unsigned i = 0; i < app->nworkers; i++) {
+        bool ok = false;
+        rc = worker_setup(&app->workers[i], listen_addr, &port, &ok);
+        inited += ok;
+        if (rc != 0)
             goto out;
-        }
-        app->workers[i].listen_io.fd = fd;
     }
     app->port = port;
-    for (unsigned i = 0; i < n; i++) {
-        flare_worker_t *w = &app->workers[i];
-        w->app = app;
-        w->id = i;
-        if (flare__loop_init(&w->loop) != 0) {
-            rc = FLARE_ESYS;
-            goto out;
-        }
-        inited++;
-        w->loop.after_events = after_events;
-        w->loop.after_events_ud = w;
-        w->listen_io.cb = flare__worker_accept_cb;
-        if (app->cfg.mw_stats && app->nmw > 0) {
-            w->mw_stats = calloc(app->nmw, sizeof(*w->mw_stats));
-            if (w->mw_stats == NULL) {
-                rc = FLARE_ENOMEM;
-                goto out;
-            }
-        }
-        w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (flare__loop_add(&w->loop, &w->listen_io, EPOLLIN) != 0) {
-            rc = FLARE_ESYS;
-            goto out;
-        }
-    }
-    app->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (app->stop_fd < 0) {
-        rc = FLARE_ESYS;
+    rc = signals_take(app, &rs);
+    if (rc != 0)
         goto out;
-    }
-    /* Every thread we start (workers, job pool) inherits a mask with
-     * SIGINT/SIGTERM blocked, so only the signalfd below sees them. SIGPIPE
-     * is ignored process-wide (writes to a closed socket return EPIPE). */
-    signal(SIGPIPE, SIG_IGN);
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &mask, &old);
-    masked = true;
-    sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     rc = flare__jobs_start(app);
     if (rc != 0)
         goto out;
-    for (unsigned i = 0; i < n; i++) {
-        if (pthread_create(&app->workers[i].thread, NULL, worker_main, &app->workers[i]) != 0) {
-            rc = FLARE_ETHREAD;
+    for (unsigned i = 0; i < app->nworkers; i++) {
+        int e = pthread_create(&app->workers[i].thread, NULL, worker_main, &app->workers[i]);
+        if (e != 0) {
+            rc =
+                flare__fail(FLARE_ETHREAD, e, "pthread_create (worker %u of %u)", i, app->nworkers);
             break;
         }
         started++;
     }
-
     if (rc == 0) {
-        struct pollfd pfd[2] = { { sfd, POLLIN, 0 }, { app->stop_fd, POLLIN, 0 } };
-        for (;;) {
-            int pr = poll(pfd, sfd >= 0 ? 2 : 1, -1);
-            if (pr < 0 && errno != EINTR)
-                break;
-            if (pr > 0)
-                break;
-        }
+        gate_open(app);
+        rc = wait_for_stop(app, rs.sfd);
     }
+    /* the stop nodes are embedded: asking a worker to drain cannot fail */
     for (unsigned i = 0; i < started; i++)
-        flare__loop_post(&app->workers[i].loop, worker_stop_task, &app->workers[i]);
+        flare__loop_post_node(&app->workers[i].loop, &app->workers[i].stop_node);
     for (unsigned i = 0; i < started; i++)
         pthread_join(app->workers[i].thread, NULL);
     flare__jobs_stop(app);
 out:
-    if (sfd >= 0) {
-        /* consume the signal so it does not fire when unblocked */
-        struct signalfd_siginfo si;
-        while (read(sfd, &si, sizeof(si)) > 0) {
-        }
-        close(sfd);
-    }
-    if (masked)
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* From here no other thread reaches a worker: what they posted before
+     * is run by the loops' dispose. */
+    gate_close(app);
+    signals_give_back(&rs);
     if (app->workers != NULL) {
-        for (unsigned i = 0; i < app->nworkers; i++) {
-            flare_worker_t *w = &app->workers[i];
-            free(w->mw_stats);
-            if (i < inited) {
-                worker_dispose(w);
-            } else {
-                if (w->listen_io.fd >= 0)
-                    close(w->listen_io.fd);
-                if (w->reserve_fd >= 0)
-                    close(w->reserve_fd);
-            }
-        }
-        free(app->workers);
-        app->workers = NULL;
-        app->nworkers = 0;
+        for (unsigned i = 0; i < app->nworkers; i++)
+            worker_dispose(&app->workers[i], i < inited);
     }
-    if (app->stop_fd >= 0) {
-        close(app->stop_fd);
-        app->stop_fd = -1;
+    /* a stop that arrived during this run does not carry to the next */
+    uint64_t v;
+    while (read(app->stop_fd, &v, sizeof(v)) > 0) {
     }
     atomic_store(&app->running, false);
     return rc;
@@ -495,7 +651,7 @@ out:
 
 void flare_app_stop(flare_app_t *app)
 {
-    if (app == NULL || app->stop_fd < 0)
+    if (app == NULL)
         return;
     uint64_t one = 1;
     ssize_t r = write(app->stop_fd, &one, sizeof(one));
@@ -540,6 +696,11 @@ void flare_app_free(flare_app_t *app)
         free(g->mws.v);
         free(g);
     }
+    for (unsigned i = 0; app->workers != NULL && i < app->nworkers; i++)
+        free(app->workers[i].mw_stats);
+    free(app->workers);
+    if (app->stop_fd >= 0)
+        close(app->stop_fd);
     free(app);
 }
 
@@ -556,7 +717,32 @@ int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud)
 {
     if (w == NULL || fn == NULL)
         return FLARE_EINVAL;
-    return flare__loop_post(&w->loop, fn, ud);
+    int rc = flare__app_enter(w->app);
+    if (rc != 0)
+        return rc;
+    rc = flare__loop_post(&w->loop, fn, ud);
+    flare__app_leave(w->app);
+    return rc;
+}
+
+int flare_app_post(flare_app_t *app, unsigned worker, flare_task_fn fn, void *ud)
+{
+    if (app == NULL || fn == NULL)
+        return FLARE_EINVAL;
+    int rc = flare__app_enter(app);
+    if (rc != 0)
+        return rc;
+    if (worker < app->nworkers)
+        rc = flare__loop_post(&app->workers[worker].loop, fn, ud);
+    else
+        rc = FLARE_EINVAL;
+    flare__app_leave(app);
+    return rc;
+}
+
+unsigned flare_app_workers(const flare_app_t *app)
+{
+    return app->cfg.workers != 0 ? app->cfg.workers : cpu_count();
 }
 
 unsigned flare_worker_id(const flare_worker_t *w)

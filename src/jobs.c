@@ -11,6 +11,7 @@ typedef struct job {
     flare_task_fn work, done;
     void *ud;
     flare_worker_t *w;
+    flare_post_node_t reply; /* embedded: sending the result back cannot fail */
 } job_t;
 
 struct flare_job_pool {
@@ -45,12 +46,10 @@ static void *job_main(void *arg)
             p->tail = NULL;
         pthread_mutex_unlock(&p->mu);
         j->work(j->ud);
-        if (flare__loop_post(&j->w->loop, job_done, j) != 0) {
-            /* cannot post back (out of memory): run done here is unsafe;
-             * retry until it goes through */
-            while (flare__loop_post(&j->w->loop, job_done, j) != 0) {
-            }
-        }
+        j->reply.fn = job_done;
+        j->reply.ud = j;
+        j->reply.heap = false;
+        flare__loop_post_node(&j->w->loop, &j->reply);
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -62,18 +61,28 @@ int flare__jobs_start(flare_app_t *app)
     unsigned n = app->cfg.job_threads;
     flare_job_pool_t *p = calloc(1, sizeof(*p) + n * sizeof(pthread_t));
     if (p == NULL)
-        return FLARE_ENOMEM;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    for (unsigned i = 0; i < n; i++) {
-        if (pthread_create(&p->threads[i], NULL, job_main, p) != 0)
-            break;
-        p->nthreads++;
+        return flare__fail(FLARE_ENOMEM, 0, "job pool: out of memory");
+    int e = pthread_mutex_init(&p->mu, NULL);
+    if (e != 0) {
+        free(p);
+        return flare__fail(FLARE_ESYS, e, "pthread_mutex_init (job pool)");
+    }
+    e = pthread_cond_init(&p->cv, NULL);
+    if (e != 0) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return flare__fail(FLARE_ESYS, e, "pthread_cond_init (job pool)");
     }
     app->jobs = p;
-    if (p->nthreads == 0) {
-        flare__jobs_stop(app);
-        return FLARE_ETHREAD;
+    for (unsigned i = 0; i < n; i++) {
+        e = pthread_create(&p->threads[i], NULL, job_main, p);
+        if (e != 0) {
+            /* all or nothing: a pool smaller than configured is a surprise
+             * found under load, not at start */
+            flare__jobs_stop(app);
+            return flare__fail(FLARE_ETHREAD, e, "pthread_create (job thread %u of %u)", i, n);
+        }
+        p->nthreads++;
     }
     return 0;
 }
@@ -108,7 +117,7 @@ int flare_worker_job(flare_worker_t *w, flare_task_fn work, flare_task_fn done, 
     job_t *j = malloc(sizeof(*j));
     if (j == NULL)
         return FLARE_ENOMEM;
-    *j = (job_t){ NULL, work, done, ud, w };
+    *j = (job_t){ .work = work, .done = done, .ud = ud, .w = w };
     pthread_mutex_lock(&p->mu);
     if (p->tail != NULL)
         p->tail->next = j;

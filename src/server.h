@@ -88,11 +88,16 @@ struct flare_app {
     flare_route_t **routes; /* owned route records */
     size_t nroutes, caproutes;
     struct flare_group *groups;
-    struct flare_worker *workers;
+    struct flare_worker *workers; /* made by the first run, freed with the app */
     unsigned nworkers;
     int port;
-    _Atomic bool running;
-    int stop_fd; /* eventfd: flare_app_stop -> main thread */
+    _Atomic bool running; /* flare_app_run is between its start and its return */
+    /* Other threads reach the workers only through flare__app_enter/leave:
+     * the top bit says the workers are up (from the moment every worker has
+     * started until all of them have been joined), the rest counts callers
+     * inside. Closing it waits for them to leave before anything is freed. */
+    _Atomic uint64_t gate;
+    int stop_fd; /* eventfd, from flare_app_new to flare_app_free: stop -> run */
     flare_job_pool_t *jobs;
     flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
     bool mws_have_after;
@@ -117,10 +122,18 @@ typedef struct flare_pool_buf {
 #define FLARE_CONN_BUF 16384
 
 struct flare_worker {
-    flare_loop_t loop;
+    /* set once, when the app first runs, and kept until flare_app_free: a
+     * worker pointer held by another thread stays readable (its calls
+     * then fail with FLARE_ESTATE instead of touching freed memory) */
     flare_app_t *app;
     unsigned id;
+    flare_mw_stat_t *mw_stats; /* app->nmw entries, counted since the app was made */
+    /* everything from here on is reset for each run */
+    flare_loop_t loop;
     pthread_t thread;
+    flare_timer_t sweep_timer;   /* timeouts, Date line, drain progress */
+    flare_timer_t resume_timer;  /* listener paused by the EMFILE guard */
+    flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
     flare_io_t listen_io;
     int reserve_fd; /* EMFILE guard */
     unsigned nconns;
@@ -134,8 +147,6 @@ struct flare_worker {
     unsigned nfree_ex;
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
-    _Atomic bool stop_requested;
-    flare_mw_stat_t *mw_stats; /* app->nmw entries */
     /* connections owned by another layer after an upgrade (WebSocket):
      * draining waits for them too */
     unsigned nextra;
@@ -255,7 +266,14 @@ struct flare_conn {
     flare_conn_t *prev, *next;
 };
 
+/* app.c: the window in which other threads may reach the workers (see
+ * flare_app_t.gate). enter: 0, or FLARE_ESTATE when the workers are not up
+ * (not started yet, or stopped); every 0 is paired with one leave. */
+int flare__app_enter(flare_app_t *app);
+void flare__app_leave(flare_app_t *app);
+
 /* net/ */
+void flare__listener_resume(void *ud); /* the resume_timer callback */
 int flare__listen_probe(const char *addr, int *port_out);
 int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out);
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);

@@ -85,11 +85,43 @@ FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const c
 /* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port"), starts the workers and
  * blocks until SIGTERM/SIGINT or flare_app_stop(), then drains: stops
  * accepting, closes idle connections, lets in-flight requests finish for up
- * to drain_timeout_ms. Returns 0 or a FLARE_E* code. */
+ * to drain_timeout_ms. Returns 0 or a FLARE_E* code; on failure
+ * flare_last_error() says which call failed and why, and flare_last_errno()
+ * gives its errno (FLARE_EBIND with EADDRINUSE: the port is taken; with
+ * EACCES: a privileged port).
+ *
+ * Signals: while it runs, SIGINT and SIGTERM belong to the app. They are
+ * blocked in the calling thread before any worker or job thread starts (the
+ * threads inherit the mask) and read through a signalfd; a handler is also
+ * installed for the whole process, so a thread started earlier that does not
+ * block them cannot be killed by them either. The previous mask and
+ * handlers are restored before it returns. SIGPIPE is ignored while it
+ * runs.
+ *
+ * The workers are reachable from other threads (flare_app_post,
+ * flare_worker_post, flare_ws_broadcast, flare_ws_send_to,
+ * flare_app_mw_stats) from the moment all of them have started until all of
+ * them have finished draining; before and after, those calls fail with
+ * FLARE_ESTATE (or report zero counts) and never touch freed memory. An app
+ * can run again after it returned. */
 FLARE_API int flare_app_run(flare_app_t *app, const char *listen);
 
-/* Asks a running app to shut down gracefully. Thread- and signal-safe. */
+/* Asks the app to shut down gracefully: the run in progress, or, when
+ * called before flare_app_run has started waiting, that run as soon as its
+ * workers are up. Safe from any thread and from a signal handler, from
+ * flare_app_new until flare_app_free. */
 FLARE_API void flare_app_stop(flare_app_t *app);
+
+/* Runs fn(ud) on worker `worker` (0 .. flare_app_workers() - 1) soon. Safe
+ * from any thread at any time between flare_app_new and flare_app_free: 0,
+ * FLARE_ESTATE when the workers are not up (see flare_app_run), FLARE_EINVAL
+ * for a bad index, FLARE_ENOMEM. After 0, fn runs exactly once, even when
+ * the app stops first (then on the thread that runs flare_app_run, as it
+ * returns). */
+FLARE_API int flare_app_post(flare_app_t *app, unsigned worker, flare_task_fn fn, void *ud);
+
+/* The number of workers the app runs (or will run). */
+FLARE_API unsigned flare_app_workers(const flare_app_t *app);
 
 /* The port actually bound (useful with port 0), valid once running. */
 FLARE_API int flare_app_port(const flare_app_t *app);
@@ -249,8 +281,9 @@ typedef struct flare_mw_stats {
 } flare_mw_stats_t;
 
 /* Fills up to `max` entries (one per registered middleware, in registration
- * order), returns how many middlewares exist. Safe from any thread while
- * running; figures from other workers may be a moment old. */
+ * order), returns how many middlewares exist. Safe from any thread; counts
+ * are summed while the workers are up (figures from other workers may be a
+ * moment old) and are zero outside that window. */
 FLARE_API size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max);
 
 /* ---- workers, timers, jobs ------------------------------------------------ */
@@ -259,7 +292,11 @@ FLARE_API size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, siz
  * Returns 0 or FLARE_ENOMEM. */
 FLARE_API int flare_worker_timer(flare_worker_t *w, uint64_t ms, flare_task_fn fn, void *ud);
 
-/* Runs fn(ud) on worker w's thread soon. Safe from any thread. */
+/* Runs fn(ud) on worker w's thread soon. Safe from any thread while the
+ * workers are up (see flare_app_run); before and after, FLARE_ESTATE. A
+ * worker pointer stays valid until flare_app_free (also across runs), so a
+ * late call fails cleanly. After 0, fn runs exactly once, as with
+ * flare_app_post. 0 or FLARE_EINVAL / FLARE_ESTATE / FLARE_ENOMEM. */
 FLARE_API int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud);
 
 /* Runs work(ud) on the blocking-job pool, then done(ud) back on worker w.

@@ -17,7 +17,10 @@
  * run there and every flare_ws_* function taking a flare_ws_t must be called
  * from that worker (from a callback, a flare_worker_timer/post task of that
  * worker). The hub functions that take the app (flare_ws_send_to,
- * flare_ws_broadcast) are safe from any thread while the app runs.
+ * flare_ws_broadcast) are safe from any thread at any time between
+ * flare_app_new and flare_app_free: while the workers are up they deliver;
+ * before the workers have all started and once they have finished draining
+ * they return FLARE_ESTATE (see flare_app_run).
  *
  * Lifetimes: a flare_ws_t is valid from on_open until on_close returns;
  * Flare frees it then (never the application). A message payload is valid

@@ -64,7 +64,8 @@ static inline bool flare__is_ows(char c)
  *     return flare__fail(FLARE_EBIND, errno, "bind %s", addr);
  * With sys_errno != 0, ": <strerror(sys_errno)>" is appended to the message.
  * Off the hot path only (it formats). */
-int flare__fail(int code, int sys_errno, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int flare__fail(int code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Reads exactly len bytes of fd from offset off (pread, EINTR retried).
  * 0, or FLARE_EIO when the file ends first or the read fails. */

@@ -328,6 +328,9 @@ static ws_shared_t *pack(ws_app_t *wa, ws_worker_t *local, uint8_t op, flare_str
     return s;
 }
 
+static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_opcode_t op,
+                     flare_str_t payload, uint64_t except);
+
 int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
                        flare_str_t payload, uint64_t except)
 {
@@ -337,8 +340,19 @@ int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
     if (op == FLARE_WS_TEXT && !flare__utf8_valid(payload.ptr, payload.len))
         return FLARE_EINVAL;
     ws_app_t *wa = app->ws_app;
-    if (wa == NULL || !atomic_load(&app->running) || app->workers == NULL)
+    if (wa == NULL)
         return FLARE_ESTATE;
+    int rc = flare__app_enter(app); /* the workers stay while we are inside */
+    if (rc != 0)
+        return rc;
+    rc = broadcast(app, wa, room, op, payload, except);
+    flare__app_leave(app);
+    return rc;
+}
+
+static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_opcode_t op,
+                     flare_str_t payload, uint64_t except)
+{
     ws_worker_t *local = local_worker(app);
     ws_shared_t *plain = flare__ws_shared_new((uint8_t)op, false, payload.ptr, payload.len);
     if (plain == NULL)
@@ -398,6 +412,8 @@ static void sendto_run(void *ud)
     free(t);
 }
 
+static int send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload);
+
 int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload)
 {
     if (app == NULL || (op != FLARE_WS_TEXT && op != FLARE_WS_BINARY) ||
@@ -405,8 +421,18 @@ int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_
         return FLARE_EINVAL;
     if (op == FLARE_WS_TEXT && !flare__utf8_valid(payload.ptr, payload.len))
         return FLARE_EINVAL;
-    if (app->ws_app == NULL || !atomic_load(&app->running) || app->workers == NULL)
+    if (app->ws_app == NULL)
         return FLARE_ESTATE;
+    int rc = flare__app_enter(app); /* the workers stay while we are inside */
+    if (rc != 0)
+        return rc;
+    rc = send_to(app, id, op, payload);
+    flare__app_leave(app);
+    return rc;
+}
+
+static int send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload)
+{
     unsigned wid = (unsigned)(id & ((1u << WORKER_BITS) - 1));
     if ((id >> WORKER_BITS) == 0 || wid >= app->nworkers)
         return FLARE_ENOTFOUND;

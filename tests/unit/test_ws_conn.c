@@ -433,11 +433,23 @@ static void wait_for(int *counter, int value, int timeout_ms)
     assert_true(LOAD(*counter) >= value);
 }
 
+/* Waits until every connection an earlier test opened has been closed
+ * (on the server, a close is noticed a moment after the client goes), so a
+ * test's own counts start from a quiet server. */
+static void settle(void)
+{
+    uint64_t end = now_ms() + 5000;
+    while (LOAD(opened) != LOAD(closed) && now_ms() < end)
+        usleep(5000);
+    assert_int_equal(LOAD(opened), LOAD(closed));
+}
+
 /* ---- tests ---- */
 
 static void test_echo_and_client_close(void **state)
 {
     (void)state;
+    settle();
     client_t *c = client_new();
     int closed0 = LOAD(closed);
     char head[512];
@@ -464,6 +476,7 @@ static void test_echo_and_client_close(void **state)
 static void test_server_close_and_timeout(void **state)
 {
     (void)state;
+    settle();
     /* the server closes; we reply; it closes TCP; on_close has our code */
     client_t *c = client_new();
     int closed0 = LOAD(closed);
@@ -508,6 +521,7 @@ static void test_server_close_and_timeout(void **state)
 static void test_heartbeat(void **state)
 {
     (void)state;
+    settle();
     /* a peer that answers pings stays */
     client_t *c = client_new();
     int closed0 = LOAD(closed);
@@ -545,6 +559,7 @@ static void test_heartbeat(void **state)
 static void test_backpressure_and_drain(void **state)
 {
     (void)state;
+    settle();
     client_t *c = client_new();
     int drains0 = LOAD(drains);
     assert_int_equal(handshake(c, "/slow", NULL, 4096, NULL, 0), 101);
@@ -573,6 +588,7 @@ static void test_backpressure_and_drain(void **state)
 static void test_consumer_that_never_reads(void **state)
 {
     (void)state;
+    settle();
     client_t *c = client_new();
     int closed0 = LOAD(closed);
     assert_int_equal(handshake(c, "/slow", NULL, 4096, NULL, 0), 101);
@@ -588,6 +604,7 @@ static void test_consumer_that_never_reads(void **state)
 static void test_refusals(void **state)
 {
     (void)state;
+    settle();
     int opened0 = LOAD(opened), closed0 = LOAD(closed);
     client_t *c = client_new();
     assert_int_equal(handshake(c, "/hub?deny=1", NULL, 0, NULL, 0), 401);
@@ -644,6 +661,7 @@ static int open_on_both(client_t **cs, int max, const char *path, const char *ex
 static void test_broadcast_and_send_to(void **state)
 {
     (void)state;
+    settle();
     client_t *cs[32];
     uint64_t ids[32];
     unsigned wids[32];
@@ -700,6 +718,7 @@ static void test_broadcast_and_send_to(void **state)
 static void test_compressed_broadcast_shared(void **state)
 {
     (void)state;
+    settle();
     client_t *cs[32];
     uint64_t ids[32];
     unsigned wids[32];
@@ -762,6 +781,7 @@ static void send_frame_b0(client_t *c, uint8_t b0, const void *p, size_t n)
 static void test_context_takeover(void **state)
 {
     (void)state;
+    settle();
     client_t *c = client_new();
     char head[512];
     assert_int_equal(handshake(c, "/ctx",
@@ -817,6 +837,7 @@ static void test_context_takeover(void **state)
 static void test_shutdown(void **state)
 {
     (void)state;
+    settle();
     /* one connection answers the 1001, one never does */
     client_t *good = client_new(), *mute = client_new();
     int opened0 = LOAD(opened);
