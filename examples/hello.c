@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
-        fprintf(stderr, "flare: out of memory\n");
+        fprintf(stderr, "flare: %s\n", flare_last_error());
         return 1;
     }
     int rc = 0;
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "hello: listening on %s\n", listen);
     rc = flare_app_run(app, listen);
     if (rc != 0)
-        fprintf(stderr, "flare: %s: %s\n", listen, flare_strerror(rc));
+        fprintf(stderr, "flare: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     return rc != 0;
 }

@@ -350,13 +350,15 @@ int main(int argc, char **argv)
         return 2;
     }
     flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL)
+    if (app == NULL) {
+        fprintf(stderr, "todo_api: %s\n", flare_last_error());
         return 1;
+    }
     int rc = setup(app);
     if (rc == 0)
         rc = flare_app_run(app, listen);
     if (rc != 0)
-        fprintf(stderr, "todo_api: %s\n", flare_strerror(rc));
+        fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     while (store.head != NULL) {
         todo_t *t = store.head;

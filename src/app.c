@@ -271,7 +271,7 @@ int flare_group_route(flare_group_t *g, flare_method_t method, const char *patte
 
 int flare_app_port(const flare_app_t *app)
 {
-    return app->port;
+    return atomic_load(&app->port);
 }
 
 /* ---- the gate: when other threads may reach the workers ---- */
@@ -587,6 +587,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         return flare__fail(FLARE_ESTATE, 0, "flare_app_run: the app is already running");
     unsigned started = 0, inited = 0;
     run_signals_t rs = { .sfd = -1 };
+    atomic_store(&app->port, 0);
 
     int rc = flare__chains_build(app);
     if (rc != 0)
@@ -606,7 +607,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         if (rc != 0)
             goto out;
     }
-    app->port = port;
+    atomic_store(&app->port, port);
     rc = signals_take(app, &rs);
     if (rc != 0)
         goto out;

@@ -90,7 +90,7 @@ struct flare_app {
     struct flare_group *groups;
     struct flare_worker *workers; /* made by the first run, freed with the app */
     unsigned nworkers;
-    int port;
+    _Atomic int port;     /* 0 until the listeners of the current run are bound */
     _Atomic bool running; /* flare_app_run is between its start and its return */
     /* Other threads reach the workers only through flare__app_enter/leave:
      * the top bit says the workers are up (from the moment every worker has

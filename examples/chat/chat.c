@@ -236,8 +236,10 @@ int main(int argc, char **argv)
     flare_static_opts_init(&so);
     so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
     flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL)
+    if (app == NULL) {
+        fprintf(stderr, "chat: %s\n", flare_last_error());
         return 1;
+    }
     static const flare_ws_config_t ws_cfg = {
         .on_open = chat_open,
         .on_message = chat_message,
@@ -256,7 +258,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "chat: http://%s/ (static files from %s)\n", listen, static_dir);
     rc = flare_app_run(app, listen);
     if (rc != 0)
-        fprintf(stderr, "chat: %s: %s\n", listen, flare_strerror(rc));
+        fprintf(stderr, "chat: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     return rc != 0;
 }

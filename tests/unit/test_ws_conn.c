@@ -39,7 +39,8 @@ static int port;
 
 /* written on the workers, read by the test thread after waiting */
 static int opened, closed, last_code, drains, flood_rc, hard_rc;
-static char last_reason[128];
+static char last_reason[128]; /* under reason_mu: both workers close connections */
+static pthread_mutex_t reason_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define LOAD(x)     __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
@@ -58,8 +59,10 @@ static void on_close(flare_ws_t *ws, int code, flare_str_t reason)
 {
     (void)ws;
     size_t n = reason.len < sizeof(last_reason) - 1 ? reason.len : sizeof(last_reason) - 1;
+    pthread_mutex_lock(&reason_mu);
     memcpy(last_reason, reason.ptr != NULL ? reason.ptr : "", n);
     last_reason[n] = '\0';
+    pthread_mutex_unlock(&reason_mu);
     STORE(last_code, code);
     INC(closed);
 }
@@ -469,7 +472,11 @@ static void test_echo_and_client_close(void **state)
     assert_true(wait_eof(c, 3000));
     wait_for(&closed, closed0 + 1, 2000);
     assert_int_equal(LOAD(last_code), 1000);
-    assert_string_equal(last_reason, "going");
+    pthread_mutex_lock(&reason_mu);
+    char reason[sizeof(last_reason)];
+    memcpy(reason, last_reason, sizeof(reason));
+    pthread_mutex_unlock(&reason_mu);
+    assert_string_equal(reason, "going");
     client_free(c);
 }
 
