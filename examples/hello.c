@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
-        fprintf(stderr, "flare: out of memory\n");
+        fprintf(stderr, "flare: %s\n", flare_last_error());
         return 1;
     }
     int rc = 0;

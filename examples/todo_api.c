@@ -350,8 +350,10 @@ int main(int argc, char **argv)
         return 2;
     }
     flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL)
+    if (app == NULL) {
+        fprintf(stderr, "flare: %s\n", flare_last_error());
         return 1;
+    }
     int rc = setup(app);
     if (rc == 0)
         rc = flare_app_run(app, listen);

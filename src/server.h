@@ -255,6 +255,11 @@ struct flare_conn {
     flare_conn_t *prev, *next;
 };
 
+/* config.c: *out = *in (NULL: the defaults) with every zero field set to
+ * its default, then checked. 0, or FLARE_EINVAL with flare_last_error()
+ * naming the field and its bound. */
+int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
+
 /* net/ */
 int flare__listen_probe(const char *addr, int *port_out);
 int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out);

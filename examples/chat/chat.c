@@ -236,8 +236,10 @@ int main(int argc, char **argv)
     flare_static_opts_init(&so);
     so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
     flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL)
+    if (app == NULL) {
+        fprintf(stderr, "flare: %s\n", flare_last_error());
         return 1;
+    }
     static const flare_ws_config_t ws_cfg = {
         .on_open = chat_open,
         .on_message = chat_message,
