@@ -39,6 +39,8 @@ typedef struct flare_session_store {
  * purged and then the ones closest to expiry are dropped. */
 FLARE_API int flare_session_memory_store(size_t max_sessions, flare_session_store_t *out);
 
+/* Zero fields take the defaults: a zeroed struct (or NULL) is a complete
+ * configuration. */
 typedef struct flare_session_config {
     const char *cookie_name;     /* default "flare_sid" */
     unsigned idle_timeout;       /* seconds, default 1800 */
@@ -50,7 +52,8 @@ typedef struct flare_session_config {
 } flare_session_config_t;
 
 /* Fills *out with the session middleware; its state (and the store) belong
- * to the app. FLARE_EINVAL for an invalid cookie name or path. */
+ * to the app. FLARE_EINVAL for an invalid cookie name or path
+ * (flare_last_error() says which). */
 FLARE_API int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg,
                              flare_middleware_t *out);
 

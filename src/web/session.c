@@ -264,7 +264,10 @@ int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg, flare_mi
     char tmp[FLARE_COOKIE_FORMAT_MAX];
     size_t tl;
     if (flare_cookie_format(&probe, tmp, sizeof(tmp), &tl) != 0)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_session_config_t.cookie_name or path: \"%s\", \"%s\" cannot "
+                           "go in a Set-Cookie",
+                           name, path);
     smw_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return FLARE_ENOMEM;

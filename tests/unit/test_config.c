@@ -1,6 +1,9 @@
 /* config.c: a zeroed flare_config_t is the default configuration, and
- * values the server cannot represent are refused with the field named. */
+ * values the server cannot represent are refused with the field named.
+ * The same for the option structs of the web layer (static files, rate
+ * limiting, CORS, sessions). */
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +12,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include <flare/middleware.h>
+#include <flare/session.h>
+#include <flare/static.h>
 
 #include "harness.h"
 #include "server.h"
@@ -189,6 +196,146 @@ static void test_zero_config_serves_body(void **state)
     flare_app_free(h.app);
 }
 
+static int status_of(const harness_t *h, const char *target)
+{
+    char req[512];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", target);
+    char *r = harness_roundtrip(h, req);
+    int st = 0;
+    sscanf(r, "HTTP/1.1 %d", &st);
+    free(r);
+    return st;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int h_ok(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("ok"));
+}
+
+/* Zeroed flare_static_opts_t: the index file is index.html and the
+ * small-file cache is on (a removed file is still served from it until
+ * the path is revalidated, 1 s later); "" turns the index off and no_cache
+ * the cache. */
+static void test_static_zero_opts(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/flare-config-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    write_file(root, "index.html", "index\n");
+    write_file(root, "a.txt", "a\n");
+    write_file(root, "b.txt", "b\n");
+    harness_t h = { 0 };
+    h.app = flare_app_new(&(flare_config_t){ .workers = 1 });
+    assert_non_null(h.app);
+    flare_static_opts_t zero;
+    memset(&zero, 0, sizeof(zero));
+    assert_int_equal(flare_static(h.app, "/z", root, &zero), 0);
+    flare_static_opts_t off = { .index = "", .no_cache = true };
+    assert_int_equal(flare_static(h.app, "/n", root, &off), 0);
+    flare_static_opts_t bad = { .index = "a/b" };
+    assert_int_equal(flare_static(h.app, "/bad", root, &bad), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_static_opts_t.index"));
+    assert_int_equal(harness_start(&h), 0);
+
+    assert_int_equal(status_of(&h, "/z/"), 200); /* index.html */
+    assert_int_equal(status_of(&h, "/n/"), 404); /* no index */
+    assert_int_equal(status_of(&h, "/z/a.txt"), 200);
+    assert_int_equal(status_of(&h, "/n/b.txt"), 200);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/a.txt", root);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof(path), "%s/b.txt", root);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(status_of(&h, "/z/a.txt"), 200); /* cached */
+    assert_int_equal(status_of(&h, "/n/b.txt"), 404); /* opened again */
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(h.app);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Rate limiting: rate has no default (refused, named); burst 0 is one
+ * second's worth; max_clients past its bound is refused before anything
+ * is allocated for it. */
+static void test_ratelimit_opts(void **state)
+{
+    (void)state;
+    harness_t h = { 0 };
+    h.app = flare_app_new(&(flare_config_t){ .workers = 1 });
+    assert_non_null(h.app);
+    flare_middleware_t m;
+    flare_ratelimit_config_t rl = { 0 };
+    assert_int_equal(flare_ratelimit(h.app, &rl, &m), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_ratelimit_config_t.rate"));
+    rl = (flare_ratelimit_config_t){ .rate = NAN };
+    assert_int_equal(flare_ratelimit(h.app, &rl, &m), FLARE_EINVAL);
+    rl = (flare_ratelimit_config_t){ .rate = 1, .max_clients = UINT_MAX };
+    assert_int_equal(flare_ratelimit(h.app, &rl, &m), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_ratelimit_config_t.max_clients: 4294967295"));
+    rl = (flare_ratelimit_config_t){ .rate = 0.001, .max_clients = 1u << 24 };
+    assert_int_equal(flare_ratelimit(h.app, &rl, &m), 0);
+    rl = (flare_ratelimit_config_t){ .rate = 1.01 }; /* burst: 2 */
+    assert_int_equal(flare_ratelimit(h.app, &rl, &m), 0);
+    assert_int_equal(flare_route_mw(h.app, FLARE_METHOD_GET, "/rl", h_ok, NULL, &m, 1), 0);
+    assert_int_equal(harness_start(&h), 0);
+    int ok = 0, limited = 0;
+    for (int i = 0; i < 4; i++) {
+        int st = status_of(&h, "/rl");
+        ok += st == 200;
+        limited += st == 429;
+    }
+    assert_int_equal(ok, 2);
+    assert_int_equal(limited, 2);
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(h.app);
+}
+
+/* CORS: which origins to trust has no default; the refusal says so. The
+ * other fields default (methods, headers). Sessions: a zeroed config is a
+ * working one (cookie flare_sid, in-memory store). */
+static void test_cors_session_opts(void **state)
+{
+    (void)state;
+    flare_app_t *a = flare_app_new(NULL);
+    assert_non_null(a);
+    flare_middleware_t m;
+    flare_cors_config_t cors = { 0 };
+    assert_int_equal(flare_cors(a, &cors, &m), FLARE_EINVAL);
+    assert_string_equal(flare_last_error(),
+                        "flare_cors_config_t.origins: none (and no origin_pattern)");
+    static const char *const star[] = { "*", NULL };
+    cors = (flare_cors_config_t){ .origins = star, .credentials = true };
+    assert_int_equal(flare_cors(a, &cors, &m), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_cors_config_t.credentials"));
+    static const char *const bad[] = { "https://ok.example", "nope", NULL };
+    cors = (flare_cors_config_t){ .origins = bad };
+    assert_int_equal(flare_cors(a, &cors, &m), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_cors_config_t.origins[1]: \"nope\""));
+    cors = (flare_cors_config_t){ .origins = star };
+    assert_int_equal(flare_cors(a, &cors, &m), 0);
+
+    flare_session_config_t sc;
+    memset(&sc, 0, sizeof(sc));
+    assert_int_equal(flare_sessions(a, &sc, &m), 0);
+    sc.cookie_name = "bad name";
+    assert_int_equal(flare_sessions(a, &sc, &m), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "flare_session_config_t"));
+    flare_app_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -197,6 +344,9 @@ int main(void)
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_absurd_refused),
         cmocka_unit_test(test_zero_config_serves_body),
+        cmocka_unit_test(test_static_zero_opts),
+        cmocka_unit_test(test_ratelimit_opts),
+        cmocka_unit_test(test_cors_session_opts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
