@@ -38,31 +38,15 @@ void flare_config_init(flare_config_t *cfg)
 
 flare_app_t *flare_app_new(const flare_config_t *cfg)
 {
-    flare_app_t *app = calloc(1, sizeof(*app));
-    if (app == NULL)
+    flare_config_t resolved;
+    if (flare__config_resolve(&resolved, cfg) != 0)
         return NULL;
-    if (cfg != NULL)
-        app->cfg = *cfg;
-    else
-        flare_config_init(&app->cfg);
-    flare_config_t def;
-    flare_config_init(&def);
-    /* zero means "default" for every field */
-#define DEFAULT(f)       \
-    if (app->cfg.f == 0) \
-        app->cfg.f = def.f;
-    DEFAULT(max_conns)
-    DEFAULT(header_timeout_ms)
-    DEFAULT(body_timeout_ms)
-    DEFAULT(idle_timeout_ms)
-    DEFAULT(write_timeout_ms)
-    DEFAULT(drain_timeout_ms)
-    DEFAULT(max_request_line)
-    DEFAULT(max_head)
-    DEFAULT(max_headers)
-    DEFAULT(job_threads)
-    DEFAULT(backlog)
-#undef DEFAULT
+    flare_app_t *app = calloc(1, sizeof(*app));
+    if (app == NULL) {
+        flare__fail(FLARE_ENOMEM, 0, "flare_app_new: out of memory");
+        return NULL;
+    }
+    app->cfg = resolved;
     app->limits.max_request_line = app->cfg.max_request_line;
     app->limits.max_head = app->cfg.max_head;
     app->limits.max_headers = app->cfg.max_headers;

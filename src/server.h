@@ -272,6 +272,11 @@ struct flare_conn {
 int flare__app_enter(flare_app_t *app);
 void flare__app_leave(flare_app_t *app);
 
+/* config.c: *out = *in (NULL: the defaults) with every zero field set to
+ * its default, then checked. 0, or FLARE_EINVAL with flare_last_error()
+ * naming the field and its bound. */
+int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
+
 /* net/ */
 void flare__listener_resume(void *ud); /* the resume_timer callback */
 int flare__listen_probe(const char *addr, int *port_out);

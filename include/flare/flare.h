@@ -35,32 +35,41 @@ typedef void (*flare_task_fn)(void *ud);
 
 /* ---- configuration ------------------------------------------------------ */
 
+/* The server's settings. A zero field means its default (in brackets), so a
+ * zeroed struct, `(flare_config_t){ 0 }` or a designated initializer naming
+ * only what differs, is a complete configuration. Values past the bound
+ * after "<=" are refused by flare_app_new (FLARE_EINVAL, see there); every
+ * timeout is <= INT_MAX ms (about 24.8 days). */
 typedef struct flare_config {
-    unsigned workers;           /* worker threads; 0: number of CPUs */
-    unsigned max_conns;         /* per worker; beyond it new connections are closed */
-    unsigned header_timeout_ms; /* first byte to complete head (408 and close) */
-    unsigned body_timeout_ms;   /* between body reads */
-    unsigned idle_timeout_ms;   /* keep-alive idle */
-    unsigned write_timeout_ms;  /* a write that makes no progress */
-    unsigned drain_timeout_ms;  /* graceful shutdown: in-flight requests get this long */
-    size_t max_request_line;    /* 414 past it */
-    size_t max_head;            /* 431 past it (request line + headers) */
-    size_t max_headers;         /* 431 past it */
-    size_t max_body;            /* 413 past it */
-    unsigned job_threads;       /* blocking-job pool size; 0: 4 */
-    int backlog;                /* listen(2) backlog */
-    bool mw_stats;              /* time every middleware hook (flare_app_mw_stats) */
+    unsigned workers;           /* worker threads [0: number of CPUs], <= 1024 */
+    unsigned max_conns;         /* per worker; beyond it new connections are closed [100000] */
+    unsigned header_timeout_ms; /* first byte to complete head (408 and close) [10 s] */
+    unsigned body_timeout_ms;   /* between body reads [30 s] */
+    unsigned idle_timeout_ms;   /* keep-alive idle [60 s] */
+    unsigned write_timeout_ms;  /* a write that makes no progress [30 s] */
+    unsigned drain_timeout_ms;  /* graceful shutdown: in-flight requests get this long [10 s] */
+    size_t max_request_line;    /* 414 past it [8 KiB], <= 1 GiB */
+    size_t max_head;            /* 431 past it (request line + headers) [32 KiB], <= 1 GiB */
+    size_t max_headers;         /* 431 past it [100], <= 65535 */
+    size_t max_body;            /* 413 past it [1 MiB], <= 1 TiB (bodies are held in memory) */
+    unsigned job_threads;       /* blocking-job pool size [4], <= 1024 */
+    int backlog;                /* listen(2) backlog [4096], >= 0 (the kernel caps it at
+                                   net.core.somaxconn) */
+    bool mw_stats;              /* time every middleware hook (flare_app_mw_stats) [off] */
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
  * header 10 s, body 30 s, idle 60 s, write 30 s, drain 10 s, request line
  * 8 KiB, head 32 KiB, 100 header fields, body 1 MiB, 4 job threads,
- * backlog 4096. */
+ * backlog 4096. The same as a zeroed struct. */
 FLARE_API void flare_config_init(flare_config_t *cfg);
 
 /* ---- application lifecycle ---------------------------------------------- */
 
-/* Creates an app with a copy of *cfg (NULL: defaults). NULL on out of memory. */
+/* Creates an app with a copy of *cfg (NULL: the defaults); zero fields take
+ * their defaults. Returns NULL when a field is out of range (see
+ * flare_config_t) or on out of memory; flare_last_error() then says which,
+ * naming the field: "flare_config_t.max_headers: 100000 is more than 65535". */
 FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
 
 /* Registers a route. The pattern is copied: literal segments, `{name}`

@@ -64,6 +64,10 @@ struct flare_json {
     uint32_t stack;       /* bit d: the container at depth d+1 is an object */
     uint8_t depth;        /* open containers */
     uint8_t flags;        /* internal state */
+    uint8_t kind;         /* internal: which constructor made it (0 for the
+                             flare_json_init* family), so that flare_json_end
+                             can tell a flare_res_json writer without reading
+                             past a plain one */
 };
 
 /* Writes into buf[0..cap) and never allocates; when the document does not

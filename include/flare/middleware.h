@@ -36,7 +36,9 @@ typedef struct flare_cors_config {
  * allowed, 403 otherwise. Other requests from an allowed origin get
  * Access-Control-Allow-Origin (the origin itself unless "*"), credentials and
  * exposed headers; responses that depend on Origin carry Vary: Origin.
- * FLARE_EINVAL: credentials with "*", a malformed origin or pattern. */
+ * FLARE_EINVAL: no origin at all (origins and origin_pattern are the one
+ * part without a default), credentials with "*", a malformed origin or
+ * pattern; flare_last_error() names the field. */
 FLARE_API int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middleware_t *out);
 
 /* ---- security headers ---- */
@@ -62,14 +64,15 @@ FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_conf
 /* ---- rate limiting ---- */
 
 typedef struct flare_ratelimit_config {
-    double rate;          /* tokens added per second, > 0 */
-    unsigned burst;       /* bucket size, >= 1 */
-    unsigned max_clients; /* addresses tracked; default 65536 (least recent evicted) */
+    double rate;          /* tokens added per second, > 0 (required: no default) */
+    unsigned burst;       /* bucket size [0: rate rounded up, at least 1] */
+    unsigned max_clients; /* addresses tracked [65536], <= 16777216 (least recent evicted) */
 } flare_ratelimit_config_t;
 
 /* A token bucket per client address, shared by all workers (sharded, one
  * short lock per request). Past the limit: 429 with Retry-After (seconds,
- * rounded up) and a text body. */
+ * rounded up) and a text body. FLARE_EINVAL (flare_last_error() names the
+ * field) when rate is not positive or max_clients is out of range. */
 FLARE_API int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg,
                               flare_middleware_t *out);
 

@@ -18,7 +18,9 @@ FLARE_API flare_json_t *flare_res_json(flare_res_t *res, int status);
 
 /* Finishes a writer from flare_res_json and sends the response
  * (application/json). A writer error (unbalanced document, NaN...) becomes a
- * 500. Returns what flare_res_send returns, for `return flare_json_end(j);`. */
+ * 500. Returns what flare_res_send returns, for `return flare_json_end(j);`,
+ * or FLARE_EINVAL (nothing sent) for NULL, a writer that did not come from
+ * flare_res_json (flare_json_init and the like) or one already ended. */
 FLARE_API int flare_json_end(flare_json_t *w);
 
 /* Parses the request body as JSON (whatever the Content-Type says: clients

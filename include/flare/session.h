@@ -35,10 +35,15 @@ typedef struct flare_session_store {
 } flare_session_store_t;
 
 /* The in-memory store: sharded, read-mostly locking, safe across workers.
- * max_sessions bounds memory (0: 100,000); past it, expired sessions are
- * purged and then the ones closest to expiry are dropped. */
+ * max_sessions bounds memory (0: 100,000; at most 16,777,216, else
+ * FLARE_EINVAL). Expired sessions are swept a few at a time by each save;
+ * a save into a full shard frees an expired session or, when the ones it
+ * examines (a fixed number) are all alive, the one of them closest to
+ * expiry. No call does more than a fixed amount of work under a lock. */
 FLARE_API int flare_session_memory_store(size_t max_sessions, flare_session_store_t *out);
 
+/* Zero fields take the defaults: a zeroed struct (or NULL) is a complete
+ * configuration. */
 typedef struct flare_session_config {
     const char *cookie_name;     /* default "flare_sid" */
     unsigned idle_timeout;       /* seconds, default 1800 */
@@ -50,7 +55,8 @@ typedef struct flare_session_config {
 } flare_session_config_t;
 
 /* Fills *out with the session middleware; its state (and the store) belong
- * to the app. FLARE_EINVAL for an invalid cookie name or path. */
+ * to the app. FLARE_EINVAL for an invalid cookie name or path
+ * (flare_last_error() says which). */
 FLARE_API int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg,
                              flare_middleware_t *out);
 
@@ -58,7 +64,8 @@ FLARE_API int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg
  * session middleware ran). Valid until the response completes. */
 FLARE_API flare_str_t flare_session_get(flare_req_t *req, const char *key);
 /* Sets key to value (copied). The session is created and its cookie set
- * when the response goes out. FLARE_ESTATE without the middleware. */
+ * when the response goes out. FLARE_ESTATE without the middleware,
+ * FLARE_ETOOBIG when key and value together pass SIZE_MAX, FLARE_ENOMEM. */
 FLARE_API int flare_session_set(flare_req_t *req, const char *key, flare_str_t value);
 FLARE_API int flare_session_unset(flare_req_t *req, const char *key);
 /* True when the request came with a valid, unexpired session. */

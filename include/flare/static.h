@@ -28,7 +28,7 @@
  *     open descriptor; 64 per worker): a hit costs one fstat(2), which sees
  *     a file changed in place at once; the path itself is looked up again
  *     after opts.cache_ms (1 s), so a file replaced by rename or removed is
- *     seen within that time (0: no cache, every request opens the file);
+ *     seen within that time (opts.no_cache: every request opens the file);
  *   - larger files are opened per request and go out with sendfile(2).
  * Other methods get 405 with Allow: GET, HEAD. The root is opened once, at
  * registration; it must exist and be a directory. */
@@ -51,16 +51,19 @@ typedef struct flare_mime {
     const char *type;
 } flare_mime_t;
 
+/* Options. A zero field means its default (in brackets): a zeroed struct is
+ * the same as flare_static_opts_init's, and as passing NULL. */
 typedef struct flare_static_opts {
-    const char *index;         /* directory index file name ("index.html"; NULL: none) */
-    uint32_t max_age;          /* > 0: Cache-Control: public, max-age=N */
+    const char *index;         /* directory index file name [NULL: "index.html"]; "": none */
+    uint32_t max_age;          /* > 0: Cache-Control: public, max-age=N [0: none] */
     const char *cache_control; /* when set, used as Cache-Control instead of max_age */
-    bool dotfiles;             /* serve names starting with '.' (default false) */
-    bool precompressed;        /* look for "<file>.gz" (default false) */
-    uint32_t cache_ms;         /* small-file cache: revalidate paths after (1000; 0: off) */
+    bool dotfiles;             /* serve names starting with '.' [false] */
+    bool precompressed;        /* look for "<file>.gz" [false] */
+    uint32_t cache_ms;         /* small-file cache: revalidate paths after [1000] */
     /* extra or overriding types, looked up before the built-in table; an
      * array ended by { NULL, NULL } (copied at registration), or NULL */
     const flare_mime_t *mime;
+    bool no_cache; /* no small-file cache: every request opens its file [false] */
 } flare_static_opts_t;
 
 /* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
@@ -71,7 +74,8 @@ FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
  * whole site): registers GET <prefix>/{*path} and GET <prefix> (which
  * redirects to <prefix>/). opts may be NULL (defaults); it is copied.
  * FLARE_EINVAL for a bad prefix or options, FLARE_NOTFOUND when root is
- * not an accessible directory, FLARE_EEXIST when the routes exist. */
+ * not an accessible directory, FLARE_EEXIST when the routes exist. On
+ * FLARE_EINVAL, flare_last_error() names the option. */
 FLARE_API int flare_static(flare_app_t *app, const char *prefix, const char *root,
                            const flare_static_opts_t *opts);
 

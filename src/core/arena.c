@@ -1,8 +1,11 @@
 #include "core/arena.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/core.h"
 
 #define ARENA_CHUNK 4096
 #define ARENA_ALIGN 16
@@ -18,8 +21,16 @@ void flare__arena_init(flare_arena_t *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* The largest request served: no object may be larger than PTRDIFF_MAX
+ * (pointer differences inside it must be representable), and the block
+ * header must fit in front of it without wrapping the malloc size. */
+#define ARENA_MAX ((size_t)PTRDIFF_MAX - sizeof(flare_arena_block_t))
+
+/* Off the fast path: one compare for a size the caller controls. */
 static void *alloc_big(flare_arena_t *a, size_t size)
 {
+    if (size > ARENA_MAX)
+        return NULL;
     flare_arena_block_t *b = malloc(sizeof(*b) + size);
     if (b == NULL)
         return NULL;
@@ -37,8 +48,8 @@ void *flare__arena_alloc(flare_arena_t *a, size_t size)
     return alloc_big(a, size);
 #else
     size_t need = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    if (need < size)
-        return NULL;
+    if (flare__unlikely(need < size))
+        return NULL; /* the rounding wrapped: size > SIZE_MAX - 15 */
     if ((size_t)(a->end - a->cur) >= need) {
         void *p = a->cur;
         a->cur += need;

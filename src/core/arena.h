@@ -22,6 +22,9 @@ typedef struct flare_arena {
 } flare_arena_t;
 
 void flare__arena_init(flare_arena_t *a);
+/* size bytes, 16-byte aligned (size 0 counts as 1). NULL when out of
+ * memory or when size is beyond any object (more than PTRDIFF_MAX minus a
+ * block header): a size near SIZE_MAX never wraps into a small block. */
 void *flare__arena_alloc(flare_arena_t *a, size_t size);
 void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size);
 /* Frees everything but the first chunk. */

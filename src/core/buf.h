@@ -14,7 +14,9 @@ typedef struct flare_buf {
     size_t cap;
 } flare_buf_t;
 
-/* Makes room for `extra` more bytes; 0 or FLARE_ENOMEM. */
+/* Makes room for `extra` more bytes (the capacity doubles, from 256);
+ * 0 or FLARE_ENOMEM, also when len + extra would wrap or pass PTRDIFF_MAX
+ * (realloc is never asked for such a size). */
 int flare__buf_grow(flare_buf_t *b, size_t extra);
 
 static inline int flare__buf_reserve(flare_buf_t *b, size_t extra)

@@ -153,15 +153,21 @@ int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middlewar
         c->any = true;
         n = 0;
     }
-    if (c->any && cfg->credentials)
-        goto fail; /* the Fetch standard forbids credentials with "*" */
+    if (c->any && cfg->credentials) { /* the Fetch standard forbids credentials with "*" */
+        flare__fail(rc, 0, "flare_cors_config_t.credentials: not allowed with origin \"*\"");
+        goto fail;
+    }
     if (n > 0) {
         c->origins = calloc(n, sizeof(*c->origins));
         if (c->origins == NULL)
             goto nomem;
         for (size_t i = 0; i < n; i++) {
-            if (!origin_ok(cfg->origins[i]))
+            if (!origin_ok(cfg->origins[i])) {
+                flare__fail(rc, 0,
+                            "flare_cors_config_t.origins[%zu]: \"%s\" is not scheme://host[:port]",
+                            i, cfg->origins[i]);
                 goto fail;
+            }
             if ((c->origins[i] = strdup(cfg->origins[i])) == NULL)
                 goto nomem;
             c->norigins++;
@@ -169,17 +175,28 @@ int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middlewar
     }
     if (cfg->origin_pattern != NULL) {
         const char *star = strchr(cfg->origin_pattern, '*');
-        if (star == NULL || strchr(star + 1, '*') != NULL || star[1] != '.')
+        if (star == NULL || strchr(star + 1, '*') != NULL || star[1] != '.') {
+            flare__fail(rc, 0,
+                        "flare_cors_config_t.origin_pattern: \"%s\" needs one '*' before a '.'",
+                        cfg->origin_pattern);
             goto fail;
+        }
         c->pat_prefix = strndup(cfg->origin_pattern, (size_t)(star - cfg->origin_pattern));
         c->pat_suffix = strdup(star + 1);
         if (c->pat_prefix == NULL || c->pat_suffix == NULL)
             goto nomem;
-        if (strstr(c->pat_prefix, "://") == NULL || strchr(c->pat_suffix, '/') != NULL)
+        if (strstr(c->pat_prefix, "://") == NULL || strchr(c->pat_suffix, '/') != NULL) {
+            flare__fail(rc, 0, "flare_cors_config_t.origin_pattern: \"%s\" is not scheme://host",
+                        cfg->origin_pattern);
             goto fail;
+        }
     }
-    if (!c->any && c->norigins == 0 && c->pat_prefix == NULL)
-        goto fail; /* nothing allowed: a configuration mistake */
+    if (!c->any && c->norigins == 0 && c->pat_prefix == NULL) {
+        /* nothing allowed: a configuration mistake (there is no default:
+         * which origins to trust is the application's decision) */
+        flare__fail(rc, 0, "flare_cors_config_t.origins: none (and no origin_pattern)");
+        goto fail;
+    }
     c->credentials = cfg->credentials;
     c->methods = dup_or(cfg->methods, "GET, HEAD, POST, PUT, PATCH, DELETE");
     c->headers = dup_or(cfg->headers, "Content-Type");
@@ -189,8 +206,12 @@ int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare_middlewar
         goto nomem;
     if (!flare__field_value_ok(flare_str(c->methods)) ||
         !flare__field_value_ok(flare_str(c->headers)) ||
-        (c->expose != NULL && !flare__field_value_ok(flare_str(c->expose))))
+        (c->expose != NULL && !flare__field_value_ok(flare_str(c->expose)))) {
+        flare__fail(rc, 0,
+                    "flare_cors_config_t: a control character in methods, headers or "
+                    "expose_headers");
         goto fail;
+    }
     if (cfg->max_age > 0) {
         c->max_age = malloc(24);
         if (c->max_age == NULL)

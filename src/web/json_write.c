@@ -7,6 +7,8 @@
  * `err` is set nothing more is written, so a caller may check only at the
  * end. */
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +152,8 @@ void flare_json_init_heap(flare_json_t *w, size_t initial_cap)
 {
     init_common(w, NULL, 0);
     w->grow = heap_grow;
-    if (initial_cap > 0) {
+    /* a size no object can have is not asked of malloc: start empty */
+    if (initial_cap > 0 && initial_cap <= (size_t)PTRDIFF_MAX) {
         w->buf = malloc(initial_cap);
         if (w->buf != NULL)
             w->cap = initial_cap;

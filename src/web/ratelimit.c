@@ -15,8 +15,9 @@
 #include "flare/middleware.h"
 #include "server.h"
 
-#define SHARDS 64
-#define PROBE  8
+#define SHARDS      64
+#define PROBE       8
+#define MAX_CLIENTS (1u << 24) /* tables of 64 x 512 Ki buckets at most (~1.3 GB) */
 
 typedef struct bucket {
     uint8_t addr[16];
@@ -121,14 +122,22 @@ static int rl_before(flare_req_t *req, flare_res_t *res, void *ud)
 
 int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg, flare_middleware_t *out)
 {
-    if (app == NULL || cfg == NULL || out == NULL || !(cfg->rate > 0) || cfg->burst < 1)
+    if (app == NULL || cfg == NULL || out == NULL)
         return FLARE_EINVAL;
     memset(out, 0, sizeof(*out));
+    if (!(cfg->rate > 0)) /* NaN too */
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_ratelimit_config_t.rate: %g is not a positive rate", cfg->rate);
+    if (cfg->max_clients > MAX_CLIENTS)
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_ratelimit_config_t.max_clients: %u is more than %u",
+                           cfg->max_clients, MAX_CLIENTS);
     rl_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return FLARE_ENOMEM;
     r->rate = cfg->rate;
-    r->burst = cfg->burst;
+    /* default: one second's worth of requests, at least one */
+    r->burst = cfg->burst != 0 ? cfg->burst : fmax(1.0, ceil(cfg->rate));
     size_t per = (cfg->max_clients != 0 ? cfg->max_clients : 65536) / SHARDS + 1, cap = PROBE;
     while (cap < per)
         cap *= 2;

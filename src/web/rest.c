@@ -9,10 +9,14 @@ typedef struct resjson {
     flare_json_t w; /* first: flare_json_end casts back */
     flare_res_t *res;
     int status;
-    uint32_t magic;
 } resjson_t;
 
-#define RESJSON_MAGIC 0x4a534f4eu
+/* w.kind of a writer made by flare_res_json. The mark lives in the writer
+ * itself: any flare_json_t may be passed to flare_json_end, and only once
+ * the mark is seen is it known to sit inside a resjson_t (a field of the
+ * bigger struct would be read past the end of a plain writer). The
+ * flare_json_init* constructors clear it. */
+#define KIND_RESPONSE 0x52
 
 static void *arena_alloc(void *ctx, size_t n)
 {
@@ -26,17 +30,17 @@ flare_json_t *flare_res_json(flare_res_t *res, int status)
         return NULL;
     r->res = res;
     r->status = status;
-    r->magic = RESJSON_MAGIC;
     flare_json_init_alloc(&r->w, (char *)(r + 1), 512, arena_alloc, res);
+    r->w.kind = KIND_RESPONSE;
     return &r->w;
 }
 
 int flare_json_end(flare_json_t *w)
 {
-    resjson_t *r = (resjson_t *)(void *)w;
-    if (w == NULL || r->magic != RESJSON_MAGIC)
+    if (w == NULL || w->kind != KIND_RESPONSE)
         return FLARE_EINVAL;
-    r->magic = 0;
+    w->kind = 0; /* ended: a second end is refused too */
+    resjson_t *r = (resjson_t *)(void *)w;
     if (flare_json_finish(w) != 0)
         return flare_res_send(r->res, 500, FLARE_STR("application/json"),
                               FLARE_STR("{\"error\":\"response could not be encoded\"}"));

@@ -186,8 +186,12 @@ static void set_cookie(flare_res_t *res, const smw_t *m, flare_str_t value, int6
 static flare_str_t serialize(sess_t *s)
 {
     size_t need = 24;
-    for (kv_t *kv = s->kvs; kv != NULL; kv = kv->next)
-        need += kv->dead ? 0 : kv->k.len + kv->v.len + 44;
+    for (kv_t *kv = s->kvs; kv != NULL; kv = kv->next) {
+        /* lengths of arena copies, but summed: checked all the same */
+        if (!kv->dead && (__builtin_add_overflow(need, kv->k.len + 44, &need) ||
+                          __builtin_add_overflow(need, kv->v.len, &need)))
+            return FLARE_STR_NULL;
+    }
     char *b = flare_req_alloc(s->req, need);
     if (b == NULL)
         return FLARE_STR_NULL;
@@ -264,7 +268,10 @@ int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg, flare_mi
     char tmp[FLARE_COOKIE_FORMAT_MAX];
     size_t tl;
     if (flare_cookie_format(&probe, tmp, sizeof(tmp), &tl) != 0)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_session_config_t.cookie_name or path: \"%s\", \"%s\" cannot "
+                           "go in a Set-Cookie",
+                           name, path);
     smw_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return FLARE_ENOMEM;
@@ -315,13 +322,16 @@ int flare_session_set(flare_req_t *req, const char *key, flare_str_t value)
     if (key == NULL || key[0] == '\0')
         return FLARE_EINVAL;
     flare_str_t k = flare_str(key);
-    for (kv_t *kv = s->kvs; kv != NULL; kv = kv->next) {
-        if (!kv->dead && flare_str_eq(kv->k, k))
-            kv->dead = true;
-    }
-    kv_t *kv = flare_req_alloc(req, sizeof(*kv) + k.len + value.len);
+    size_t size;
+    if (__builtin_add_overflow(sizeof(kv_t) + k.len, value.len, &size))
+        return FLARE_ETOOBIG;
+    kv_t *kv = flare_req_alloc(req, size);
     if (kv == NULL)
-        return FLARE_ENOMEM;
+        return FLARE_ENOMEM; /* the old value stays */
+    for (kv_t *o = s->kvs; o != NULL; o = o->next) {
+        if (!o->dead && flare_str_eq(o->k, k))
+            o->dead = true;
+    }
     char *b = (char *)(kv + 1);
     memcpy(b, k.ptr, k.len);
     if (value.len > 0)

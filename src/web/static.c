@@ -1039,22 +1039,35 @@ static int add_static(flare_app_t *app, flare_group_t *g, const char *prefix, co
         o = *opts;
     else
         flare_static_opts_init(&o);
+    /* zero fields take the defaults */
+    if (o.index == NULL)
+        o.index = "index.html";
+    else if (o.index[0] == '\0')
+        o.index = NULL; /* no index file */
+    if (o.cache_ms == 0)
+        o.cache_ms = 1000;
+    if (o.no_cache)
+        o.cache_ms = 0; /* internally: 0 is off */
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;
     if (plen > 0 && prefix[0] != '/')
-        return FLARE_EINVAL;
-    if (o.index != NULL && (o.index[0] == '\0' || strchr(o.index, '/') != NULL))
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_static: prefix \"%s\" does not start with '/'",
+                           prefix);
+    if (o.index != NULL && strchr(o.index, '/') != NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_static_opts_t.index: \"%s\" has a '/'", o.index);
     if (o.cache_control != NULL && !flare__field_value_ok(flare_str(o.cache_control)))
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_static_opts_t.cache_control: a control character");
     size_t nmime = 0;
     for (; o.mime != NULL && (o.mime[nmime].ext != NULL || o.mime[nmime].type != NULL); nmime++) {
         const flare_mime_t *m = &o.mime[nmime];
         if (m->ext == NULL || m->type == NULL || m->ext[0] == '\0' || m->type[0] == '\0' ||
             strchr(m->ext, '.') != NULL || strchr(m->ext, '/') != NULL ||
             !flare__field_value_ok(flare_str(m->type)))
-            return FLARE_EINVAL;
+            return flare__fail(FLARE_EINVAL, 0,
+                               "flare_static_opts_t.mime[%zu]: an empty, dotted or unsafe entry",
+                               nmime);
     }
 
     static_dir_t *sd = calloc(1, sizeof(*sd));

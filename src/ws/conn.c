@@ -215,7 +215,9 @@ flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route)
     /* a compressed message's wire size: incompressible data grows by a few
      * bytes per 16 KiB stored block */
     uint64_t slack = route->cfg.max_message / 64 + 1024;
-    ws->parser.max_compressed = route->cfg.max_message + slack;
+    ws->parser.max_compressed = route->cfg.max_message <= UINT64_MAX - slack
+                                    ? route->cfg.max_message + slack
+                                    : UINT64_MAX; /* a huge max_message must not wrap */
     ws->deadline = ww->w->loop.now + PENDING_MS;
     ws->t_progress = ws->t_ping = ww->w->loop.now;
     if (flare__ws_id_assign(ww, ws) == 0) {

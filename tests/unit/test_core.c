@@ -115,6 +115,69 @@ static void test_arena(void **state)
     flare__arena_dispose(&a); /* idempotent */
 }
 
+/* Sizes a caller controls, near SIZE_MAX: refused before any malloc (a
+ * wrapped header + size used to make a tiny block, written past its end),
+ * and the arena goes on working. */
+static void test_arena_huge(void **state)
+{
+    (void)state;
+    flare_arena_t a;
+    flare__arena_init(&a);
+    static const size_t huge[] = {
+        SIZE_MAX,
+        SIZE_MAX - 1,
+        SIZE_MAX - 15, /* rounds to itself: no wrap in the alignment */
+        SIZE_MAX - 16,
+        SIZE_MAX - 31,
+        SIZE_MAX - 32,
+        SIZE_MAX - 4096,
+        (size_t)PTRDIFF_MAX + 1,
+        (size_t)PTRDIFF_MAX,
+        (size_t)PTRDIFF_MAX - 15, /* plus the block header: past PTRDIFF_MAX */
+        SIZE_MAX / 2 + 1,
+    };
+    for (size_t i = 0; i < FLARE__ARRAY_SIZE(huge); i++) {
+        assert_null(flare__arena_alloc(&a, huge[i]));
+        assert_null(flare__arena_dup(&a, "x", huge[i]));
+        /* nothing was taken: the arena is as it was */
+        assert_false(flare__arena_used(&a));
+    }
+    for (size_t n = 1; n <= 4096 + 64; n += 7) {
+        char *p = flare__arena_alloc(&a, n);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 16, 0);
+        memset(p, 0xab, n);
+        assert_null(flare__arena_alloc(&a, SIZE_MAX - n));
+    }
+    flare__arena_dispose(&a);
+}
+
+static void test_buf_huge(void **state)
+{
+    (void)state;
+    flare_buf_t b = { 0 };
+    assert_int_equal(flare__buf_append(&b, "abc", 3), 0);
+    static const size_t huge[] = {
+        SIZE_MAX,         SIZE_MAX - 2, SIZE_MAX - 3, (size_t)PTRDIFF_MAX, (size_t)PTRDIFF_MAX - 2,
+        SIZE_MAX / 2 + 1,
+    };
+    for (size_t i = 0; i < FLARE__ARRAY_SIZE(huge); i++) {
+        assert_int_equal(flare__buf_reserve(&b, huge[i]), FLARE_ENOMEM);
+        assert_int_equal(flare__buf_grow(&b, huge[i]), FLARE_ENOMEM);
+        assert_int_equal(b.len, 3);
+        assert_memory_equal(b.data, "abc", 3);
+    }
+    /* growth from empty, and exact doubling */
+    flare__buf_free(&b);
+    assert_int_equal(flare__buf_reserve(&b, 1), 0);
+    assert_int_equal(b.cap, 256);
+    assert_int_equal(flare__buf_reserve(&b, 257), 0);
+    assert_int_equal(b.cap, 512);
+    assert_int_equal(flare__buf_reserve(&b, 5000), 0);
+    assert_int_equal(b.cap, 8192);
+    flare__buf_free(&b);
+}
+
 static void test_buf(void **state)
 {
     (void)state;
@@ -135,8 +198,10 @@ static void test_buf(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_str),  cmocka_unit_test(test_tables), cmocka_unit_test(test_u64toa),
-        cmocka_unit_test(test_date), cmocka_unit_test(test_arena),  cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_str),        cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_u64toa),     cmocka_unit_test(test_date),
+        cmocka_unit_test(test_arena),      cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_arena_huge), cmocka_unit_test(test_buf_huge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

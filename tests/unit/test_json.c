@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "flare/json.h"
+#include "flare/rest.h"
 
 static char buf[8192];
 static flare_json_t w;
@@ -429,6 +430,16 @@ static void test_heap(void **state)
     flare_json_init_heap(&h, 4);
     assert_int_equal(flare_json_str(&h, FLARE_STR("longer than four")), 0);
     flare_json_dispose(&h);
+    /* an initial size no object can have is not asked of malloc: the
+     * writer starts empty and grows as usual */
+    static const size_t huge[] = { SIZE_MAX, (size_t)PTRDIFF_MAX + 1 };
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        flare_json_init_heap(&h, huge[i]);
+        assert_int_equal(h.cap, 0);
+        write_big(&h, 10);
+        assert_int_equal(flare_json_finish(&h), 0);
+        flare_json_dispose(&h);
+    }
 }
 
 /* A flushing grow callback: moves everything to a sink, as a chunked
@@ -525,6 +536,33 @@ static void parse_err(const char *s, size_t len, int line, int col, size_t pos, 
         fail_msg("reason [%s] lacks [%s]", err.reason, reason);
 }
 #define PARSE_ERR(lit, l, c, p, r) parse_err(lit, sizeof(lit) - 1, l, c, p, r)
+
+/* flare_json_end on writers that flare_res_json did not make: refused
+ * without reading past them. The writer is exactly a flare_json_t on the
+ * heap, so ASan reports any read beyond it (the old check read a field of
+ * the bigger response writer). */
+static void test_json_end_foreign(void **state)
+{
+    (void)state;
+    assert_int_equal(flare_json_end(NULL), FLARE_EINVAL);
+    flare_json_t *f = malloc(sizeof(*f));
+    assert_non_null(f);
+    char small[64];
+    flare_json_init(f, small, sizeof(small));
+    assert_int_equal(flare_json_null(f), 0);
+    assert_int_equal(flare_json_end(f), FLARE_EINVAL);
+    flare_json_init_heap(f, 0);
+    assert_int_equal(flare_json_end(f), FLARE_EINVAL);
+    flare_json_dispose(f);
+    flare_json_init_alloc(f, NULL, 0, arena_alloc, NULL);
+    assert_int_equal(flare_json_end(f), FLARE_EINVAL);
+    flare_json_init_grow(f, small, sizeof(small), flush_grow, NULL);
+    assert_int_equal(flare_json_end(f), FLARE_EINVAL);
+    /* a writer reset or reinitialised stays what its constructor made */
+    flare_json_reset(f);
+    assert_int_equal(flare_json_end(f), FLARE_EINVAL);
+    free(f);
+}
 
 static void test_parse_accessors(void **state)
 {
@@ -748,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_fixed_buffer_full),
         cmocka_unit_test(test_alloc_growth),
         cmocka_unit_test(test_heap),
+        cmocka_unit_test(test_json_end_foreign),
         cmocka_unit_test(test_grow_flush),
         cmocka_unit_test(test_grow_contract),
         cmocka_unit_test(test_parse_accessors),

@@ -10,6 +10,7 @@
 #include <flare/session.h>
 
 #include "harness.h"
+#include "web/session_mem.h"
 
 static harness_t h;
 
@@ -65,6 +66,122 @@ static void test_memory_store(void **state)
     st.destroy(st.self);
 }
 
+static void test_memory_store_bounds(void **state)
+{
+    (void)state;
+    flare_session_store_t st;
+    assert_int_equal(flare_session_memory_store(SIZE_MAX, &st), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "max_sessions"));
+    assert_int_equal(flare_session_memory_store(((size_t)1 << 24) + 1, &st), FLARE_EINVAL);
+    assert_int_equal(flare_session_memory_store(0, NULL), FLARE_EINVAL);
+    assert_int_equal(flare_session_memory_store(16, &st), 0);
+    /* a data length no allocation can hold: refused, not wrapped */
+    assert_int_equal(
+        st.save(st.self, NULL, FLARE_STR("id"), (flare_str_t){ "x", SIZE_MAX - 8 }, 60),
+        FLARE_ETOOBIG);
+    st.destroy(st.self);
+}
+
+static size_t load_ok(flare_session_store_t *st, const char *prefix, int n)
+{
+    size_t found = 0;
+    char id[32];
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(id, sizeof(id), "%s%d", prefix, i);
+        got_t g = { 0 };
+        st->load(st->self, NULL, (flare_str_t){ id, (size_t)k }, got, &g);
+        found += g.rc == 0;
+    }
+    return found;
+}
+
+/* Saves n sessions and checks that no save examined more than the sweep
+ * bound, whatever the store holds: the work is linear in the saves. */
+static void save_many(flare_session_store_t *st, const char *prefix, int n, unsigned ttl)
+{
+    char id[32];
+    size_t count;
+    uint64_t before, after;
+    flare__session_mem_stats(st->self, &count, &before);
+    uint64_t start = before;
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(id, sizeof(id), "%s%d", prefix, i);
+        assert_int_equal(
+            st->save(st->self, NULL, (flare_str_t){ id, (size_t)k }, FLARE_STR("data"), ttl), 0);
+        flare__session_mem_stats(st->self, &count, &after);
+        assert_true(after - before <= FLARE__SESSION_SWEEP_STEP + FLARE__SESSION_SWEEP_FULL);
+        before = after;
+    }
+    assert_true(after - start <=
+                (uint64_t)n * (FLARE__SESSION_SWEEP_STEP + FLARE__SESSION_SWEEP_FULL));
+}
+
+/* 100,000 expired sessions go through a store of 16,000 while 1,000 live
+ * ones stay: expired sessions are reclaimed as saves go, never by a scan
+ * of the whole store. */
+static void test_memory_store_expiry_many(void **state)
+{
+    (void)state;
+    flare_session_store_t st;
+    assert_int_equal(flare_session_memory_store(16000, &st), 0);
+    size_t max = 16 * flare__session_mem_max_per_shard(st.self), count;
+    uint64_t visited;
+    save_many(&st, "live", 1000, 3600);
+    save_many(&st, "dead", 100000, 0); /* ttl 0: expired at once */
+    flare__session_mem_stats(st.self, &count, &visited);
+    assert_true(count <= max);
+    assert_true(count < 1000 + 2000); /* the expired ones did not pile up */
+    assert_int_equal(load_ok(&st, "live", 1000), 1000);
+    assert_int_equal(load_ok(&st, "dead", 100000), 0);
+    /* the store keeps working once they are gone */
+    save_many(&st, "new", 1000, 3600);
+    assert_int_equal(load_ok(&st, "new", 1000), 1000);
+    assert_int_equal(load_ok(&st, "live", 1000), 1000);
+    st.destroy(st.self);
+}
+
+/* A store full of live sessions: each save into a full shard drops one
+ * (the examined one closest to expiry), so the store stays within its
+ * bound and the newest sessions are there, at a bounded cost per save
+ * (the purge used to rescan the shard once per dropped session). */
+static void test_memory_store_full_bounded(void **state)
+{
+    (void)state;
+    flare_session_store_t st;
+    assert_int_equal(flare_session_memory_store(1600, &st), 0);
+    size_t per = flare__session_mem_max_per_shard(st.self), count;
+    uint64_t visited;
+    save_many(&st, "s", 50000, 3600);
+    flare__session_mem_stats(st.self, &count, &visited);
+    assert_true(count <= 16 * per);
+    assert_true(count >= 16 * per - 16); /* full, not emptied */
+    /* the last save of each shard is always there */
+    got_t g = { 0 };
+    st.load(st.self, NULL, FLARE_STR("s49999"), got, &g);
+    assert_int_equal(g.rc, 0);
+    /* the session closest to expiry goes first: with 2 per shard, "short"
+     * is dropped once its shard holds another and a third arrives, while
+     * the long-lived ones saved after it stay within the bound */
+    st.destroy(st.self);
+    assert_int_equal(flare_session_memory_store(16, &st), 0);
+    assert_int_equal(flare__session_mem_max_per_shard(st.self), 2);
+    assert_int_equal(st.save(st.self, NULL, FLARE_STR("short"), FLARE_STR("v"), 100), 0);
+    char id[32];
+    for (int i = 0; i < 100; i++) {
+        int k = snprintf(id, sizeof(id), "long%d", i);
+        assert_int_equal(
+            st.save(st.self, NULL, (flare_str_t){ id, (size_t)k }, FLARE_STR("v"), 3600), 0);
+    }
+    g.rc = 0;
+    st.load(st.self, NULL, FLARE_STR("short"), got, &g);
+    assert_int_equal(g.rc, FLARE_ENOTFOUND);
+    flare__session_mem_stats(st.self, &count, &visited);
+    assert_int_equal(count, 32);
+    st.load(st.self, NULL, FLARE_STR("long99"), got, &g);
+    assert_int_equal(g.rc, 0);
+    st.destroy(st.self);
+}
+
 static int h_login(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
@@ -80,6 +197,18 @@ static int h_me(flare_req_t *req, flare_res_t *res, void *ud)
     if (u.ptr == NULL)
         return flare_res_send(res, 401, FLARE_STR("text/plain"), FLARE_STR("anonymous"));
     return flare_res_send(res, 200, FLARE_STR("text/plain"), u);
+}
+
+/* Lengths near SIZE_MAX are refused before any copy (ptr is not read). */
+static int h_huge(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    assert_int_equal(flare_session_set(req, "k", FLARE_STR("kept")), 0);
+    assert_int_equal(flare_session_set(req, "k", (flare_str_t){ "x", SIZE_MAX - 8 }),
+                     FLARE_ETOOBIG);
+    assert_int_equal(flare_session_set(req, "k", (flare_str_t){ "x", SIZE_MAX / 2 }), FLARE_ENOMEM);
+    flare_str_t v = flare_session_get(req, "k");
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), v);
 }
 
 static int h_logout(flare_req_t *req, flare_res_t *res, void *ud)
@@ -105,6 +234,7 @@ static int setup(void **state)
     assert_int_equal(flare_post(h.app, "/login", h_login, NULL), 0);
     assert_int_equal(flare_get(h.app, "/me", h_me, NULL), 0);
     assert_int_equal(flare_post(h.app, "/logout", h_logout, NULL), 0);
+    assert_int_equal(flare_get(h.app, "/huge", h_huge, NULL), 0);
     return harness_start(&h);
 }
 
@@ -194,6 +324,15 @@ static void test_session_flow(void **state)
     free(r);
 }
 
+static void test_session_set_huge(void **state)
+{
+    (void)state;
+    char *r = req_with("GET", "/huge", NULL, "");
+    assert_non_null(strstr(r, "HTTP/1.1 200 OK"));
+    assert_non_null(strstr(r, "\r\n\r\nkept")); /* a refused set leaves the old value */
+    free(r);
+}
+
 static void test_session_absolute_expiry(void **state)
 {
     (void)state;
@@ -211,7 +350,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory_store),
+        cmocka_unit_test(test_memory_store_bounds),
+        cmocka_unit_test(test_memory_store_expiry_many),
+        cmocka_unit_test(test_memory_store_full_bounded),
         cmocka_unit_test(test_session_flow),
+        cmocka_unit_test(test_session_set_huge),
         cmocka_unit_test(test_session_absolute_expiry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
