@@ -165,7 +165,7 @@ void flare__timer_stop(flare_loop_t *l, flare_timer_t *t)
 void flare__timer_start(flare_loop_t *l, flare_timer_t *t, uint64_t ms)
 {
     flare__timer_stop(l, t);
-    t->when = l->now + ms;
+    t->when = ms < UINT64_MAX - l->now ? l->now + ms : UINT64_MAX; /* never wraps to "now" */
     t->seq = l->timer_seq++;
     t->child = t->next = t->prev = NULL;
     t->active = true;

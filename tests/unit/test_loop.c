@@ -198,6 +198,10 @@ static void test_timer_rearm_and_stop(void **state)
     assert_true(rearm_count >= 5);
     assert_false(rearm_t.active);
     assert_int_equal(loop.ntimers, 0);
+    /* a delay near UINT64_MAX is "never", not "at once" (the sum used to wrap) */
+    flare__timer_start(&loop, &rearm_t, UINT64_MAX - 1);
+    assert_true(rearm_t.when > loop.now);
+    flare__timer_stop(&loop, &rearm_t);
     int before = rearm_count;
     flare__loop_dispose(&loop);
     assert_int_equal(rearm_count, before);
