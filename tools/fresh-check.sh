@@ -298,13 +298,14 @@ packages >"$LOG_DIR/packages.test"
 comm -13 "$LOG_DIR/packages.run" "$LOG_DIR/packages.test" >"$LOG_DIR/installed-by-make-test"
 summary=$(grep -E '^[0-9]+% tests passed' "$LOG_DIR/make-test.log" | tail -n 1 || true)
 [ -z "$summary" ] || NOTE[test]="${NOTE[test]:+${NOTE[test]}; }$summary"
-# Tests that skipped themselves (python's unittest ends with "OK (skipped=N)", cmocka prints
-# "[  SKIPPED ]"), from ctest's record of every test's output.
+# Tests that skipped themselves (python's unittest ends with "OK (skipped=N)", flaretest's
+# runner with "N passed, 0 failed, M skipped", cmocka prints "[  SKIPPED ]"), from ctest's
+# record of every test's output.
 lastlog=$ROOT$SRC_IN_ROOT/build/Testing/Temporary/LastTest.log
 if [ -f "$lastlog" ]; then
     cp "$lastlog" "$LOG_DIR/LastTest.log"
     skipped=$(awk '/^[0-9]+\/[0-9]+ Testing: / { t = $3 }
-                   /skipped=[0-9]+|\[  SKIPPED \]/ { if (t != "" && !(t in s)) { s[t] = 1; print t } }' \
+                   /skipped=[1-9]|\[  SKIPPED \]|[ ,:][1-9][0-9]* skipped/ { if (t != "" && !(t in s)) { s[t] = 1; print t } }' \
         "$lastlog" | tr '\n' ' ')
     if [ -n "$skipped" ]; then
         NOTE[test]="${NOTE[test]:+${NOTE[test]}; }skipped: $skipped"
