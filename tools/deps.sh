@@ -52,7 +52,7 @@ if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
     exit 0
 fi
 
-# A root-owned step: directly as root, else through sudo, else say what to run.
+# A root-owned step: directly as root, else through sudo, else stop and say what to run.
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
         "$@"
@@ -60,7 +60,9 @@ as_root() {
         sudo "$@"
     else
         echo "tools/deps.sh: need root (or sudo) for: $*" >&2
-        return 1
+        [ ${#missing[@]} -eq 0 ] ||
+            echo "  as root: apt-get update && apt-get install --no-install-recommends ${missing[*]}" >&2
+        exit 1
     fi
 }
 
