@@ -13,8 +13,8 @@
 #
 #   sudo tools/fresh-check.sh          # needs root (chroot, mounts), as CI has
 #
-# Takes about 10-20 minutes, most of it downloading packages (chromium is the big one) and the
-# two builds. Only committed changes are checked (a clone of HEAD). Uncommitted ones are not.
+# Takes about 5 minutes on 2 cores with a nearby mirror (root 1, make run 1, make test 3), more
+# where downloads are slow (about 250 packages; chromium is the big one). Only committed changes are checked (a clone of HEAD). Uncommitted ones are not.
 #
 # environment:
 #   FRESH_ROOT=DIR      where to build the root (default: a new directory under /tmp, removed
