@@ -1,11 +1,20 @@
 # Flare: the commands a newcomer runs. CMake does the real work.
-#   make run     install what is missing, build, start the example on 127.0.0.1:8080
-#   make test    install what is missing, build, run every test
+#   make run     install what is missing, build the library + examples, start the example on LISTEN
+#   make test    install what is missing, build everything the tests need, run every test
 #   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
+# Each target installs only what its own path needs (tools/deps.sh MODE; docs/dependencies.md)
+# and configures BUILD with every option that differs between them set explicitly, so the same
+# build directory serves `make run` after `make test` and the other way round.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 LISTEN ?= 127.0.0.1:8080
 WORKERS ?= $(shell nproc)
+
+# The library and the examples only: no test, fuzz or sanitizer dependencies.
+RUN_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=OFF \
+  -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
+TEST_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=ON \
+  -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
 
 .PHONY: all build run test test-asan fuzz format format-check bench bench-counts flame clean install
 
@@ -13,7 +22,7 @@ all: build
 
 build:
 	@tools/deps.sh build
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) $(RUN_OPTS)
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
@@ -21,14 +30,15 @@ run: build
 
 test:
 	@tools/deps.sh test
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) $(TEST_OPTS)
 	cmake --build $(BUILD) -j$(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The same suite built with clang under ASan+UBSan; any report fails it.
 test-asan:
-	@tools/deps.sh ci
-	CC=clang cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=address,undefined
+	@tools/deps.sh asan
+	CC=clang cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DFLARE_EXAMPLES=ON \
+	  -DFLARE_TESTS=ON -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=address,undefined
 	cmake --build $(BUILD)-asan -j$(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
@@ -36,7 +46,7 @@ test-asan:
 # libFuzzer targets (clang); FUZZ_TIME seconds per target.
 FUZZ_TIME ?= 60
 fuzz:
-	@tools/deps.sh ci
+	@tools/deps.sh fuzz
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DFLARE_FUZZ=ON -DFLARE_TESTS=OFF \
 	  -DFLARE_EXAMPLES=OFF -DFLARE_SANITIZE=address,undefined
 	cmake --build $(BUILD)-fuzz -j$(JOBS)

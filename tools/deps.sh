@@ -1,35 +1,107 @@
 #!/usr/bin/env bash
-# Installs the Debian packages a make target needs, only those missing.
-#   tools/deps.sh build|test|ci|bench
+# Installs the Debian 12 packages one make target needs, only those missing.
+#   tools/deps.sh build|test|asan|fuzz|ci|bench
+#     build  the library and the examples      (make build, make run, make install)
+#     test   build + what the test suite runs   (make test)
+#     asan   test + clang and its sanitizers    (make test-asan)
+#     fuzz   build + clang and libFuzzer        (make fuzz)
+#     ci     everything .ci/run uses            (test + asan + the format check + bench/guard.sh)
+#     bench  build + the peer servers and instruments (make bench, make bench-counts)
+# Why each package is there: docs/dependencies.md. Packages are installed with
+# --no-install-recommends, so every one a step needs is listed here by name;
+# tools/fresh-check.sh proves the lists on a minimal Debian 12 root.
+# Works as root or through sudo, and on a machine where apt-get update never ran.
 set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev)
-test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 curl python3-websockets chromium chromium-driver)
-ci_pkgs=("${test_pkgs[@]}" clang libclang-rt-14-dev clang-format)
+# cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
+# chromium: the chat example in a real browser (driven over DevTools, no driver binary).
+# locales: a comma-decimal locale for the JSON number test (generated below).
+test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets chromium locales)
+clang_pkgs=(clang libclang-rt-14-dev)
+asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
+fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
+# clang-format: the format check; valgrind + curl: bench/guard.sh.
+ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl)
 
-case "${1:-build}" in
+mode=${1:-build}
+needs_locale=0
+case "$mode" in test | asan | ci) needs_locale=1 ;; esac
+case "$mode" in
 build) pkgs=("${build_pkgs[@]}") ;;
 test) pkgs=("${test_pkgs[@]}") ;;
+asan) pkgs=("${asan_pkgs[@]}") ;;
+fuzz) pkgs=("${fuzz_pkgs[@]}") ;;
 ci) pkgs=("${ci_pkgs[@]}") ;;
 bench) pkgs=("${bench_pkgs[@]}") ;;
-*) echo "usage: $0 build|test|ci|bench" >&2; exit 2 ;;
+*)
+    echo "usage: $0 build|test|asan|fuzz|ci|bench" >&2
+    exit 2
+    ;;
 esac
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+    # Not Debian: check nothing, say what the Debian names are.
+    echo "tools/deps.sh: no dpkg/apt here; make sure the equivalents of these are installed:" \
+        "${pkgs[*]}" >&2
+    exit 0
+fi
+
+# A root-owned step: directly as root, else through sudo, else stop and say what to run.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "tools/deps.sh: need root (or sudo) for: $*" >&2
+        [ ${#missing[@]} -eq 0 ] ||
+            echo "  as root: apt-get update && apt-get install --no-install-recommends ${missing[*]}" >&2
+        exit 1
+    fi
+}
 
 missing=()
 for p in "${pkgs[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
+    installed "$p" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "installing: ${missing[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-    SUDO=sudo
+if [ ${#missing[@]} -ne 0 ]; then
+    echo "tools/deps.sh $mode: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    # Always refresh the lists first: on a new machine there are none, and stale
+    # ones name package versions the mirror no longer has.
+    if ! as_root apt-get update -qq; then
+        echo "tools/deps.sh: apt-get update failed (network? /etc/apt/sources.list*)" >&2
+        exit 1
+    fi
+    if ! as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+        echo "tools/deps.sh: apt-get install failed for: ${missing[*]}" >&2
+        exit 1
+    fi
+    still=()
+    for p in "${missing[@]}"; do
+        installed "$p" || still+=("$p")
+    done
+    if [ ${#still[@]} -ne 0 ]; then
+        echo "tools/deps.sh: still not installed: ${still[*]}" >&2
+        exit 1
+    fi
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The test suite checks that JSON numbers do not follow LC_NUMERIC (tests/unit/test_json.c
+# switches to de_DE.UTF-8 or fr_FR.UTF-8, and skips without either): one such locale must be
+# generated, the Debian way (/etc/locale.gen + locale-gen, from the locales package).
+if [ "$needs_locale" = 1 ] && ! locale -a 2>/dev/null | grep -qiE '^(de_DE|fr_FR)\.utf-?8$'; then
+    echo "tools/deps.sh $mode: generating the de_DE.UTF-8 locale (for tests/unit/test_json.c)" >&2
+    if grep -qE '^# *de_DE\.UTF-8 UTF-8' /etc/locale.gen 2>/dev/null; then
+        as_root sed -i -E 's/^# *(de_DE\.UTF-8 UTF-8)/\1/' /etc/locale.gen
+    else
+        echo 'de_DE.UTF-8 UTF-8' | as_root tee -a /etc/locale.gen >/dev/null
+    fi
+    as_root locale-gen >/dev/null
+fi
