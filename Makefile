@@ -16,7 +16,7 @@ RUN_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=O
 TEST_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=ON \
   -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
 
-.PHONY: all build run test test-asan fuzz format format-check bench bench-counts flame clean install
+.PHONY: all build run test test-asan test-tsan fuzz format format-check bench bench-counts flame clean install
 
 all: build
 
@@ -42,6 +42,17 @@ test-asan:
 	cmake --build $(BUILD)-asan -j$(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+# The tests that run threads (several workers, the hub, cross-thread posts, the job pool, start
+# and stop under fire: ctest label tsan) built with clang under ThreadSanitizer; any report
+# fails them (the server examples exit 66 on the first one, which the integration tests see).
+test-tsan:
+	@tools/deps.sh asan
+	CC=clang cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DFLARE_EXAMPLES=ON \
+	  -DFLARE_TESTS=ON -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=thread
+	cmake --build $(BUILD)-tsan -j$(JOBS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \
+	  ctest -L tsan --output-on-failure -j$(JOBS)
 
 # libFuzzer targets (clang); FUZZ_TIME seconds per target.
 FUZZ_TIME ?= 60
@@ -71,4 +82,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
