@@ -34,23 +34,6 @@ enum {
     S_ERROR,
 };
 
-static inline int hexdig(unsigned char c)
-{
-    if ((unsigned)(c - '0') < 10)
-        return c - '0';
-    c |= 0x20;
-    if ((unsigned)(c - 'a') < 6)
-        return c - 'a' + 10;
-    return -1;
-}
-
-static inline bool is_tchar(unsigned char c)
-{
-    if ((unsigned)((c | 0x20) - 'a') < 26 || (unsigned)(c - '0') < 10)
-        return true;
-    return c != 0 && memchr("!#$%&'*+-.^_`|~", c, 15) != NULL;
-}
-
 /* HTAB, SP, VCHAR, obs-text: what field values and quoted strings hold. */
 static inline bool is_text(unsigned char c)
 {
@@ -96,7 +79,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
         }
 
         case S_SIZE_FIRST:
-            d = hexdig(ch);
+            d = flare__hexval(ch);
             if (d < 0)
                 return fail(c, 400, "invalid chunk size", status, error);
             c->remaining = (uint64_t)d;
@@ -105,7 +88,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             break;
 
         case S_SIZE:
-            d = hexdig(ch);
+            d = flare__hexval(ch);
             if (d >= 0) {
                 if (c->remaining >> 60)
                     return fail(c, 400, "chunk size too large", status, error);
@@ -166,7 +149,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             case S_TRAILER:
                 if (ch == '\r')
                     c->state = S_LAST_LF;
-                else if (is_tchar(ch))
+                else if (flare__is_tchar(ch))
                     c->state = S_TRAILER_NAME;
                 else
                     return fail(c, 400, "invalid trailer field", status, error);
@@ -174,7 +157,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             case S_TRAILER_NAME:
                 if (ch == ':')
                     c->state = S_TRAILER_VALUE;
-                else if (!is_tchar(ch))
+                else if (!flare__is_tchar(ch))
                     return fail(c, 400, "invalid trailer field", status, error);
                 break;
             case S_TRAILER_VALUE:

@@ -34,8 +34,8 @@
  * it keeps every later `offset + content_length` free of overflow. */
 #define MAX_CONTENT_LENGTH ((uint64_t)1 << 62)
 
-/* Character classes, one byte per character, bits: */
-#define C_TCHAR  1  /* token (RFC 9110 5.6.2): method, field names */
+/* Character classes, one byte per character, bits (tchar, for methods
+ * and field names, is core.h's flare__is_tchar): */
 #define C_TARGET 2  /* request-target: 0x21-0x7E except '#' (no fragment on the wire) */
 #define C_QMARK  4  /* '?' */
 #define C_VALUE  8  /* field value: HTAB, SP, VCHAR, obs-text */
@@ -44,12 +44,12 @@
 static const uint8_t ctab[256] = {
     0,  0,  0,  0,  0,  0,  0,  0,  0,  8,  0,  0,  0,  0,  0,  0,  /* 0x00 */
     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
-    8,  27, 10, 9,  27, 27, 27, 27, 26, 26, 27, 27, 26, 27, 27, 10, /* 0x20 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 26, 26, 10, 26, 10, 14, /* 0x30 */
-    10, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, /* 0x40 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 26, 10, 26, 11, 27, /* 0x50 */
-    11, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, /* 0x60 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 10, 11, 10, 27, 0,  /* 0x70 */
+    8,  26, 10, 8,  26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 10, /* 0x20 */
+    26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 10, 26, 10, 14, /* 0x30 */
+    10, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, /* 0x40 */
+    26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 10, 26, 10, 26, /* 0x50 */
+    10, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, /* 0x60 */
+    26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 10, 10, 10, 26, 0,  /* 0x70 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0x80 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0x90 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0xA0 */
@@ -250,7 +250,7 @@ static inline const char *scan_name(const char *p, const char *end)
         } while (p <= last);
     }
 #endif
-    while (p != end && IS(*p, C_TCHAR))
+    while (p != end && flare__is_tchar((unsigned char)*p))
         p++;
     return p;
 }
@@ -541,7 +541,7 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
         head->method_id = FLARE_METHOD_GET;
         p += 3;
     } else {
-        while (p != lend && IS(*p, C_TCHAR))
+        while (p != lend && flare__is_tchar((unsigned char)*p))
             p++;
         if (p == lend)
             goto line_more;

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "core/core.h"
 #include "flare/common.h"
 #include "http1/parser.h"
 
@@ -183,6 +184,40 @@ static void test_methods(void **state)
     /* CONNECT needs its own target form */
     ok("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n");
     assert_int_equal(head.method_id, FLARE_METHOD_CONNECT);
+}
+
+/* One tchar set (RFC 9110 5.6.2) for every token: the shared table, and the
+ * parser's methods and field names (short names in the scalar loop, long
+ * ones through the SIMD scan) take exactly those bytes. */
+static void test_tchar(void **state)
+{
+    (void)state;
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    for (int c = 0; c < 256; c++) {
+        bool want = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c != 0 && memchr(extra, c, sizeof(extra) - 1) != NULL);
+        if (flare__is_tchar((unsigned char)c) != want)
+            fail_msg("byte 0x%02x: flare__is_tchar %d", c, !want);
+        char one[2] = { (char)c, 0 };
+        assert_int_equal(flare__is_token((flare_str_t){ one, 1 }), want);
+        if (c == ' ' || c == ':')
+            continue; /* they end a method or a name */
+        static const char *const fmt[] = {
+            "GZT /x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: h\r\nXZ: v\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: h\r\nX-A-Long-Field-Name-Z: v\r\n\r\n",
+        };
+        for (size_t f = 0; f < sizeof(fmt) / sizeof(fmt[0]); f++) {
+            char req[128];
+            int len = snprintf(req, sizeof(req), "%s", fmt[f]);
+            *(char *)memchr(req, 'Z', (size_t)len) = (char)c;
+            int rc = parse_lim(req, (size_t)len, &default_limits);
+            if ((rc == len) != want)
+                fail_msg("byte 0x%02x in \"%s\": rc %d", c, fmt[f], rc);
+        }
+    }
+    assert_false(flare__is_token((flare_str_t){ "", 0 }));
+    assert_false(flare__is_token(FLARE_STR_NULL));
 }
 
 static void test_bad_methods(void **state)
@@ -902,6 +937,7 @@ int main(void)
         cmocka_unit_test_teardown(test_browser_request, teardown),
         cmocka_unit_test_teardown(test_methods, teardown),
         cmocka_unit_test_teardown(test_bad_methods, teardown),
+        cmocka_unit_test_teardown(test_tchar, teardown),
         cmocka_unit_test_teardown(test_single_spaces, teardown),
         cmocka_unit_test_teardown(test_target_chars, teardown),
         cmocka_unit_test_teardown(test_path_query, teardown),
