@@ -227,6 +227,21 @@ class Routes(ServerTestCase):
         c = self.connect()
         self.assertOk(c.request("GET", "/slow?x=1&ms=%31%30"), b"slow")
 
+    def test_slow_query_form_rules(self):
+        # flare_req_query_param is the form parser: empty pieces and empty keys
+        # are skipped over, the first of repeated keys wins, keys are decoded
+        c = self.connect()
+        for q in ["=abc&ms=0", "&&ms=0&&", "ms=0&ms=abc", "%6Ds=0", "m%73=1%30", "ms+=abc",
+                  "ms", "ms=", "=&ms=0"]:
+            with self.subTest(query=q):
+                self.assertOk(c.request("GET", "/slow?" + q), b"slow")
+        for q in ["ms=abc&ms=0", "=0&ms=x", "%6D%73=%2B1"]:
+            with self.subTest(query=q):
+                r = c.request("GET", "/slow?" + q)
+                self.assertEqual(r.status, 400, r)
+                if "close" in r.connection_tokens():
+                    c = self.connect()
+
     # ---- automatic statuses ----------------------------------------------
 
     def test_not_found(self):
