@@ -132,6 +132,28 @@ CASES = [
                                  b"100001\r\n"), 413),
     ("bad trailer field", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
                               b"3\r\nabc\r\n0\r\nBad Trailer\r\n\r\n"), 400),
+    # chunk extensions: RFC 9112 7.1.1's grammar, nothing looser
+    ("chunk ext empty name", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                 b"3;\r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext BWS before CRLF", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                      b"3;a \r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext value missing", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                    b"3;a=\r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext non-token name", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                     b"3;a,b\r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext 8-bit token", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                  b"3;a=\xe9\r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext text after quote", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                       b"3;a=\"x\"y\r\nabc\r\n0\r\n\r\n"), 400),
+    # a quoted LF or an unclosed quote must not end the size line somewhere
+    # else than a proxy would
+    ("chunk ext LF in quotes", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                   b"3;a=\"x\ny\"\r\nabc\r\n0\r\n\r\n"), 400),
+    ("chunk ext unclosed quote", req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n",
+                                     b"3;a=\"x\\\"\r\nabc\r\n0\r\n\r\n"), 400),
+    ("last chunk ext BWS before CRLF",
+     req(b"POST /echo HTTP/1.1", H + b"Transfer-Encoding: chunked\r\n", b"3\r\nabc\r\n0;x \r\n\r\n"),
+     400),
     # ---- garbage ----
     ("binary garbage line", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400),
     ("NUL bytes only, then CRLFs", b"\x00" * 64 + b"\r\n\r\n", 400),

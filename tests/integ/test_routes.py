@@ -156,6 +156,22 @@ class Routes(ServerTestCase):
         r = c.read_response()
         self.assertOk(r, b"Hello, chunked!", "text/x-chunks")
 
+    def test_echo_chunk_extensions(self):
+        # RFC 9112 7.1.1: BWS around ';' and '=', token and quoted-string
+        # values with quoted-pairs, several per chunk, on the last chunk too
+        c = self.connect()
+        body = (b"5 ; a = 1 ;b=\"x \\\" y\"\t;c\r\nHello\r\n"
+                b"2;q=\"\\\\;\xff\"\r\n, \r\n"
+                b"8;!#$%&'*+-.^_`|~=!#$%&'*+-.^_`|~\r\nchunked!\r\n"
+                b"0;last=\"\";done\r\nX-Trailer: v\r\n\r\n")
+        c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/x-chunks\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" + body)
+        self.assertOk(c.read_response(), b"Hello, chunked!", "text/x-chunks")
+        # byte by byte: the decoder resumes anywhere inside an extension
+        c.send_slowly(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/x-chunks\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n" + body, step=1)
+        self.assertOk(c.read_response(), b"Hello, chunked!", "text/x-chunks")
+
     def test_echo_empty_body(self):
         c = self.connect()
         r = c.request("POST", "/echo", [("Content-Type", "text/plain")], b"")
