@@ -46,6 +46,10 @@ typedef struct flare_http_head {
     bool keep_alive;        /* after Connection: and version defaults */
     bool expect_continue;   /* Expect: 100-continue */
     bool upgrade;           /* Connection contains "upgrade" and Upgrade present */
+    bool path_pct;          /* the path has %-escapes (all well-formed: a '%' not
+                               followed by two hex digits before the query is a
+                               400): normalise it before routing
+                               (flare__router_normalize_path) */
 
     /* on FLARE_PARSE_ERROR */
     int status;        /* 400, 414, 431, 501, 505, 417 */

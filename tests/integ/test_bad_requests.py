@@ -54,6 +54,11 @@ CASES = [
     ("bare LF everywhere", b"GET /plaintext HTTP/1.1\nHost: x\n\n", 400),
     ("bare CR in request line", b"GET /plaintext HTTP/1.1\rHost: x\r\n\r\n", 400),
     ("bare CR inside target", req(b"GET /plain\rtext HTTP/1.1"), 400),
+    ("lone '%' in path", req(b"GET /plain% HTTP/1.1"), 400),
+    ("'%' and one hex digit in path", req(b"GET /plain%4 HTTP/1.1"), 400),
+    ("'%' and non-hex in path", req(b"GET /pl%zzaintext HTTP/1.1"), 400),
+    ("'%%' in path", req(b"GET /%%41 HTTP/1.1"), 400),
+    ("bad escape in absolute-form path", req(b"GET http://x/a%g0 HTTP/1.1"), 400),
     # ---- header fields ----
     ("obs-fold (SP)", req(fields=H + b"X-A: a\r\n b\r\n"), 400),
     ("obs-fold (HTAB)", req(fields=H + b"X-A: a\r\n\tb\r\n"), 400),

@@ -250,9 +250,11 @@ static void test_target_chars(void **state)
     size_t n = 0;
     target[n++] = '/';
     for (int c = 0x21; c <= 0x7e; c++) {
-        if (c != '#' && c != '?')
+        if (c != '#' && c != '?' && c != '%')
             target[n++] = (char)c;
     }
+    memcpy(target + n, "%2f%7E", 6); /* '%' only as an escape in the path */
+    n += 6;
     target[n++] = '?';
     target[n++] = '?';
     target[n] = '\0';
@@ -306,6 +308,72 @@ static void test_path_query(void **state)
     assert_view(head.query, "x");
     ok("GET /a%20b/%2F HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_view(head.path, "/a%20b/%2F"); /* no decoding here */
+}
+
+/* The parser notes %-escapes in the path (path_pct: the caller normalises
+ * the path before routing only then) and refuses a '%' there that does not
+ * start "%" HEXDIG HEXDIG; the query keeps its '%' as sent. */
+static void test_path_escapes(void **state)
+{
+    (void)state;
+    ok("GET /plaintext HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    ok("GET /pl%61intext HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/pl%61intext"); /* a view as sent: normalising is the router's */
+    ok("GET /a%2F%2fb%C3%a9?x=%zz HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/a%2F%2fb%C3%a9");
+    assert_view(head.query, "x=%zz");
+    ok("GET /a?x=%41&y=%&z=%%%g HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    assert_view(head.query, "x=%41&y=%&z=%%%g");
+    ok("GET /a?%41 HTTP/1.1\r\nConnection: close\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    assert_false(head.keep_alive);
+    ok("GET http://h/p%41th?q HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/p%41th");
+    ok("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+
+    static const char *const bad_paths[] = { "/%",   "/%4",    "/%zz", "/a%g1", "/%%41",
+                                             "/x%",  "/%4?q",  "/%?q", "/%%",   "/a%2",
+                                             "/%0g", "/%\xff", "%41",  "/%20%" };
+    for (size_t i = 0; i < sizeof(bad_paths) / sizeof(bad_paths[0]); i++) {
+        char req[128];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", bad_paths[i]);
+        bad(req, 400);
+    }
+    bad_msg("GET /%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400, "percent-encoding");
+    bad_msg("GET http://h/a%z HTTP/1.1\r\nHost: h\r\n\r\n", 400, "percent-encoding");
+
+    /* at every offset, through the SIMD scan and the byte loop alike */
+    for (size_t at = 1; at + 3 <= 48; at++) {
+        char path[64], req[128];
+        static const char *const put[] = { "%41", "%4g", "?%g", "!\"$", "$?%" };
+        for (size_t k = 0; k < 5; k++) {
+            memset(path, 'a', 48);
+            path[0] = '/';
+            memcpy(path + at, put[k], 3);
+            path[48] = '\0';
+            snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path);
+            if (k == 1) {
+                bad(req, 400);
+                continue;
+            }
+            ok(req);
+            assert_int_equal(head.path_pct, k == 0);
+            assert_int_equal(head.path.len, k == 2 ? at : k == 4 ? at + 1 : 48);
+        }
+    }
+
+    /* the escape is checked within the request line's window only: past it
+     * the answer is 414, whatever follows */
+    flare_http_limits_t lim = { 8, 4096, 10 };
+    bad_lim("GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n", 31, 400, &lim); /* "%z" inside */
+    lim.max_request_line = 7;
+    bad_lim("GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n", 31, 414, &lim); /* only "%" inside */
 }
 
 static void test_absolute_form(void **state)
@@ -941,6 +1009,7 @@ int main(void)
         cmocka_unit_test_teardown(test_single_spaces, teardown),
         cmocka_unit_test_teardown(test_target_chars, teardown),
         cmocka_unit_test_teardown(test_path_query, teardown),
+        cmocka_unit_test_teardown(test_path_escapes, teardown),
         cmocka_unit_test_teardown(test_absolute_form, teardown),
         cmocka_unit_test_teardown(test_asterisk_and_connect, teardown),
         cmocka_unit_test_teardown(test_versions, teardown),
