@@ -7,13 +7,16 @@
  *   and a message;
  * - on success every view lies inside the head (the path may be the static
  *   "/"), the head ends in CRLFCRLF, parsing exactly that many bytes gives
- *   the same result, and every shorter prefix is PARTIAL;
+ *   the same result, and every shorter prefix is PARTIAL; an origin-form
+ *   path has path_pct set exactly when it holds a '%', and then every '%'
+ *   in it starts "%" HEXDIG HEXDIG;
  * - on error, no prefix gives another error;
  * - a slow client fed byte by byte and parsed only when head_ready says so
  *   (or when a limit is crossed, as documented) finds the head at the same
  *   length.
  * Prefixes are copied into buffers of their exact size so that ASan sees
  * any read past the end. */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +98,16 @@ static void check_success(const char *b, size_t n, const flare_http_head_t *h,
     else
         CHECK(h->host.ptr == NULL ? h->host.len == 0 : inside(h->host, b, n));
     CHECK(h->status == 0 && h->error == NULL);
+    if (h->target.ptr[0] == '/') {
+        const char *p = h->path.ptr;
+        size_t pl = h->path.len;
+        CHECK(h->path_pct == (memchr(p, '%', pl) != NULL));
+        for (size_t i = 0; i < pl; i++) {
+            if (p[i] == '%')
+                CHECK(i + 2 < pl && isxdigit((unsigned char)p[i + 1]) &&
+                      isxdigit((unsigned char)p[i + 2]));
+        }
+    }
 }
 
 static bool known_status(int s)

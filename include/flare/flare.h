@@ -158,7 +158,10 @@ FLARE_API const flare_header_t *flare_req_header_at(const flare_req_t *req, size
  * the route has no such parameter. */
 FLARE_API flare_str_t flare_req_param(flare_req_t *req, const char *name);
 
-/* First query parameter with that key, percent-decoded ('+' is a space).
+/* First query parameter with that key, percent-decoded ('+' is a space):
+ * flare_form_get (flare/form.h) on the query, decoding into the request
+ * arena, so the same rules hold (empty pieces skipped, "=v" has the key "",
+ * "k" alone has the value "", at most FLARE_FORM_MAX_PAIRS pairs looked at).
  * .ptr == NULL when absent; an empty value is {"", 0}. */
 FLARE_API flare_str_t flare_req_query_param(flare_req_t *req, const char *name);
 

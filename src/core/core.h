@@ -107,4 +107,26 @@ static inline size_t flare__u64toa(char *p, uint64_t v)
 /* Writes v in lowercase hex (no prefix) at p, returns the digits (1 to 16). */
 size_t flare__u64tohex(char *p, uint64_t v);
 
+/* tchar (RFC 9110 section 5.6.2): the bytes of a token, which methods,
+ * field names, chunk-extension names and values, cookie names are made of.
+ * One table (core/chars.c) for every token check: a byte costs one load. */
+extern const uint8_t flare__tchar[256];
+
+static inline bool flare__is_tchar(unsigned char c)
+{
+    return flare__tchar[c] != 0;
+}
+
+/* token = 1*tchar */
+static inline bool flare__is_token(flare_str_t s)
+{
+    if (s.len == 0 || s.ptr == NULL)
+        return false;
+    for (size_t i = 0; i < s.len; i++) {
+        if (!flare__is_tchar((unsigned char)s.ptr[i]))
+            return false;
+    }
+    return true;
+}
+
 #endif

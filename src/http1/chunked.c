@@ -4,7 +4,17 @@
  * trailers: a few bytes per chunk), and one bulk step for the data, which is
  * handed back as a view into the input without being copied. Every state
  * transition depends on one byte only, so input split anywhere decodes the
- * same (fuzz/fuzz_chunked.c checks every split point and byte-by-byte). */
+ * same (fuzz/fuzz_chunked.c checks every split point and byte-by-byte).
+ *
+ * Chunk extensions follow RFC 9112 7.1.1 exactly, on every chunk and on the
+ * last one:
+ *     chunk-ext     = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+ *     chunk-ext-name = token
+ *     chunk-ext-val  = token / quoted-string
+ * They are checked and discarded. Being strict here is what keeps a proxy
+ * in front and this server agreeing on where a chunk ends: an extension that
+ * one side reads as text and the other as framing (a quoted LF, a bare CR)
+ * is the classic way to smuggle a request through. */
 #include "http1/parser.h"
 
 #include "core/core.h"
@@ -19,13 +29,22 @@
 
 enum {
     S_SIZE_FIRST, /* first hex digit of a chunk-size */
-    S_SIZE,       /* more hex digits, ';' or CR */
-    S_EXT,        /* chunk-ext, up to CR */
-    S_SIZE_LF,    /* LF ending the size line */
-    S_DATA,       /* `remaining` bytes of chunk-data */
-    S_DATA_CR,    /* CR after chunk-data */
-    S_DATA_LF,    /* LF after chunk-data */
-    S_TRAILER,    /* start of a trailer line: CR (end) or a field name */
+    S_SIZE,       /* more hex digits, BWS, ';' or CR */
+    /* chunk-ext, one state per place in its grammar */
+    S_EXT_BWS,      /* BWS before ';' (after the size or a value) */
+    S_EXT_NAME0,    /* after ';': BWS, then the name's first tchar */
+    S_EXT_NAME,     /* in the name: tchar, BWS, '=', ';' or CR */
+    S_EXT_NAME_BWS, /* BWS after the name: then '=' or ';' */
+    S_EXT_VAL0,     /* after '=': BWS, then a token or a quoted-string */
+    S_EXT_TOKEN,    /* in a token value: tchar, BWS, ';' or CR */
+    S_EXT_QUOTED,   /* in a quoted-string: qdtext, '\\' or the closing '"' */
+    S_EXT_QPAIR,    /* after '\\' in a quoted-string: the escaped byte */
+    S_EXT_QEND,     /* after the closing '"': BWS, ';' or CR */
+    S_SIZE_LF,      /* LF ending the size line */
+    S_DATA,         /* `remaining` bytes of chunk-data */
+    S_DATA_CR,      /* CR after chunk-data */
+    S_DATA_LF,      /* LF after chunk-data */
+    S_TRAILER,      /* start of a trailer line: CR (end) or a field name */
     S_TRAILER_NAME,
     S_TRAILER_VALUE,
     S_TRAILER_LF,
@@ -34,27 +53,78 @@ enum {
     S_ERROR,
 };
 
-static inline int hexdig(unsigned char c)
-{
-    if ((unsigned)(c - '0') < 10)
-        return c - '0';
-    c |= 0x20;
-    if ((unsigned)(c - 'a') < 6)
-        return c - 'a' + 10;
-    return -1;
-}
-
-static inline bool is_tchar(unsigned char c)
-{
-    if ((unsigned)((c | 0x20) - 'a') < 26 || (unsigned)(c - '0') < 10)
-        return true;
-    return c != 0 && memchr("!#$%&'*+-.^_`|~", c, 15) != NULL;
-}
-
-/* HTAB, SP, VCHAR, obs-text: what field values and quoted strings hold. */
+/* HTAB, SP, VCHAR, obs-text: what field values hold, and what a
+ * quoted-pair may escape. */
 static inline bool is_text(unsigned char c)
 {
     return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+/* qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text */
+static inline bool is_qdtext(unsigned char c)
+{
+    return is_text(c) && c != '"' && c != '\\';
+}
+
+/* The state after byte ch of a chunk extension in state st (one of the
+ * S_EXT_* states): S_SIZE_LF for a CR where the extension may end, S_ERROR
+ * for a byte its grammar has no place for. */
+static uint8_t ext_next(uint8_t st, unsigned char ch)
+{
+    bool ows = flare__is_ows((char)ch);
+    bool tchar = flare__is_tchar(ch);
+
+    switch (st) {
+    case S_EXT_BWS:
+        if (ows)
+            return S_EXT_BWS;
+        break;
+    case S_EXT_NAME0:
+        if (ows)
+            return S_EXT_NAME0;
+        return tchar ? S_EXT_NAME : S_ERROR;
+    case S_EXT_NAME:
+        if (tchar)
+            return S_EXT_NAME;
+        if (ows)
+            return S_EXT_NAME_BWS;
+        if (ch == '=')
+            return S_EXT_VAL0;
+        if (ch == '\r')
+            return S_SIZE_LF;
+        break;
+    case S_EXT_NAME_BWS:
+        if (ows)
+            return S_EXT_NAME_BWS;
+        if (ch == '=')
+            return S_EXT_VAL0;
+        break;
+    case S_EXT_VAL0:
+        if (ows)
+            return S_EXT_VAL0;
+        if (tchar)
+            return S_EXT_TOKEN;
+        return ch == '"' ? S_EXT_QUOTED : S_ERROR;
+    case S_EXT_TOKEN:
+    case S_EXT_QEND:
+        if (tchar && st == S_EXT_TOKEN)
+            return S_EXT_TOKEN;
+        if (ows)
+            return S_EXT_BWS;
+        if (ch == '\r')
+            return S_SIZE_LF;
+        break;
+    case S_EXT_QUOTED:
+        if (is_qdtext(ch))
+            return S_EXT_QUOTED;
+        if (ch == '"')
+            return S_EXT_QEND;
+        return ch == '\\' ? S_EXT_QPAIR : S_ERROR;
+    default: /* S_EXT_QPAIR */
+        return is_text(ch) ? S_EXT_QUOTED : S_ERROR;
+    }
+    /* what may follow a BWS, a name or a value: the next extension */
+    return ch == ';' ? S_EXT_NAME0 : S_ERROR;
 }
 
 __attribute__((cold, noinline)) static int fail(flare_chunked_t *c, int st, const char *msg,
@@ -96,7 +166,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
         }
 
         case S_SIZE_FIRST:
-            d = hexdig(ch);
+            d = flare__hexval(ch);
             if (d < 0)
                 return fail(c, 400, "invalid chunk size", status, error);
             c->remaining = (uint64_t)d;
@@ -105,7 +175,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             break;
 
         case S_SIZE:
-            d = hexdig(ch);
+            d = flare__hexval(ch);
             if (d >= 0) {
                 if (c->remaining >> 60)
                     return fail(c, 400, "chunk size too large", status, error);
@@ -114,22 +184,33 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
                     return fail(c, 400, "chunk size line too long", status, error);
                 break;
             }
-            if (ch != ';' && ch != '\r')
+            if (ch != ';' && ch != '\r' && !flare__is_ows((char)ch))
                 return fail(c, 400, "invalid chunk size", status, error);
             if (c->remaining > max_body - c->total)
                 return fail(c, 413, "request body too large", status, error);
             c->total += c->remaining;
-            c->state = ch == ';' ? S_EXT : S_SIZE_LF;
-            if (ch == ';' && ++c->line_len > MAX_SIZE_LINE)
-                return fail(c, 400, "chunk size line too long", status, error);
-            break;
-
-        case S_EXT:
             if (ch == '\r') {
                 c->state = S_SIZE_LF;
                 break;
             }
-            if (!is_text(ch))
+            c->state = ch == ';' ? S_EXT_NAME0 : S_EXT_BWS;
+            if (++c->line_len > MAX_SIZE_LINE)
+                return fail(c, 400, "chunk size line too long", status, error);
+            break;
+
+        case S_EXT_BWS:
+        case S_EXT_NAME0:
+        case S_EXT_NAME:
+        case S_EXT_NAME_BWS:
+        case S_EXT_VAL0:
+        case S_EXT_TOKEN:
+        case S_EXT_QUOTED:
+        case S_EXT_QPAIR:
+        case S_EXT_QEND:
+            c->state = ext_next(c->state, ch);
+            if (c->state == S_SIZE_LF)
+                break; /* the CR is not counted in the line */
+            if (c->state == S_ERROR)
                 return fail(c, 400,
                             ch == '\n' ? "bare LF in chunk size line" : "invalid chunk extension",
                             status, error);
@@ -166,7 +247,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             case S_TRAILER:
                 if (ch == '\r')
                     c->state = S_LAST_LF;
-                else if (is_tchar(ch))
+                else if (flare__is_tchar(ch))
                     c->state = S_TRAILER_NAME;
                 else
                     return fail(c, 400, "invalid trailer field", status, error);
@@ -174,7 +255,7 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
             case S_TRAILER_NAME:
                 if (ch == ':')
                     c->state = S_TRAILER_VALUE;
-                else if (!is_tchar(ch))
+                else if (!flare__is_tchar(ch))
                     return fail(c, 400, "invalid trailer field", status, error);
                 break;
             case S_TRAILER_VALUE:

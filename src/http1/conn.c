@@ -637,9 +637,24 @@ static void set_chain(flare_app_t *app, struct flare_req *ex)
     }
 }
 
+/* A path with %-escapes is routed, and seen by handlers, in its normal
+ * form (unreserved characters decoded, hex upper-cased: `/pl%61intext` is
+ * `/plaintext`, `/a%2fb` one segment `/a%2Fb`), copied into the arena. The
+ * parser flags such paths while it scans the target: the others pay one
+ * test. Out of memory: routed as sent. */
+__attribute__((noinline)) static void normalize_path(struct flare_req *ex)
+{
+    flare_str_t p = ex->head.path;
+    char *out = p.ptr[0] == '/' ? flare__arena_alloc(&ex->arena, p.len) : NULL;
+    if (out != NULL)
+        ex->head.path = (flare_str_t){ out, flare__router_normalize_path(p, out) };
+}
+
 static void route(flare_app_t *app, struct flare_req *ex)
 {
     flare_method_t m = ex->head.method_id;
+    if (flare__unlikely(ex->head.path_pct))
+        normalize_path(ex);
     if (m == FLARE_METHOD_HEAD)
         ex->flags |= EX_HEAD_ONLY;
     if (flare__router_match(app->router, m, ex->head.path, &ex->match)) {

@@ -34,8 +34,9 @@
  * it keeps every later `offset + content_length` free of overflow. */
 #define MAX_CONTENT_LENGTH ((uint64_t)1 << 62)
 
-/* Character classes, one byte per character, bits: */
-#define C_TCHAR  1  /* token (RFC 9110 5.6.2): method, field names */
+/* Character classes, one byte per character, bits (tchar, for methods
+ * and field names, is core.h's flare__is_tchar): */
+#define C_PLAIN  1  /* request-target byte other than '%' */
 #define C_TARGET 2  /* request-target: 0x21-0x7E except '#' (no fragment on the wire) */
 #define C_QMARK  4  /* '?' */
 #define C_VALUE  8  /* field value: HTAB, SP, VCHAR, obs-text */
@@ -44,12 +45,12 @@
 static const uint8_t ctab[256] = {
     0,  0,  0,  0,  0,  0,  0,  0,  0,  8,  0,  0,  0,  0,  0,  0,  /* 0x00 */
     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
-    8,  27, 10, 9,  27, 27, 27, 27, 26, 26, 27, 27, 26, 27, 27, 10, /* 0x20 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 26, 26, 10, 26, 10, 14, /* 0x30 */
-    10, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, /* 0x40 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 26, 10, 26, 11, 27, /* 0x50 */
+    8,  27, 11, 8,  27, 26, 27, 27, 27, 27, 27, 27, 27, 27, 27, 11, /* 0x20 */
+    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 11, 27, 11, 15, /* 0x30 */
+    11, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, /* 0x40 */
+    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 11, 27, 11, 27, /* 0x50 */
     11, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, /* 0x60 */
-    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 10, 11, 10, 27, 0,  /* 0x70 */
+    27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 11, 11, 11, 27, 0,  /* 0x70 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0x80 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0x90 */
     8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  8,  /* 0xA0 */
@@ -73,6 +74,7 @@ enum {
     F_CONN_UPGR = 1 << 6,  /* Connection: upgrade */
     F_UPGRADE = 1 << 7,    /* non-empty Upgrade field */
     F_EXPECT = 1 << 8,     /* Expect: 100-continue */
+    F_PCT = 1 << 9,        /* a %-escape in the path */
 };
 
 /* Unaligned loads; memcpy of a literal folds to a constant, so
@@ -150,21 +152,28 @@ static flare_method_t method_id(const char *m, size_t n)
  * computed only when end - p >= 16 so that it stays inside the buffer. */
 
 /* Returns the first byte in [p, end) not allowed in a request-target (or
- * end); *q gets the first '?' before it, if any. */
-static inline const char *scan_target(const char *p, const char *end, const char **q)
+ * end); *q gets the first '?' before it, if any. With `path` (the target
+ * before its '?') it may stop earlier, at a '%' or, 16 bytes at a time, at
+ * any byte in 0x21..0x25 ('!', '"', '#', '$', '%'): one range compare finds
+ * those and the bytes that end a target at once, which is cheaper than the
+ * exact test and how '%' is noticed without a second pass (target_slow
+ * sorts such stops out; '!', '"' and '$' are rare in paths). */
+static inline const char *scan_target(const char *p, const char *end, const char **q, bool path)
 {
 #ifdef __SSE2__
     if (end - p >= 16) {
-        /* x in 0x21..0x7E  <=>  (int8_t)(x + 0x5F) < (int8_t)0xDE */
-        const __m128i bias = _mm_set1_epi8(0x5f);
-        const __m128i lim = _mm_set1_epi8((char)0xde);
+        /* path: x in 0x26..0x7E  <=>  (int8_t)(x + 0x5A) < (int8_t)0xD9;
+         * else: x in 0x21..0x7E  <=>  (int8_t)(x + 0x5F) < (int8_t)0xDE, and not '#' */
+        const __m128i bias = _mm_set1_epi8(path ? 0x5a : 0x5f);
+        const __m128i lim = _mm_set1_epi8((char)(path ? 0xd9 : 0xde));
         const __m128i hash = _mm_set1_epi8('#');
         const __m128i qm = _mm_set1_epi8('?');
         const char *last = end - 16;
         do {
             __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-            __m128i ok = _mm_andnot_si128(_mm_cmpeq_epi8(x, hash),
-                                          _mm_cmplt_epi8(_mm_add_epi8(x, bias), lim));
+            __m128i ok = _mm_cmplt_epi8(_mm_add_epi8(x, bias), lim);
+            if (!path)
+                ok = _mm_andnot_si128(_mm_cmpeq_epi8(x, hash), ok);
             unsigned bad = (unsigned)_mm_movemask_epi8(ok) ^ 0xffffu;
             unsigned qs = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, qm));
             if (bad != 0) {
@@ -179,14 +188,54 @@ static inline const char *scan_target(const char *p, const char *end, const char
         } while (p <= last);
     }
 #endif
+    const unsigned cls = path ? C_PLAIN : C_TARGET;
     for (; p != end; p++) {
         unsigned c = ctab[(uint8_t)*p];
-        if (!(c & C_TARGET))
+        if (!(c & cls))
             break;
         if ((c & C_QMARK) && *q == NULL)
             *q = p;
     }
     return p;
+}
+
+/* The target scan stopped at a byte of the target, p < lend: a '%' or one
+ * of the other bytes the path scan stops at. A '%' in the path (no '?'
+ * yet) must start a pct-encoded octet, "%" HEXDIG HEXDIG (RFC 3986 2.1): a
+ * lone '%' would be read differently by whoever decodes the path next (the
+ * router's normalisation, a handler decoding a parameter), so it is refused
+ * (400). The escape is checked only as far as the line's window goes, so
+ * a prefix never gives another answer than the whole. In the query '%' is
+ * not special (forms keep bad escapes literally). Scans on to the end of
+ * the target. Out of line: most paths have none of these bytes. r.p is
+ * NULL after fail(). */
+struct target_scan {
+    const char *p, *q;
+    bool pct; /* an escape in the path */
+};
+
+__attribute__((noinline)) static struct target_scan
+target_slow(flare_http_head_t *head, const char *p, const char *lend, const char *q)
+{
+    struct target_scan r = { NULL, q, false };
+    do {
+        if (r.q != NULL) {
+            p = scan_target(p + 1, lend, &r.q, false);
+            break;
+        }
+        if (*p == '%') {
+            for (int i = 1; i <= 2 && p + i != lend; i++) {
+                if (flare__hexval((unsigned char)p[i]) < 0) {
+                    fail(head, 400, "invalid percent-encoding in request-target");
+                    return r;
+                }
+            }
+            r.pct = true;
+        }
+        p = scan_target(p + 1, lend, &r.q, true);
+    } while (p != lend && IS(*p, C_TARGET));
+    r.p = p;
+    return r;
 }
 
 /* Returns the first byte in [p, end) not allowed in a field value (a CTL
@@ -250,7 +299,7 @@ static inline const char *scan_name(const char *p, const char *end)
         } while (p <= last);
     }
 #endif
-    while (p != end && IS(*p, C_TCHAR))
+    while (p != end && flare__is_tchar((unsigned char)*p))
         p++;
     return p;
 }
@@ -541,7 +590,7 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
         head->method_id = FLARE_METHOD_GET;
         p += 3;
     } else {
-        while (p != lend && IS(*p, C_TCHAR))
+        while (p != lend && flare__is_tchar((unsigned char)*p))
             p++;
         if (p == lend)
             goto line_more;
@@ -552,15 +601,27 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
     head->method = (flare_str_t){ line, (size_t)(p - line) };
 
     t = ++p;
-    p = scan_target(p, lend, &q);
+    p = scan_target(p, lend, &q, true);
     if (p == lend)
         goto line_more;
     if (*p != ' ' || p == t) {
+        if (IS(*p, C_TARGET)) {
+            struct target_scan r = target_slow(head, p, lend, q);
+            if (r.p == NULL)
+                return FLARE_PARSE_ERROR;
+            p = r.p;
+            q = r.q;
+            if (r.pct)
+                flags |= F_PCT;
+            if (p == lend)
+                goto line_more;
+        }
         if (p == t)
             return fail(head, 400, "empty request-target");
         if (*p == '\r' || *p == '\n')
             return fail(head, 400, "missing HTTP version");
-        return fail(head, 400, "invalid character in request-target");
+        if (*p != ' ')
+            return fail(head, 400, "invalid character in request-target");
     }
     head->target = (flare_str_t){ t, (size_t)(p - t) };
     if (flare__likely(*t == '/')) {
@@ -681,12 +742,14 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
         head->keep_alive = minor == 1;
         head->expect_continue = false;
         head->upgrade = false;
+        head->path_pct = false;
     } else {
         head->chunked = (flags & F_TE) != 0;
         head->keep_alive = !(flags & F_CLOSE) && (minor == 1 || (flags & F_KEEP_ALIVE));
         /* RFC 9110 10.1.1: a 100-continue in an HTTP/1.0 request is ignored */
         head->expect_continue = (flags & F_EXPECT) && minor == 1;
         head->upgrade = (flags & (F_CONN_UPGR | F_UPGRADE)) == (F_CONN_UPGR | F_UPGRADE);
+        head->path_pct = (flags & F_PCT) != 0;
     }
     return (int)(p - buf);
 

@@ -46,6 +46,10 @@ typedef struct flare_http_head {
     bool keep_alive;        /* after Connection: and version defaults */
     bool expect_continue;   /* Expect: 100-continue */
     bool upgrade;           /* Connection contains "upgrade" and Upgrade present */
+    bool path_pct;          /* the path has %-escapes (all well-formed: a '%' not
+                               followed by two hex digits before the query is a
+                               400): normalise it before routing
+                               (flare__router_normalize_path) */
 
     /* on FLARE_PARSE_ERROR */
     int status;        /* 400, 414, 431, 501, 505, 417 */
@@ -116,7 +120,9 @@ static inline void flare__chunked_init(flare_chunked_t *c)
  * FLARE_PARSE_ERROR (*status set to 400, 413 or 431, *error a static text).
  * max_body bounds the decoded total (413, as soon as a chunk-size would pass
  * it); a size line is at most 4 KiB with its extensions (400), the trailer
- * section at most 8 KiB (431); extensions and trailer fields are ignored.
+ * section at most 8 KiB (431). Chunk extensions must match RFC 9112 7.1.1's
+ * grammar exactly (400 otherwise: BWS only before ';' or '=', names tokens,
+ * values tokens or quoted-strings); they and the trailer fields are ignored.
  * After DONE every call returns DONE with *consumed 0; after an error, 400. */
 int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64_t max_body,
                           size_t *consumed, flare_str_t *data, int *status, const char **error);

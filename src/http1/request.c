@@ -56,10 +56,11 @@ const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i)
     return i < req->head.nheaders ? &req->head.headers[i] : NULL;
 }
 
-/* Percent-decodes into the arena when needed; invalid escapes stay as sent. */
-static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
+/* Percent-decodes a path parameter into the arena when it has a '%'
+ * ('+' is not a space in a path); invalid escapes stay as sent. */
+static flare_str_t decode(struct flare_req *ex, flare_str_t s)
 {
-    if (memchr(s.ptr, '%', s.len) == NULL && (!plus || memchr(s.ptr, '+', s.len) == NULL))
+    if (memchr(s.ptr, '%', s.len) == NULL)
         return s;
     char *out = flare__arena_alloc(&ex->arena, s.len + 1);
     if (out == NULL)
@@ -76,7 +77,7 @@ static flare_str_t decode(struct flare_req *ex, flare_str_t s, bool plus)
                 continue;
             }
         }
-        out[n++] = (plus && ch == '+') ? ' ' : (char)ch;
+        out[n++] = (char)ch;
     }
     out[n] = '\0';
     return (flare_str_t){ out, n };
@@ -97,30 +98,7 @@ flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name)
 flare_str_t flare_req_param(flare_req_t *req, const char *name)
 {
     flare_str_t v = flare__req_param_raw(req, name);
-    return v.len > 0 ? decode(req, v, false) : v;
-}
-
-flare_str_t flare_req_query_param(flare_req_t *req, const char *name)
-{
-    flare_str_t q = req->head.query;
-    flare_str_t key = flare_str(name);
-    size_t i = 0;
-    while (i <= q.len && q.len > 0) {
-        const char *amp = memchr(q.ptr + i, '&', q.len - i);
-        size_t end = amp != NULL ? (size_t)(amp - q.ptr) : q.len;
-        flare_str_t pair = { q.ptr + i, end - i };
-        const char *eq = memchr(pair.ptr, '=', pair.len);
-        flare_str_t k = { pair.ptr, eq != NULL ? (size_t)(eq - pair.ptr) : pair.len };
-        flare_str_t v =
-            eq != NULL ? (flare_str_t){ eq + 1, pair.len - k.len - 1 } : (flare_str_t){ "", 0 };
-        if (k.len > 0) {
-            flare_str_t dk = decode(req, k, true);
-            if (flare_str_eq(dk, key))
-                return v.len > 0 ? decode(req, v, true) : (flare_str_t){ "", 0 };
-        }
-        i = end + 1;
-    }
-    return FLARE_STR_NULL;
+    return v.len > 0 ? decode(req, v) : v;
 }
 
 flare_str_t flare_req_body(const flare_req_t *req)

@@ -450,14 +450,6 @@ void flare_res_close(flare_res_t *res)
     res->flags |= EX_CLOSE;
 }
 
-static bool is_tchar(unsigned char ch)
-{
-    static const char extra[] = "!#$%&'*+-.^_`|~";
-    if ((ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z'))
-        return true;
-    return ch != 0 && strchr(extra, ch) != NULL;
-}
-
 static void append_hdr(struct flare_req *ex, flare_res_hdr_t *h)
 {
     h->next = NULL;
@@ -470,13 +462,7 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
     struct flare_req *ex = res;
     if (ex->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
-    if (name.len == 0)
-        return FLARE_EINVAL;
-    for (size_t i = 0; i < name.len; i++) {
-        if (!is_tchar((unsigned char)name.ptr[i]))
-            return FLARE_EINVAL;
-    }
-    if (!flare__field_value_ok(value))
+    if (!flare__is_token(name) || !flare__field_value_ok(value))
         return FLARE_EINVAL;
     if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
         FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "server") ||

@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
+
 #define likely(x) __builtin_expect(!!(x), 1)
 
 #define STATIC_MIN_CAP 16u
@@ -186,6 +188,44 @@ static inline const struct sslot *static_find(const flare_router_t *r, const cha
     }
 }
 
+/* ---- normal form ------------------------------------------------------ */
+
+/* RFC 3986 2.3: ALPHA / DIGIT / "-" / "." / "_" / "~" */
+static inline bool unreserved(unsigned char c)
+{
+    return (unsigned)((c | 0x20) - 'a') < 26 || (unsigned)(c - '0') < 10 || c == '-' || c == '.' ||
+           c == '_' || c == '~';
+}
+
+size_t flare__router_normalize_path(flare_str_t path, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *p = path.ptr;
+    size_t n = 0;
+
+    /* in place: n <= i, and the escape's digits are read before the
+     * (at most three) bytes at out + n are written */
+    for (size_t i = 0; i < path.len; i++) {
+        int hi, lo;
+        if (p[i] == '%' && path.len - i >= 3 &&
+            (hi = flare__hexval((unsigned char)p[i + 1])) >= 0 &&
+            (lo = flare__hexval((unsigned char)p[i + 2])) >= 0) {
+            unsigned char c = (unsigned char)(hi << 4 | lo);
+            if (unreserved(c)) {
+                out[n++] = (char)c;
+            } else {
+                out[n++] = '%';
+                out[n++] = hex[hi];
+                out[n++] = hex[lo];
+            }
+            i += 2;
+        } else {
+            out[n++] = p[i];
+        }
+    }
+    return n;
+}
+
 /* ---- pattern validation ----------------------------------------------- */
 
 static bool name_char(unsigned char c)
@@ -242,6 +282,11 @@ static int validate(flare_str_t pat, unsigned *nparams, bool *is_static)
                 unsigned char ch = (unsigned char)*c;
                 if (ch <= 0x20 || ch == 0x7f || ch == '{' || ch == '}' || ch == '?' || ch == '#')
                     return FLARE_EPATTERN; /* includes mixed `file{id}.txt` */
+                /* a request path with such a '%' is refused (400): the
+                 * route could never match */
+                if (ch == '%' && (q - c < 3 || flare__hexval((unsigned char)c[1]) < 0 ||
+                                  flare__hexval((unsigned char)c[2]) < 0))
+                    return FLARE_EPATTERN;
             }
         }
         p = q;
@@ -688,9 +733,17 @@ int flare__router_add(flare_router_t *r, flare_method_t method, flare_str_t patt
     int rc = validate(pattern, &np, &is_static);
     if (rc != 0)
         return rc;
-    if (is_static)
-        return static_add(r, method, pattern, data);
-    return tree_add(r, method, pattern, np, data);
+    /* stored in normal form, as request paths with escapes are matched */
+    char *norm = NULL;
+    if (memchr(pattern.ptr, '%', pattern.len) != NULL) {
+        norm = malloc(pattern.len);
+        if (norm == NULL)
+            return FLARE_ENOMEM;
+        pattern = (flare_str_t){ norm, flare__router_normalize_path(pattern, norm) };
+    }
+    rc = is_static ? static_add(r, method, pattern, data) : tree_add(r, method, pattern, np, data);
+    free(norm);
+    return rc;
 }
 
 /* Everything but an exact static hit: the tree, then the 405 set. Kept out

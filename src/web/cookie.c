@@ -12,28 +12,10 @@
 
 /* ---- character classes --------------------------------------------------- */
 
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-        return true;
-    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* RFC 6265 cookie-octet: %x21 / %x23-2B / %x2D-3A / %x3C-5B / %x5D-7E */
 static bool is_cookie_octet(unsigned char c)
 {
     return c >= 0x21 && c <= 0x7E && c != '"' && c != ',' && c != ';' && c != '\\';
-}
-
-static bool is_token(flare_str_t s)
-{
-    if (s.len == 0 || s.ptr == NULL)
-        return false;
-    for (size_t i = 0; i < s.len; i++) {
-        if (!is_tchar((unsigned char)s.ptr[i]))
-            return false;
-    }
-    return true;
 }
 
 static bool all_cookie_octets(const char *p, size_t n)
@@ -179,7 +161,7 @@ static bool valid_domain(flare_str_t d)
 int flare_cookie_format(const flare_cookie_t *c, char *buf, size_t cap, size_t *len)
 {
     *len = 0;
-    if (!is_token(c->name) || !is_cookie_value(c->value))
+    if (!flare__is_token(c->name) || !is_cookie_value(c->value))
         return FLARE_EINVAL;
     if (c->name.len + c->value.len > FLARE_COOKIE_MAX_PAIR)
         return FLARE_ETOOBIG;
@@ -331,7 +313,7 @@ int flare_cookie_sign(flare_str_t name, flare_str_t value, flare_str_t key, char
                       size_t *len)
 {
     *len = 0;
-    if (!is_token(name) || (value.ptr == NULL && value.len != 0) ||
+    if (!flare__is_token(name) || (value.ptr == NULL && value.len != 0) ||
         !all_cookie_octets(value.ptr, value.len) || key.ptr == NULL ||
         key.len < FLARE_COOKIE_KEY_MIN)
         return FLARE_EINVAL;
@@ -352,8 +334,8 @@ int flare_cookie_sign(flare_str_t name, flare_str_t value, flare_str_t key, char
 int flare_cookie_verify(flare_str_t name, flare_str_t signed_value, const flare_str_t *keys,
                         size_t nkeys, flare_str_t *value, size_t *key_index)
 {
-    if (!is_token(name) || signed_value.ptr == NULL || signed_value.len < FLARE_COOKIE_SIG_LEN ||
-        keys == NULL)
+    if (!flare__is_token(name) || signed_value.ptr == NULL ||
+        signed_value.len < FLARE_COOKIE_SIG_LEN || keys == NULL)
         return FLARE_EINVAL;
     size_t vlen = signed_value.len - FLARE_COOKIE_SIG_LEN;
     if (signed_value.ptr[vlen] != '.' || vlen > FLARE_COOKIE_MAX_PAIR ||

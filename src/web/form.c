@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "flare/flare.h"
 #include "flare/form.h"
 
 /* Decodes the byte at raw[*i] (and its escape), advancing *i. */
@@ -156,4 +157,21 @@ int flare_form_get_all(flare_str_t input, flare_str_t key, flare_alloc_fn alloc,
         (*count)++;
     }
     return rc;
+}
+
+/* The request's query through the same parser as every other form input,
+ * so that a key means the same here as in flare_form_get (empty keys,
+ * empty pieces, escapes, the pair bound). */
+static void *req_alloc(void *ctx, size_t n)
+{
+    return flare_req_alloc(ctx, n);
+}
+
+flare_str_t flare_req_query_param(flare_req_t *req, const char *name)
+{
+    flare_str_t v;
+    if (name == NULL ||
+        flare_form_get(flare_req_query(req), flare_str(name), req_alloc, req, &v) != 0)
+        return FLARE_STR_NULL;
+    return v.len > 0 ? v : (flare_str_t){ "", 0 };
 }

@@ -1020,7 +1020,10 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
 
 static int static_handler(flare_req_t *req, flare_res_t *res, void *ud)
 {
-    /* raw: flare__static_path decodes exactly once ("%2520" is "%20", not " ") */
+    /* raw: flare__static_path decodes exactly once ("%2520" is "%20", not " ").
+     * The path was routed in normal form, with only unreserved characters
+     * decoded (no '%' among them): an encoded ".." arrives as "..", which
+     * flare__static_path refuses like a literal one. */
     return static_serve(req, res, ud, flare__req_param_raw(req, "path"), false);
 }
 

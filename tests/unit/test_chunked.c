@@ -179,19 +179,133 @@ static void test_big_chunk(void **state)
     assert_same(&r_whole, &r_split, "pieces");
 }
 
+/* RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name
+ *                                 [ BWS "=" BWS chunk-ext-val ] ),
+ * name = token, value = token / quoted-string; on the last chunk too. */
 static void test_extensions(void **state)
 {
     (void)state;
     ok_body("5;foo=bar\r\nhello\r\n0;last\r\n\r\n", "hello");
     ok_body("5;a=\"x y\";b;c=1\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;!#$%&'*+-.^_`|~09azAZ=!#$%&'*+-.^_`|~09azAZ\r\nhello\r\n0\r\n\r\n", "hello");
+    /* BWS: before ';', after ';', around '=' */
+    ok_body("5 ;a\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5\t;a\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5 \t ;a\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5; a\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;\t a\r\nhello\r\n0\r\n\r\n", "hello");
     ok_body("5;name\t=\tvalue\r\nhello\r\n0\r\n\r\n", "hello");
-    ok_body("5;\xc3\xa9\r\nhello\r\n0\r\n\r\n", "hello");
-    bad("5 ;a\r\nhello\r\n0\r\n\r\n", 400); /* no BWS before ';' */
-    bad("5\t;a\r\nhello\r\n0\r\n\r\n", 400);
+    ok_body("5;a = 1 ; b = \"2\" ;c\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a ;b\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"q\";b\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"q\"\t;b\r\nhello\r\n0\r\n\r\n", "hello");
+    /* quoted-string: qdtext, quoted-pair, separators and obs-text inside */
+    ok_body("5;a=\"\"\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"\\\"\"\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"\\\\\"\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"x\\\ty\\ z\\\"\\a\"\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"; = \t,()<>@:/[]?{}!\"\r\nhello\r\n0\r\n\r\n", "hello");
+    ok_body("5;a=\"caf\xc3\xa9\\\xff\"\r\nhello\r\n0\r\n\r\n", "hello");
+    /* several extensions per chunk, on the last chunk (with trailers) */
+    ok_body("3;a;b;c=1;d=\"2\"\r\nabc\r\n2;x=y\r\nde\r\n0;a=1;b=\"2\";c\r\n\r\n", "abcde");
+    ok_body("0;a=\"\\\"\";b\r\nX: y\r\n\r\n", "");
+
+    /* empty or missing names and values */
+    bad("5;\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5; \r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;;a\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a;\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;=v\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a= \r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=;b\r\nhello\r\n0\r\n\r\n", 400);
+    /* BWS is only ever followed by ';' or '=': not by the CRLF */
+    bad("5 \r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a \r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=1 \r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"q\" \r\nhello\r\n0\r\n\r\n", 400);
+    bad("0;a \r\n\r\n", 400);
+    /* what a token or a quoted-string cannot hold or be followed by */
+    bad("5;a b\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=b c\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=b=c\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a,b\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=(b)\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=b\"c\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"x\"y\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"x\"\"y\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;\xc3\xa9\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\xc3\xa9\r\nhello\r\n0\r\n\r\n", 400);
     bad("5;a\x01\r\nhello\r\n0\r\n\r\n", 400);
     bad("5;a\x7f\r\nhello\r\n0\r\n\r\n", 400);
+    /* an unterminated quoted-string never ends the line */
+    bad("5;a=\"x\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"x\ny\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"x\\\r\nhello\"\r\n0\r\n\r\n", 400);
+    bad("5;a=\"\\\n\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"\x01\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"\x7f\"\r\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"\\\x7f\"\r\nhello\r\n0\r\n\r\n", 400);
+    /* CR and LF */
     bad("5;a\nhello\r\n0\r\n\r\n", 400);
     bad("5;a\rhello\r\n0\r\n\r\n", 400);
+    bad("5;a=\"q\"\nhello\r\n0\r\n\r\n", 400);
+    bad("5;a=1\rhello\r\n0\r\n\r\n", 400);
+}
+
+static void ok_body_n(const char *in, size_t len, const char *want)
+{
+    check_splits(in, len, BIG);
+    if (r_whole.rc != FLARE_CHUNKED_DONE || r_whole.consumed != len)
+        fail_msg("\"%.*s\": rc %d status %d", (int)len, in, r_whole.rc, r_whole.status);
+    assert_int_equal(r_whole.out_len, strlen(want));
+    assert_memory_equal(r_whole.out, want, r_whole.out_len);
+}
+
+/* Every byte in every place of an extension: accepted exactly where the
+ * grammar has room for it. */
+static void test_extension_bytes(void **state)
+{
+    (void)state;
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    static const struct {
+        const char *fmt; /* 'Z' is replaced by the byte */
+        int want;        /* 0 tchar, 1 qdtext, 2 quoted-pair (HTAB / SP / VCHAR / obs-text) */
+    } places[] = {
+        { "5;Z\r\nhello\r\n0\r\n\r\n", 0 },
+        { "5;aZ\r\nhello\r\n0\r\n\r\n", 0 },
+        { "5;a=Z\r\nhello\r\n0\r\n\r\n", 0 },
+        { "5;a=xZ\r\nhello\r\n0\r\n\r\n", 0 },
+        { "0;aZ\r\n\r\n", 0 },
+        { "0;a=\"Z\"\r\n\r\n", 1 },
+        { "5;a=\"Z\"\r\nhello\r\n0\r\n\r\n", 1 },
+        { "5;a=\"x yZ\"\r\nhello\r\n0\r\n\r\n", 1 },
+        { "5;a=\"\\Z\"\r\nhello\r\n0\r\n\r\n", 2 },
+    };
+    for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++) {
+        for (int c = 0; c < 256; c++) {
+            bool tchar = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                         (c >= 'A' && c <= 'Z') ||
+                         (c != 0 && memchr(extra, c, sizeof(extra) - 1) != NULL);
+            bool text = c == '\t' || (c >= 0x20 && c != 0x7f);
+            bool want = places[i].want == 0   ? tchar
+                        : places[i].want == 1 ? text && c != '"' && c != '\\'
+                                              : text;
+            char in[64];
+            size_t len = strlen(places[i].fmt);
+            memcpy(in, places[i].fmt, len);
+            *(char *)memchr(in, 'Z', len) = (char)c;
+            const char *body = places[i].fmt[0] == '5' ? "hello" : "";
+            if (want) {
+                ok_body_n(in, len, body);
+            } else {
+                check_splits(in, len, BIG);
+                if (r_whole.rc != FLARE_PARSE_ERROR || r_whole.status != 400)
+                    fail_msg("byte 0x%02x in \"%s\": rc %d, want 400", c, places[i].fmt,
+                             r_whole.rc);
+            }
+        }
+    }
 }
 
 static void test_size_line_limit(void **state)
@@ -215,6 +329,38 @@ static void test_size_line_limit(void **state)
             assert_int_equal(r_whole.rc, FLARE_PARSE_ERROR);
             assert_int_equal(r_whole.status, 400);
         }
+    }
+    /* BWS and quoted-strings count as well: 4096 bytes of
+     * `5 ; a = "..."` are fine, 4097 are not */
+    for (size_t q = 4086; q <= 4087; q++) {
+        size_t n = 0;
+        memcpy(in, "5 ; a = \"", 9);
+        n = 9;
+        memset(in + n, 'q', q);
+        n += q;
+        memcpy(in + n, "\"\r\nhello\r\n0\r\n\r\n", 15);
+        n += 15;
+        decode(in, n, BIG, &r_whole);
+        if (q == 4086) {
+            assert_int_equal(r_whole.rc, FLARE_CHUNKED_DONE);
+            assert_int_equal(r_whole.consumed, n);
+        } else {
+            assert_int_equal(r_whole.rc, FLARE_PARSE_ERROR);
+            assert_int_equal(r_whole.status, 400);
+        }
+    }
+    /* many extensions, up to the same bound */
+    for (size_t k = 2047; k <= 2048; k++) {
+        size_t n = 0;
+        in[n++] = '0';
+        for (size_t i = 0; i < k; i++) {
+            in[n++] = ';';
+            in[n++] = 'x';
+        }
+        memcpy(in + n, "\r\n\r\n", 4);
+        n += 4;
+        decode(in, n, BIG, &r_whole);
+        assert_int_equal(r_whole.rc, k == 2047 ? FLARE_CHUNKED_DONE : FLARE_PARSE_ERROR);
     }
     /* leading zeros count too */
     memset(in, '0', 5000);
@@ -410,12 +556,19 @@ static void test_in_place(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),      cmocka_unit_test(test_big_chunk),
-        cmocka_unit_test(test_extensions), cmocka_unit_test(test_size_line_limit),
-        cmocka_unit_test(test_trailers),   cmocka_unit_test(test_trailer_limit),
-        cmocka_unit_test(test_bad_sizes),  cmocka_unit_test(test_overflow),
-        cmocka_unit_test(test_max_body),   cmocka_unit_test(test_missing_crlf),
-        cmocka_unit_test(test_leftover),   cmocka_unit_test(test_sticky_error_and_empty),
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_big_chunk),
+        cmocka_unit_test(test_extensions),
+        cmocka_unit_test(test_extension_bytes),
+        cmocka_unit_test(test_size_line_limit),
+        cmocka_unit_test(test_trailers),
+        cmocka_unit_test(test_trailer_limit),
+        cmocka_unit_test(test_bad_sizes),
+        cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_max_body),
+        cmocka_unit_test(test_missing_crlf),
+        cmocka_unit_test(test_leftover),
+        cmocka_unit_test(test_sticky_error_and_empty),
         cmocka_unit_test(test_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "core/core.h"
 #include "flare/common.h"
 #include "http1/parser.h"
 
@@ -185,6 +186,40 @@ static void test_methods(void **state)
     assert_int_equal(head.method_id, FLARE_METHOD_CONNECT);
 }
 
+/* One tchar set (RFC 9110 5.6.2) for every token: the shared table, and the
+ * parser's methods and field names (short names in the scalar loop, long
+ * ones through the SIMD scan) take exactly those bytes. */
+static void test_tchar(void **state)
+{
+    (void)state;
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    for (int c = 0; c < 256; c++) {
+        bool want = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c != 0 && memchr(extra, c, sizeof(extra) - 1) != NULL);
+        if (flare__is_tchar((unsigned char)c) != want)
+            fail_msg("byte 0x%02x: flare__is_tchar %d", c, !want);
+        char one[2] = { (char)c, 0 };
+        assert_int_equal(flare__is_token((flare_str_t){ one, 1 }), want);
+        if (c == ' ' || c == ':')
+            continue; /* they end a method or a name */
+        static const char *const fmt[] = {
+            "GZT /x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: h\r\nXZ: v\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: h\r\nX-A-Long-Field-Name-Z: v\r\n\r\n",
+        };
+        for (size_t f = 0; f < sizeof(fmt) / sizeof(fmt[0]); f++) {
+            char req[128];
+            int len = snprintf(req, sizeof(req), "%s", fmt[f]);
+            *(char *)memchr(req, 'Z', (size_t)len) = (char)c;
+            int rc = parse_lim(req, (size_t)len, &default_limits);
+            if ((rc == len) != want)
+                fail_msg("byte 0x%02x in \"%s\": rc %d", c, fmt[f], rc);
+        }
+    }
+    assert_false(flare__is_token((flare_str_t){ "", 0 }));
+    assert_false(flare__is_token(FLARE_STR_NULL));
+}
+
 static void test_bad_methods(void **state)
 {
     (void)state;
@@ -215,9 +250,11 @@ static void test_target_chars(void **state)
     size_t n = 0;
     target[n++] = '/';
     for (int c = 0x21; c <= 0x7e; c++) {
-        if (c != '#' && c != '?')
+        if (c != '#' && c != '?' && c != '%')
             target[n++] = (char)c;
     }
+    memcpy(target + n, "%2f%7E", 6); /* '%' only as an escape in the path */
+    n += 6;
     target[n++] = '?';
     target[n++] = '?';
     target[n] = '\0';
@@ -271,6 +308,72 @@ static void test_path_query(void **state)
     assert_view(head.query, "x");
     ok("GET /a%20b/%2F HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_view(head.path, "/a%20b/%2F"); /* no decoding here */
+}
+
+/* The parser notes %-escapes in the path (path_pct: the caller normalises
+ * the path before routing only then) and refuses a '%' there that does not
+ * start "%" HEXDIG HEXDIG; the query keeps its '%' as sent. */
+static void test_path_escapes(void **state)
+{
+    (void)state;
+    ok("GET /plaintext HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    ok("GET /pl%61intext HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/pl%61intext"); /* a view as sent: normalising is the router's */
+    ok("GET /a%2F%2fb%C3%a9?x=%zz HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/a%2F%2fb%C3%a9");
+    assert_view(head.query, "x=%zz");
+    ok("GET /a?x=%41&y=%&z=%%%g HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    assert_view(head.query, "x=%41&y=%&z=%%%g");
+    ok("GET /a?%41 HTTP/1.1\r\nConnection: close\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+    assert_false(head.keep_alive);
+    ok("GET http://h/p%41th?q HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_true(head.path_pct);
+    assert_view(head.path, "/p%41th");
+    ok("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_false(head.path_pct);
+
+    static const char *const bad_paths[] = { "/%",   "/%4",    "/%zz", "/a%g1", "/%%41",
+                                             "/x%",  "/%4?q",  "/%?q", "/%%",   "/a%2",
+                                             "/%0g", "/%\xff", "%41",  "/%20%" };
+    for (size_t i = 0; i < sizeof(bad_paths) / sizeof(bad_paths[0]); i++) {
+        char req[128];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", bad_paths[i]);
+        bad(req, 400);
+    }
+    bad_msg("GET /%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400, "percent-encoding");
+    bad_msg("GET http://h/a%z HTTP/1.1\r\nHost: h\r\n\r\n", 400, "percent-encoding");
+
+    /* at every offset, through the SIMD scan and the byte loop alike */
+    for (size_t at = 1; at + 3 <= 48; at++) {
+        char path[64], req[128];
+        static const char *const put[] = { "%41", "%4g", "?%g", "!\"$", "$?%" };
+        for (size_t k = 0; k < 5; k++) {
+            memset(path, 'a', 48);
+            path[0] = '/';
+            memcpy(path + at, put[k], 3);
+            path[48] = '\0';
+            snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path);
+            if (k == 1) {
+                bad(req, 400);
+                continue;
+            }
+            ok(req);
+            assert_int_equal(head.path_pct, k == 0);
+            assert_int_equal(head.path.len, k == 2 ? at : k == 4 ? at + 1 : 48);
+        }
+    }
+
+    /* the escape is checked within the request line's window only: past it
+     * the answer is 414, whatever follows */
+    flare_http_limits_t lim = { 8, 4096, 10 };
+    bad_lim("GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n", 31, 400, &lim); /* "%z" inside */
+    lim.max_request_line = 7;
+    bad_lim("GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n", 31, 414, &lim); /* only "%" inside */
 }
 
 static void test_absolute_form(void **state)
@@ -902,9 +1005,11 @@ int main(void)
         cmocka_unit_test_teardown(test_browser_request, teardown),
         cmocka_unit_test_teardown(test_methods, teardown),
         cmocka_unit_test_teardown(test_bad_methods, teardown),
+        cmocka_unit_test_teardown(test_tchar, teardown),
         cmocka_unit_test_teardown(test_single_spaces, teardown),
         cmocka_unit_test_teardown(test_target_chars, teardown),
         cmocka_unit_test_teardown(test_path_query, teardown),
+        cmocka_unit_test_teardown(test_path_escapes, teardown),
         cmocka_unit_test_teardown(test_absolute_form, teardown),
         cmocka_unit_test_teardown(test_asterisk_and_connect, teardown),
         cmocka_unit_test_teardown(test_versions, teardown),

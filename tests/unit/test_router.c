@@ -1,4 +1,5 @@
-/* Router: static hash table, parameter tree, precedence, 404/405. */
+/* Router: static hash table, parameter tree, precedence, 404/405, the
+ * normal form of paths with %-escapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -683,8 +684,117 @@ static void test_out_of_memory(void **state)
     oom_case(PUT, "/base/{p}/new/{z}/{*w}", "/base/x/new/z/w/");
     oom_case(PUT, "/base/{p}/lit/more", "/base/x/lit/more");
     oom_case(GET, "/base/{p}/{q}/{*rest}", "/base/x/y/");
+    oom_case(PUT, "/new/%73tatic", "/new/static"); /* the normal form's copy */
 }
 #endif
+
+static void check_norm(const char *in, const char *want)
+{
+    char out[256], again[256];
+    size_t len = strlen(in);
+    size_t n = flare__router_normalize_path((flare_str_t){ in, len }, out);
+    if (n != strlen(want) || memcmp(out, want, n) != 0)
+        fail_msg("normalize(\"%s\") = \"%.*s\", want \"%s\"", in, (int)n, out, want);
+    assert_true(n <= len);
+    /* idempotent */
+    assert_int_equal(flare__router_normalize_path((flare_str_t){ out, n }, again), n);
+    assert_memory_equal(again, out, n);
+    /* in place */
+    char buf[256];
+    memcpy(buf, in, len);
+    assert_int_equal(flare__router_normalize_path((flare_str_t){ buf, len }, buf), n);
+    assert_memory_equal(buf, want, n);
+}
+
+/* RFC 3986 6.2.2.1-2: unreserved characters decoded, other escapes kept
+ * with upper-case hex. */
+static void test_normalize_path(void **state)
+{
+    (void)state;
+    check_norm("/plaintext", "/plaintext");
+    check_norm("/pl%61intext", "/plaintext");
+    check_norm("/%70%6C%61%69%6e%74%65%78%74", "/plaintext");
+    check_norm("/users/%41lice", "/users/Alice");
+    check_norm("/%30%39%41%5A%61%7A%2D%2E%5F%7E", "/09AZaz-._~");
+    check_norm("/%2d%2e%5f%7e", "/-._~");
+    /* reserved and other bytes stay escaped, hex upper-cased */
+    check_norm("/a%2fb", "/a%2Fb");
+    check_norm("/a%2Fb", "/a%2Fb");
+    check_norm("/%3f%23%25%20%00%ff%c3%a9", "/%3F%23%25%20%00%FF%C3%A9");
+    check_norm("/%21%24%26%27%28%29%2a%2b%2c%3b%3d%3a%40",
+               "/%21%24%26%27%28%29%2A%2B%2C%3B%3D%3A%40");
+    check_norm("/%2525", "/%2525"); /* one level only */
+    check_norm("/%252e", "/%252e");
+    /* dot segments are not removed: "..", encoded or not, stays a segment */
+    check_norm("/a/%2e%2e/b", "/a/../b");
+    check_norm("/a/.%2E/b", "/a/../b");
+    check_norm("/%2e", "/.");
+    /* a '%' without two hex digits is copied (the parser refuses those) */
+    check_norm("/%", "/%");
+    check_norm("/%4", "/%4");
+    check_norm("/%zz%41", "/%zzA");
+    check_norm("/%%41", "/%A");
+    check_norm("/a%", "/a%");
+    check_norm("", "");
+}
+
+/* Patterns are stored in normal form, so a normalised request path finds
+ * its route however it was encoded; reserved escapes never become
+ * separators. */
+static void test_escaped_paths(void **state)
+{
+    flare_router_t *r = *state;
+    flare_route_match_t m;
+    char buf[128];
+
+    assert_int_equal(add(r, GET, "/plaintext", T(1)), 0);
+    assert_int_equal(add(r, GET, "/users/{id}", T(2)), 0);
+    assert_int_equal(add(r, GET, "/a/b", T(3)), 0);
+    assert_int_equal(add(r, GET, "/caf%c3%a9", T(4)), 0);
+    assert_int_equal(add(r, GET, "/%7Euser", T(5)), 0); /* stored as /~user */
+    assert_int_equal(add(r, GET, "/~user", T(6)), FLARE_EEXIST);
+    assert_int_equal(add(r, GET, "/files/{*rest}", T(7)), 0);
+    assert_int_equal(add(r, GET, "/q%3f", T(8)), 0);
+
+    static const struct {
+        const char *path;
+        int tag; /* 0: no route */
+        const char *param;
+    } cases[] = {
+        { "/pl%61intext", 1, NULL },
+        { "/%70%6c%61%69%6e%74%65%78%74", 1, NULL },
+        { "/users/%41lice", 2, "Alice" },
+        { "/users/a%2fb", 2, "a%2Fb" }, /* one segment; decoded only in the value */
+        { "/a%2Fb", 0, NULL },          /* not /a/b */
+        { "/a%2fb", 0, NULL },
+        { "/%61/b", 3, NULL },
+        { "/caf%C3%A9", 4, NULL },
+        { "/caf%c3%a9", 4, NULL },
+        { "/~user", 5, NULL },
+        { "/%7euser", 5, NULL },
+        { "/files/%2e%2e/x", 7, "../x" },
+        { "/files/a%2Fb", 7, "a%2Fb" },
+        { "/q%3F", 8, NULL },
+        { "/q?", 0, NULL },
+        { "/plaintext%2F", 0, NULL },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = flare__router_normalize_path(flare_str(cases[i].path), buf);
+        buf[n] = '\0';
+        void *got = match(r, GET, buf, &m);
+        if (got != (cases[i].tag ? T(cases[i].tag) : NULL))
+            fail_msg("%s (as %s): got tag %d", cases[i].path, buf,
+                     got ? (int)((int *)got - tags) : 0);
+        if (cases[i].param != NULL)
+            assert_true(flare_str_eq(m.params[0].value, flare_str(cases[i].param)));
+    }
+
+    /* a '%' that cannot start an escape can never match: refused */
+    assert_int_equal(add(r, GET, "/100%", T(9)), FLARE_EPATTERN);
+    assert_int_equal(add(r, GET, "/a%zz", T(9)), FLARE_EPATTERN);
+    assert_int_equal(add(r, GET, "/a%4/{id}", T(9)), FLARE_EPATTERN);
+    assert_int_equal(add(r, GET, "/%/{id}", T(9)), FLARE_EPATTERN);
+}
 
 int main(void)
 {
@@ -703,6 +813,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pattern_copied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_router, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_paths, setup, teardown),
+        cmocka_unit_test(test_normalize_path),
+        cmocka_unit_test_setup_teardown(test_escaped_paths, setup, teardown),
 #if ROUTER_OOM_TEST
         cmocka_unit_test(test_out_of_memory),
 #endif
