@@ -169,6 +169,8 @@ static flare_attr_t *attr_slot(struct flare_req *ex, const char *key)
 
 int flare_req_set_str(flare_req_t *req, const char *key, flare_str_t value)
 {
+    if (value.len == SIZE_MAX || (value.len > 0 && value.ptr == NULL))
+        return FLARE_EINVAL; /* no real view is that long: len + 1 would wrap */
     char *copy = flare__arena_alloc(&req->arena, value.len + 1);
     flare_attr_t *a = copy != NULL ? attr_slot(req, key) : NULL;
     if (a == NULL)

@@ -29,6 +29,8 @@ static int h_attrs(flare_req_t *req, flare_res_t *res, void *ud)
     static int thing;
     assert_int_equal(flare_req_set_int(req, "n", 42), 0);
     assert_int_equal(flare_req_set_str(req, "s", FLARE_STR("text")), 0);
+    /* a length no view can have is refused, not wrapped into a 0-byte copy */
+    assert_int_equal(flare_req_set_str(req, "w", (flare_str_t){ "x", SIZE_MAX }), FLARE_EINVAL);
     assert_int_equal(flare_req_set_ptr(req, "p", ptr_tag, &thing), 0);
     assert_int_equal(flare_req_set_ptr(req, "p2", NULL, &thing), FLARE_EINVAL);
     int64_t n = 0;
