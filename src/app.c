@@ -379,8 +379,15 @@ static void worker_dispose(flare_worker_t *w, bool inited)
     flare__timer_stop(&w->loop, &w->sweep_timer);
     flare__timer_stop(&w->loop, &w->resume_timer);
     flare__loop_dispose(&w->loop);
-    /* exchanges orphaned by connections closed at shutdown and never
-     * completed by their handler are the handler's leak; recycled ones: */
+    /* Exchanges orphaned by connections closed at shutdown and still owed a
+     * response: the timer or watcher that would have completed them was
+     * cancelled, so they are released here (their cleanups run). Then the
+     * recycled ones. */
+    while (w->orphans != NULL) {
+        struct flare_req *ex = w->orphans;
+        ex->flags |= EX_SENT;
+        flare__ex_put(w, ex);
+    }
     while (w->free_ex != NULL) {
         struct flare_req *ex = w->free_ex;
         w->free_ex = ex->next;
@@ -454,8 +461,8 @@ static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, b
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (w->reserve_fd < 0)
         return flare__fail(FLARE_ESYS, errno, "open /dev/null (descriptor reserve)");
-    if (flare__loop_add(&w->loop, &w->listen_io, EPOLLIN) != 0)
-        return flare__fail(FLARE_ESYS, errno, "epoll_ctl (listener)");
+    if (flare__loop_add(&w->loop, &w->listen_io, FLARE_IO_READ) != 0)
+        return flare__fail(FLARE_ESYS, errno, "watching the listener");
     return 0;
 }
 

@@ -131,8 +131,8 @@ struct flare_worker {
     /* everything from here on is reset for each run */
     flare_loop_t loop;
     pthread_t thread;
-    flare_timer_t sweep_timer;   /* timeouts, Date line, drain progress */
-    flare_timer_t resume_timer;  /* listener paused by the EMFILE guard */
+    flare__timer_t sweep_timer;  /* timeouts, Date line, drain progress */
+    flare__timer_t resume_timer; /* listener paused by the EMFILE guard */
     flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
     flare_io_t listen_io;
     int reserve_fd; /* EMFILE guard */
@@ -144,6 +144,11 @@ struct flare_worker {
     flare_pool_buf_t *bufs; /* free FLARE_CONN_BUF-byte buffers */
     unsigned nbufs;
     struct flare_req *free_ex; /* recycled exchanges */
+    /* exchanges whose connection closed while a handler still owed the
+     * response (linked by next/oprev): the handler's late send frees one;
+     * those never completed are freed at worker shutdown, since the timers
+     * that would have completed them are cancelled then, not fired */
+    struct flare_req *orphans;
     unsigned nfree_ex;
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
@@ -191,7 +196,8 @@ typedef struct flare_cleanup {
 struct flare_req {
     flare_conn_t *conn;
     flare_worker_t *worker;
-    struct flare_req *next; /* connection queue / free list */
+    struct flare_req *next;  /* connection queue / free list / w->orphans */
+    struct flare_req *oprev; /* w->orphans only */
     const flare_route_t *route;
     uint32_t flags;
     flare_http_head_t head;
