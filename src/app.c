@@ -316,6 +316,8 @@ static void after_events(void *ud)
 {
     flare_worker_t *w = ud;
     flare__conn_free_dead(w);
+    if (w->dead_watches != NULL)
+        flare__watch_free_dead(w);
     if (w->draining && w->nconns == 0 && w->nextra == 0)
         w->loop.stop = true;
 }
@@ -351,6 +353,7 @@ static void *worker_main(void *arg)
     flare__conn_free_dead(w);
     if (w->app->ws_dispose != NULL)
         w->app->ws_dispose(w);
+    flare__handles_dispose(w); /* what the user left: stopped, freed, not called */
     return NULL;
 }
 
@@ -378,6 +381,7 @@ static void worker_dispose(flare_worker_t *w, bool inited)
         return;
     flare__timer_stop(&w->loop, &w->sweep_timer);
     flare__timer_stop(&w->loop, &w->resume_timer);
+    flare__handles_dispose(w); /* again, for a worker whose thread never ran */
     flare__loop_dispose(&w->loop);
     /* Exchanges orphaned by connections closed at shutdown and still owed a
      * response: the timer or watcher that would have completed them was
@@ -452,6 +456,7 @@ static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, b
     if (rc != 0)
         return rc;
     *inited = true;
+    w->handles_open = true;
     w->loop.after_events = after_events;
     w->loop.after_events_ud = w;
     flare__timer_init(&w->sweep_timer, sweep_timer, w);
@@ -703,6 +708,13 @@ int flare_worker_timer(flare_worker_t *w, uint64_t ms, flare_task_fn fn, void *u
     if (w == NULL || fn == NULL)
         return FLARE_EINVAL;
     return flare__loop_timer(&w->loop, ms, fn, ud);
+}
+
+flare_worker_t *flare_app_worker(flare_app_t *app, unsigned i)
+{
+    if (app == NULL || app->workers == NULL || i >= app->nworkers)
+        return NULL;
+    return &app->workers[i];
 }
 
 int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud)

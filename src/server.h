@@ -156,6 +156,11 @@ struct flare_worker {
      * draining waits for them too */
     unsigned nextra;
     void *ws; /* the WebSocket layer's per-worker state */
+    /* public handles (src/watch.c): every live one, for shutdown to free */
+    struct flare_timer *utimers;
+    struct flare_watch *watches;
+    struct flare_watch *dead_watches; /* freed after the event batch */
+    bool handles_open;                /* the loop runs: handles can be made */
 };
 
 /* An exchange: one request and its response. Recycled through the worker. */
@@ -334,6 +339,12 @@ char *flare__worker_buf_get(flare_worker_t *w);
 void flare__worker_buf_put(flare_worker_t *w, char *buf);
 struct flare_req *flare__ex_get(flare_worker_t *w);
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex);
+
+/* src/watch.c: frees the watchers freed during this batch; at shutdown,
+ * stops and frees every timer and watcher their owner left (no callback)
+ * and refuses new ones. */
+void flare__watch_free_dead(flare_worker_t *w);
+void flare__handles_dispose(flare_worker_t *w);
 
 static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
 {
