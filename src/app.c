@@ -316,6 +316,8 @@ static void after_events(void *ud)
 {
     flare_worker_t *w = ud;
     flare__conn_free_dead(w);
+    if (w->dead_watches != NULL)
+        flare__watch_free_dead(w);
     if (w->draining && w->nconns == 0 && w->nextra == 0)
         w->loop.stop = true;
 }
@@ -351,6 +353,7 @@ static void *worker_main(void *arg)
     flare__conn_free_dead(w);
     if (w->app->ws_dispose != NULL)
         w->app->ws_dispose(w);
+    flare__handles_dispose(w); /* what the user left: stopped, freed, not called */
     return NULL;
 }
 
@@ -378,9 +381,17 @@ static void worker_dispose(flare_worker_t *w, bool inited)
         return;
     flare__timer_stop(&w->loop, &w->sweep_timer);
     flare__timer_stop(&w->loop, &w->resume_timer);
+    flare__handles_dispose(w); /* again, for a worker whose thread never ran */
     flare__loop_dispose(&w->loop);
-    /* exchanges orphaned by connections closed at shutdown and never
-     * completed by their handler are the handler's leak; recycled ones: */
+    /* Exchanges orphaned by connections closed at shutdown and still owed a
+     * response: the timer or watcher that would have completed them was
+     * cancelled, so they are released here (their cleanups run). Then the
+     * recycled ones. */
+    while (w->orphans != NULL) {
+        struct flare_req *ex = w->orphans;
+        ex->flags |= EX_SENT;
+        flare__ex_put(w, ex);
+    }
     while (w->free_ex != NULL) {
         struct flare_req *ex = w->free_ex;
         w->free_ex = ex->next;
@@ -445,6 +456,7 @@ static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, b
     if (rc != 0)
         return rc;
     *inited = true;
+    w->handles_open = true;
     w->loop.after_events = after_events;
     w->loop.after_events_ud = w;
     flare__timer_init(&w->sweep_timer, sweep_timer, w);
@@ -454,8 +466,8 @@ static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, b
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (w->reserve_fd < 0)
         return flare__fail(FLARE_ESYS, errno, "open /dev/null (descriptor reserve)");
-    if (flare__loop_add(&w->loop, &w->listen_io, EPOLLIN) != 0)
-        return flare__fail(FLARE_ESYS, errno, "epoll_ctl (listener)");
+    if (flare__loop_add(&w->loop, &w->listen_io, FLARE_IO_READ) != 0)
+        return flare__fail(FLARE_ESYS, errno, "watching the listener");
     return 0;
 }
 
@@ -696,6 +708,13 @@ int flare_worker_timer(flare_worker_t *w, uint64_t ms, flare_task_fn fn, void *u
     if (w == NULL || fn == NULL)
         return FLARE_EINVAL;
     return flare__loop_timer(&w->loop, ms, fn, ud);
+}
+
+flare_worker_t *flare_app_worker(flare_app_t *app, unsigned i)
+{
+    if (app == NULL || app->workers == NULL || i >= app->nworkers)
+        return NULL;
+    return &app->workers[i];
 }
 
 int flare_worker_post(flare_worker_t *w, flare_task_fn fn, void *ud)

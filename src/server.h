@@ -131,8 +131,8 @@ struct flare_worker {
     /* everything from here on is reset for each run */
     flare_loop_t loop;
     pthread_t thread;
-    flare_timer_t sweep_timer;   /* timeouts, Date line, drain progress */
-    flare_timer_t resume_timer;  /* listener paused by the EMFILE guard */
+    flare__timer_t sweep_timer;  /* timeouts, Date line, drain progress */
+    flare__timer_t resume_timer; /* listener paused by the EMFILE guard */
     flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
     flare_io_t listen_io;
     int reserve_fd; /* EMFILE guard */
@@ -144,6 +144,11 @@ struct flare_worker {
     flare_pool_buf_t *bufs; /* free FLARE_CONN_BUF-byte buffers */
     unsigned nbufs;
     struct flare_req *free_ex; /* recycled exchanges */
+    /* exchanges whose connection closed while a handler still owed the
+     * response (linked by next/oprev): the handler's late send frees one;
+     * those never completed are freed at worker shutdown, since the timers
+     * that would have completed them are cancelled then, not fired */
+    struct flare_req *orphans;
     unsigned nfree_ex;
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
@@ -151,6 +156,11 @@ struct flare_worker {
      * draining waits for them too */
     unsigned nextra;
     void *ws; /* the WebSocket layer's per-worker state */
+    /* public handles (src/watch.c): every live one, for shutdown to free */
+    struct flare_timer *utimers;
+    struct flare_watch *watches;
+    struct flare_watch *dead_watches; /* freed after the event batch */
+    bool handles_open;                /* the loop runs: handles can be made */
 };
 
 /* An exchange: one request and its response. Recycled through the worker. */
@@ -191,7 +201,8 @@ typedef struct flare_cleanup {
 struct flare_req {
     flare_conn_t *conn;
     flare_worker_t *worker;
-    struct flare_req *next; /* connection queue / free list */
+    struct flare_req *next;  /* connection queue / free list / w->orphans */
+    struct flare_req *oprev; /* w->orphans only */
     const flare_route_t *route;
     uint32_t flags;
     flare_http_head_t head;
@@ -328,6 +339,12 @@ char *flare__worker_buf_get(flare_worker_t *w);
 void flare__worker_buf_put(flare_worker_t *w, char *buf);
 struct flare_req *flare__ex_get(flare_worker_t *w);
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex);
+
+/* src/watch.c: frees the watchers freed during this batch; at shutdown,
+ * stops and frees every timer and watcher their owner left (no callback)
+ * and refuses new ones. */
+void flare__watch_free_dead(flare_worker_t *w);
+void flare__handles_dispose(flare_worker_t *w);
 
 static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
 {

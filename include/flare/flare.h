@@ -132,6 +132,13 @@ FLARE_API int flare_app_post(flare_app_t *app, unsigned worker, flare_task_fn fn
 /* The number of workers the app runs (or will run). */
 FLARE_API unsigned flare_app_workers(const flare_app_t *app);
 
+/* Worker i (0 .. flare_app_workers() - 1), or NULL when i is out of range
+ * or the app has not run yet. The workers are made by the first
+ * flare_app_run and kept until flare_app_free, so the pointer stays valid
+ * that long; read it from a task running on the workers (flare_app_post) or
+ * from the thread that ran the app. */
+FLARE_API flare_worker_t *flare_app_worker(flare_app_t *app, unsigned i);
+
 /* The port actually bound (useful with port 0), valid once running. */
 FLARE_API int flare_app_port(const flare_app_t *app);
 
@@ -300,8 +307,13 @@ FLARE_API size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, siz
 
 /* ---- workers, timers, jobs ------------------------------------------------ */
 
-/* Runs fn(ud) on worker w after `ms` milliseconds. Call from w's thread only.
- * Returns 0 or FLARE_ENOMEM. */
+/* Runs fn(ud) once on worker w after `ms` milliseconds: the one-shot
+ * convenience, with no handle to stop it (flare_timer_new in flare/loop.h
+ * makes one that can be stopped and re-armed). Call from w's thread only.
+ * If w stops first, the timer is cancelled: fn is not called, so ud must
+ * not be the only reference to something that needs releasing (a response
+ * is fine: the worker frees exchanges left unanswered at shutdown).
+ * Returns 0 or FLARE_EINVAL / FLARE_ENOMEM. */
 FLARE_API int flare_worker_timer(flare_worker_t *w, uint64_t ms, flare_task_fn fn, void *ud);
 
 /* Runs fn(ud) on worker w's thread soon. Safe from any thread while the
@@ -326,6 +338,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/cookie.h"
 #include "flare/form.h"
 #include "flare/json.h"
+#include "flare/loop.h"
 #include "flare/mapping.h"
 #include "flare/middleware.h"
 #include "flare/rest.h"

@@ -5,12 +5,13 @@
  * __pthread_disable_asynccancel, about 93 instructions per keep-alive request
  * measured with callgrind (1,797 -> ~1,700). Flare never cancels threads, so
  * the worker calls the kernel directly. Each returns the result or -errno;
- * errno is not touched. Other architectures use libc. */
+ * errno is not touched. Other architectures use libc. The poller's wait
+ * (epoll_wait) is made with flare__syscall4 inside its backend,
+ * src/loop/epoll.c, so no poller type leaks out of src/loop/. */
 #ifndef FLARE_SYS_H
 #define FLARE_SYS_H
 
 #include <errno.h>
-#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -52,10 +53,6 @@ static inline ssize_t flare__writev(int fd, const struct iovec *iov, int n)
     return flare__syscall3(SYS_writev, fd, (long)iov, n);
 }
 
-static inline int flare__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
-{
-    return (int)flare__syscall4(SYS_epoll_wait, epfd, (long)ev, max, timeout);
-}
 #else
 static inline ssize_t flare__read(int fd, void *buf, size_t n)
 {
@@ -75,11 +72,6 @@ static inline ssize_t flare__writev(int fd, const struct iovec *iov, int n)
     return r < 0 ? -errno : r;
 }
 
-static inline int flare__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
-{
-    int r = epoll_wait(epfd, ev, max, timeout);
-    return r < 0 ? -errno : r;
-}
 #endif
 
 #endif

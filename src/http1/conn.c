@@ -12,7 +12,7 @@
  *   its head into its arena first ("detach"). So the read buffer can be
  *   compacted or handed back to the worker's pool at any time outside
  *   process(), and an idle connection holds no buffer at all.
- * - Closing never frees memory that a pending epoll event may still point to:
+ * - Closing never frees memory that a pending poller event may still point to:
  *   closed connections wait on w->dead until the event batch is over. */
 #include <errno.h>
 #include <stdlib.h>
@@ -102,6 +102,15 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
 
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
 {
+    if (ex->flags & EX_ORPHAN) {
+        if (ex->oprev != NULL)
+            ex->oprev->next = ex->next;
+        else
+            w->orphans = ex->next;
+        if (ex->next != NULL)
+            ex->next->oprev = ex->oprev;
+        ex->flags &= ~(uint32_t)EX_ORPHAN;
+    }
     while (ex->cleanups != NULL) {
         flare_cleanup_t *cl = ex->cleanups;
         ex->cleanups = cl->next;
@@ -147,7 +156,7 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa)
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
     c->w = w;
-    if (flare__loop_add(&w->loop, &c->io, EPOLLIN) != 0) {
+    if (flare__loop_add(&w->loop, &c->io, FLARE_IO_READ) != 0) {
         close(fd);
         free(c);
         return;
@@ -218,8 +227,14 @@ void flare__conn_close(flare_conn_t *c)
          * has seen it, none will send), are freed now */
         if (((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER)) || ex == c->recv)
             flare__ex_put(w, ex);
-        else
+        else {
             ex->flags |= EX_ORPHAN;
+            ex->oprev = NULL;
+            ex->next = w->orphans;
+            if (w->orphans != NULL)
+                w->orphans->oprev = ex;
+            w->orphans = ex;
+        }
         ex = next;
     }
     c->qhead = c->qtail = c->recv = NULL;
@@ -266,7 +281,7 @@ static void start_linger(flare_conn_t *c)
     c->t_active = c->w->loop.now;
     c->rpos = c->rlen;
     give_back_buffers(c);
-    flare__loop_mod(&c->w->loop, &c->io, EPOLLIN);
+    flare__loop_mod(&c->w->loop, &c->io, FLARE_IO_READ);
 }
 
 /* ---- output ---- */
@@ -308,7 +323,7 @@ static bool after_output(flare_conn_t *c)
     }
     if (c->flags & C_READ_PAUSED) {
         c->flags &= ~C_READ_PAUSED;
-        flare__loop_mod(&c->w->loop, &c->io, EPOLLIN);
+        flare__loop_mod(&c->w->loop, &c->io, FLARE_IO_READ);
         /* requests already buffered while paused: their responses are
          * flushed by the caller's loop (not here: no recursion) */
         if (c->rpos < c->rlen) {
@@ -430,7 +445,8 @@ static bool flush_once(flare_conn_t *c)
                 if (!(c->flags & C_WANT_WRITE)) {
                     c->flags |= C_WANT_WRITE;
                     c->t_active = c->w->loop.now;
-                    uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
+                    uint32_t ev = FLARE_IO_WRITE |
+                                  (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ);
                     flare__loop_mod(&c->w->loop, &c->io, ev);
                 }
                 return false;
@@ -450,10 +466,11 @@ static bool flush_once(flare_conn_t *c)
             break;
         }
         if ((size_t)wr < total) {
-            /* short write: the socket is full; wait for EPOLLOUT */
+            /* short write: the socket is full; wait for FLARE_IO_WRITE */
             if (!(c->flags & C_WANT_WRITE)) {
                 c->flags |= C_WANT_WRITE;
-                uint32_t ev = EPOLLOUT | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN);
+                uint32_t ev =
+                    FLARE_IO_WRITE | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ);
                 flare__loop_mod(&c->w->loop, &c->io, ev);
             }
             return false;
@@ -461,7 +478,7 @@ static bool flush_once(flare_conn_t *c)
     }
     if (c->flags & C_WANT_WRITE) {
         c->flags &= ~C_WANT_WRITE;
-        uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : EPOLLIN;
+        uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ;
         flare__loop_mod(&c->w->loop, &c->io, ev);
     }
     return after_output(c);
@@ -924,7 +941,7 @@ static void process(flare_conn_t *c)
             /* a client that sends but does not read: stop reading until its
              * responses drain, instead of buffering them without bound */
             c->flags |= C_READ_PAUSED;
-            flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)EPOLLIN);
+            flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)FLARE_IO_READ);
             break;
         }
         const char *p = c->rbuf + c->rpos;
@@ -1063,7 +1080,7 @@ static void on_readable(flare_conn_t *c)
             flare__conn_close(c);
             return;
         }
-        flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)EPOLLIN);
+        flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)FLARE_IO_READ);
         give_back_buffers(c);
         return;
     }
@@ -1089,18 +1106,18 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     flare_conn_t *c = (flare_conn_t *)io; /* io is the first member */
     if (c->flags & C_DEAD)
         return;
-    if ((events & EPOLLERR) && !(events & EPOLLIN)) {
+    if ((events & FLARE_IO_ERR) && !(events & FLARE_IO_READ)) {
         flare__conn_close(c);
         return;
     }
-    if (events & EPOLLOUT) {
+    if (events & FLARE_IO_WRITE) {
         flare__conn_flush(c);
         if (c->flags & C_DEAD)
             return;
     }
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    if (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)) {
         if ((c->flags & C_RD_EOF) && !(c->flags & C_LINGER)) {
-            if (events & (EPOLLHUP | EPOLLERR))
+            if (events & (FLARE_IO_HUP | FLARE_IO_ERR))
                 flare__conn_close(c);
             return;
         }

@@ -8,9 +8,6 @@
 
 #include "core/clock.h"
 #include "core/core.h"
-#include "core/sys.h"
-
-#define LOOP_MAX_EVENTS 256
 
 static void wake_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 
@@ -19,21 +16,21 @@ int flare__loop_init(flare_loop_t *l)
     memset(l, 0, sizeof(*l));
     atomic_init(&l->posts, NULL);
     l->wake_io.fd = -1;
-    l->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (l->epfd < 0)
-        return flare__fail(FLARE_ESYS, errno, "epoll_create1");
+    int rc = flare__backend_init(l);
+    if (rc != 0)
+        return rc;
     l->wake_io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (l->wake_io.fd < 0) {
         int e = errno;
-        close(l->epfd);
+        flare__backend_dispose(l);
         return flare__fail(FLARE_ESYS, e, "eventfd (loop wakeup)");
     }
     l->wake_io.cb = wake_cb;
-    if (flare__loop_add(l, &l->wake_io, EPOLLIN) != 0) {
+    if (flare__loop_add(l, &l->wake_io, FLARE_IO_READ) != 0) {
         int e = errno;
         close(l->wake_io.fd);
-        close(l->epfd);
-        return flare__fail(FLARE_ESYS, e, "epoll_ctl (loop wakeup)");
+        flare__backend_dispose(l);
+        return flare__fail(FLARE_ESYS, e, "watching the loop wakeup eventfd");
     }
     l->now = flare__now_ms();
     return 0;
@@ -61,51 +58,25 @@ static void run_posts(flare_loop_t *l)
     }
 }
 
-int flare__loop_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
-{
-    struct epoll_event ev = { .events = events, .data.ptr = io };
-    if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, io->fd, &ev) != 0)
-        return FLARE_ESYS;
-    io->events = events;
-    return 0;
-}
-
-int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
-{
-    if (io->events == events)
-        return 0;
-    struct epoll_event ev = { .events = events, .data.ptr = io };
-    if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, io->fd, &ev) != 0)
-        return FLARE_ESYS;
-    io->events = events;
-    return 0;
-}
-
-void flare__loop_del(flare_loop_t *l, flare_io_t *io)
-{
-    epoll_ctl(l->epfd, EPOLL_CTL_DEL, io->fd, NULL);
-    io->events = 0;
-}
-
 /* ---- timers: a pairing heap of embedded nodes ----
  *
  * Insertion is O(1) and never allocates; taking the earliest is amortized
  * O(log n); stopping any timer unlinks it in place. */
 
-static bool timer_less(const flare_timer_t *a, const flare_timer_t *b)
+static bool timer_less(const flare__timer_t *a, const flare__timer_t *b)
 {
     return a->when < b->when || (a->when == b->when && a->seq < b->seq);
 }
 
 /* a and b are roots (prev and next NULL) or NULL: the root of their union. */
-static flare_timer_t *meld(flare_timer_t *a, flare_timer_t *b)
+static flare__timer_t *meld(flare__timer_t *a, flare__timer_t *b)
 {
     if (a == NULL)
         return b;
     if (b == NULL)
         return a;
     if (timer_less(b, a)) {
-        flare_timer_t *t = a;
+        flare__timer_t *t = a;
         a = b;
         b = t;
     }
@@ -119,22 +90,22 @@ static flare_timer_t *meld(flare_timer_t *a, flare_timer_t *b)
 
 /* Melds a list of siblings into one tree: pairs left to right, then the
  * pairs right to left (the pass that keeps delete-min logarithmic). */
-static flare_timer_t *merge_pairs(flare_timer_t *first)
+static flare__timer_t *merge_pairs(flare__timer_t *first)
 {
-    flare_timer_t *stack = NULL; /* melded pairs, newest first, linked by next */
+    flare__timer_t *stack = NULL; /* melded pairs, newest first, linked by next */
     while (first != NULL) {
-        flare_timer_t *a = first, *b = a->next;
+        flare__timer_t *a = first, *b = a->next;
         first = b != NULL ? b->next : NULL;
         a->next = a->prev = NULL;
         if (b != NULL)
             b->next = b->prev = NULL;
-        flare_timer_t *m = meld(a, b);
+        flare__timer_t *m = meld(a, b);
         m->next = stack;
         stack = m;
     }
-    flare_timer_t *root = NULL;
+    flare__timer_t *root = NULL;
     while (stack != NULL) {
-        flare_timer_t *m = stack;
+        flare__timer_t *m = stack;
         stack = m->next;
         m->next = NULL;
         root = meld(root, m);
@@ -142,7 +113,7 @@ static flare_timer_t *merge_pairs(flare_timer_t *first)
     return root;
 }
 
-void flare__timer_stop(flare_loop_t *l, flare_timer_t *t)
+void flare__timer_stop(flare_loop_t *l, flare__timer_t *t)
 {
     if (!t->active)
         return;
@@ -162,7 +133,7 @@ void flare__timer_stop(flare_loop_t *l, flare_timer_t *t)
     l->ntimers--;
 }
 
-void flare__timer_start(flare_loop_t *l, flare_timer_t *t, uint64_t ms)
+void flare__timer_start(flare_loop_t *l, flare__timer_t *t, uint64_t ms)
 {
     flare__timer_stop(l, t);
     t->when = ms < UINT64_MAX - l->now ? l->now + ms : UINT64_MAX; /* never wraps to "now" */
@@ -175,7 +146,7 @@ void flare__timer_start(flare_loop_t *l, flare_timer_t *t, uint64_t ms)
 
 /* flare__loop_timer's node: freed before the callback runs. */
 typedef struct heap_timer {
-    flare_timer_t t;
+    flare__timer_t t;
     flare_loop_task_fn fn;
     void *ud;
 } heap_timer_t;
@@ -204,7 +175,7 @@ int flare__loop_timer(flare_loop_t *l, uint64_t ms, flare_loop_task_fn fn, void 
 static void run_timers(flare_loop_t *l)
 {
     while (l->timers != NULL && l->timers->when <= l->now) {
-        flare_timer_t *t = l->timers;
+        flare__timer_t *t = l->timers;
         flare__timer_stop(l, t);
         t->fn(t->ud);
     }
@@ -256,19 +227,13 @@ static void wake_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 
 void flare__loop_run(flare_loop_t *l)
 {
-    struct epoll_event events[LOOP_MAX_EVENTS];
     while (!l->stop) {
         int timeout = -1;
         if (l->timers != NULL) {
             uint64_t when = l->timers->when;
             timeout = when <= l->now ? 0 : (int)(when - l->now < 60000 ? when - l->now : 60000);
         }
-        int n = flare__epoll_wait(l->epfd, events, LOOP_MAX_EVENTS, timeout);
-        l->now = flare__now_ms();
-        for (int i = 0; i < n; i++) {
-            flare_io_t *io = events[i].data.ptr;
-            io->cb(l, io, events[i].events);
-        }
+        flare__backend_poll(l, timeout);
         if (l->timers != NULL)
             run_timers(l);
         if (l->deferred) {
@@ -280,26 +245,20 @@ void flare__loop_run(flare_loop_t *l)
 
 void flare__loop_dispose(flare_loop_t *l)
 {
-    /* Nothing queued may leak: posted tasks run, and timers still pending
-     * fire now, early, so whatever they hold is released. Timers they add
-     * are dropped. */
+    /* Nothing queued may leak: posted tasks run (a post that returned 0
+     * runs exactly once). Pending timers are cancelled, not fired early: a
+     * stopped timer never fires, and shutdown is a stop. */
     l->stop = true;
-    run_posts(l);
-    size_t pending = l->ntimers;
-    while (pending-- > 0 && l->timers != NULL) {
-        flare_timer_t *t = l->timers;
-        flare__timer_stop(l, t);
-        t->fn(t->ud);
-    }
-    run_posts(l);
+    while (atomic_load_explicit(&l->posts, memory_order_acquire) != NULL)
+        run_posts(l); /* including what those post */
     while (l->timers != NULL) {
-        flare_timer_t *t = l->timers;
+        flare__timer_t *t = l->timers;
         flare__timer_stop(l, t);
         if (t->fn == heap_timer_fire)
             free(t->ud);
     }
     if (l->wake_io.fd >= 0)
         close(l->wake_io.fd);
-    if (l->epfd >= 0)
-        close(l->epfd);
+    l->wake_io.fd = -1;
+    flare__backend_dispose(l);
 }

@@ -1,8 +1,12 @@
-/* Event loop: one per worker thread. epoll (level-triggered), a heap of
- * timers (no timer syscalls: the nearest deadline is epoll_wait's timeout),
- * and a multi-producer single-consumer post queue woken by an eventfd. Only
- * the owning thread touches the loop, except the post and wake calls, which
- * are safe from any thread.
+/* Event loop: one per worker thread. A poller backend (backend.h; epoll.c
+ * today, level-triggered), a heap of timers (no timer syscalls: the nearest
+ * deadline is the poller's timeout), and a multi-producer single-consumer
+ * post queue woken by an eventfd. Only the owning thread touches the loop,
+ * except the post and wake calls, which are safe from any thread.
+ *
+ * Nothing outside src/loop/ sees the poller: fd interest and readiness are
+ * FLARE_IO_* bits, so another backend (io_uring) replaces epoll.c without
+ * touching the protocols.
  *
  * Timers and post nodes are intrusive: their owner embeds them, so arming a
  * timer or posting a node never allocates and never fails. That is what the
@@ -13,8 +17,17 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <sys/epoll.h>
+
+/* Interest and readiness. The values are poll(2)'s, which epoll and
+ * io_uring's poll requests use too, so a backend passes them through
+ * unchanged (epoll.c checks that at compile time). ERR and HUP are only
+ * reported, never asked for: the kernel reports them whatever the interest. */
+#define FLARE_IO_READ  0x001u
+#define FLARE_IO_WRITE 0x004u
+#define FLARE_IO_ERR   0x008u
+#define FLARE_IO_HUP   0x010u
 
 typedef struct flare_loop flare_loop_t;
 typedef struct flare_io flare_io_t;
@@ -24,7 +37,7 @@ typedef void (*flare_loop_task_fn)(void *ud);
 
 struct flare_io {
     int fd;
-    uint32_t events; /* currently registered EPOLL* mask */
+    uint32_t events; /* currently registered FLARE_IO_* interest */
     flare_io_fn cb;
 };
 
@@ -32,14 +45,14 @@ struct flare_io {
  * first child, `next` the next sibling, `prev` the previous sibling or, for
  * a first child, the parent. Ordered by (when, seq): FIFO among equal
  * deadlines. */
-typedef struct flare_timer {
-    struct flare_timer *child, *next, *prev;
+typedef struct flare__timer {
+    struct flare__timer *child, *next, *prev;
     uint64_t when;
     uint64_t seq;
     flare_loop_task_fn fn;
     void *ud;
     bool active;
-} flare_timer_t;
+} flare__timer_t;
 
 typedef struct flare_post_node {
     struct flare_post_node *next;
@@ -49,10 +62,10 @@ typedef struct flare_post_node {
 } flare_post_node_t;
 
 struct flare_loop {
-    int epfd;
+    int backend_fd; /* the poller's descriptor (epoll), -1 when none */
     bool stop;
-    uint64_t now;          /* cached monotonic ms, refreshed after each wait */
-    flare_timer_t *timers; /* heap root */
+    uint64_t now;           /* cached monotonic ms, refreshed after each wait */
+    flare__timer_t *timers; /* heap root */
     size_t ntimers;
     uint64_t timer_seq;
     flare_io_t wake_io; /* eventfd */
@@ -65,25 +78,54 @@ struct flare_loop {
     _Alignas(64) _Atomic(flare_post_node_t *) posts;
 };
 
+#include "loop/backend.h"
+
 int flare__loop_init(flare_loop_t *l);
+
+/* Runs what is still posted (a post that returned 0 always runs once), then
+ * cancels every pending timer: none fires, the loop's own one-shot nodes
+ * (flare__loop_timer) are freed, embedded ones are left stopped. Whoever
+ * armed a timer to release something must release it another way. */
 void flare__loop_dispose(flare_loop_t *l);
 
-int flare__loop_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
-int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
-void flare__loop_del(flare_loop_t *l, flare_io_t *io);
+/* Watch io->fd for `events` (FLARE_IO_READ | FLARE_IO_WRITE, or 0 for
+ * errors only). 0, or FLARE_ESYS with errno set. */
+static inline int flare__loop_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    return flare__backend_add(l, io, events);
+}
+
+/* Changes the interest; a no-op (no syscall) when it is unchanged, which is
+ * the common case on the write path. 0, or FLARE_ESYS with errno set. */
+static inline int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    if (io->events == events)
+        return 0;
+    return flare__backend_mod(l, io, events);
+}
+
+/* Stops watching io->fd (before it is closed). An event already collected
+ * in this batch may still be delivered: callers mark their object dead and
+ * free it after the batch (after_events). */
+static inline void flare__loop_del(flare_loop_t *l, flare_io_t *io)
+{
+    flare__backend_del(l, io);
+}
 
 /* An embedded timer: init once, then start/stop as often as needed. A
  * started timer runs fn(ud) once at l->now + ms; starting an active timer
- * moves it. The owner stops it before freeing the memory it lives in. */
-static inline void flare__timer_init(flare_timer_t *t, flare_loop_task_fn fn, void *ud)
+ * moves it; a stopped timer never fires. The owner stops it before freeing
+ * the memory it lives in. */
+static inline void flare__timer_init(flare__timer_t *t, flare_loop_task_fn fn, void *ud)
 {
-    *t = (flare_timer_t){ .fn = fn, .ud = ud };
+    *t = (flare__timer_t){ .fn = fn, .ud = ud };
 }
-void flare__timer_start(flare_loop_t *l, flare_timer_t *t, uint64_t ms);
-void flare__timer_stop(flare_loop_t *l, flare_timer_t *t);
+void flare__timer_start(flare_loop_t *l, flare__timer_t *t, uint64_t ms);
+void flare__timer_stop(flare_loop_t *l, flare__timer_t *t);
 
-/* A one-shot timer the loop allocates (and frees after it fires): for
- * callers with nowhere to embed one. 0 or FLARE_ENOMEM. */
+/* A one-shot timer the loop allocates (and frees after it fires, or at
+ * dispose without firing): for callers with nowhere to embed one.
+ * 0 or FLARE_ENOMEM. */
 int flare__loop_timer(flare_loop_t *l, uint64_t ms, flare_loop_task_fn fn, void *ud);
 
 /* Thread-safe: queues fn(ud) to run on the loop's thread. 0 or
@@ -95,7 +137,7 @@ int flare__loop_post(flare_loop_t *l, flare_loop_task_fn fn, void *ud);
  * may free the memory holding it. */
 void flare__loop_post_node(flare_loop_t *l, flare_post_node_t *n);
 
-/* Thread-safe: makes a blocked epoll_wait return. */
+/* Thread-safe: makes a blocked wait return. */
 void flare__loop_wake(flare_loop_t *l);
 
 /* Runs until l->stop is set (by a callback on this thread). */

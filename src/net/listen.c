@@ -134,14 +134,14 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
     return fd;
 }
 
-/* Out of descriptors: the pending connection would make epoll report the
+/* Out of descriptors: the pending connection would make the poller report the
  * listener readable forever. Spend the reserve descriptor to accept and
  * close it, then take the reserve back (the classic EMFILE guard). */
 void flare__listener_resume(void *ud)
 {
     flare_worker_t *w = ud;
     if (w->listen_io.fd >= 0 && !w->draining &&
-        flare__loop_mod(&w->loop, &w->listen_io, EPOLLIN) != 0)
+        flare__loop_mod(&w->loop, &w->listen_io, FLARE_IO_READ) != 0)
         flare__timer_start(&w->loop, &w->resume_timer, 100); /* try again, never give up */
 }
 

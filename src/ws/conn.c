@@ -255,7 +255,7 @@ void flare__ws_handoff(flare_worker_t *w, int fd, const char *pending, size_t np
         ws->deadline = ws->route->cfg.close_timeout_ms != 0
                            ? w->loop.now + ws->route->cfg.close_timeout_ms
                            : 0;
-    if (flare__loop_add(&w->loop, &ws->io, EPOLLIN) != 0) {
+    if (flare__loop_add(&w->loop, &ws->io, FLARE_IO_READ) != 0) {
         flare__ws_go_dead(ws);
         return;
     }
@@ -633,9 +633,9 @@ static void io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     flare_ws_t *ws = (flare_ws_t *)(void *)io;
     if (ws->state == WS_DEAD)
         return;
-    if (events & EPOLLOUT)
+    if (events & FLARE_IO_WRITE)
         flare__ws_flush(ws);
-    if (ws->state != WS_DEAD && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+    if (ws->state != WS_DEAD && (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)))
         on_readable(ws);
     if (ws->state == WS_OPEN && (ws->flags & WF_BACKPRESSED) &&
         ws->queued <= ws->route->cfg.write_high_water / 2) {

@@ -180,7 +180,7 @@ static void want_write(flare_ws_t *ws, bool on)
         ws->flags |= WF_WANT_WRITE;
     else
         ws->flags &= ~(uint32_t)WF_WANT_WRITE;
-    flare__loop_mod(&ws->ww->w->loop, &ws->io, on ? EPOLLIN | EPOLLOUT : EPOLLIN);
+    flare__loop_mod(&ws->ww->w->loop, &ws->io, on ? FLARE_IO_READ | FLARE_IO_WRITE : FLARE_IO_READ);
 }
 
 /* Writes (queue, hdr, payload) as far as the socket takes them and keeps

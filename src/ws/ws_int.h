@@ -155,7 +155,7 @@ struct ws_worker {
     flare_ws_t *dirty; /* queued hub deliveries, written once after the event batch */
     /* embedded: arming them cannot fail (a lost re-arm would stop
      * heartbeats and timeouts for good); stopped in flare__ws_dispose */
-    flare_timer_t sweep_timer, reap_timer, flush_timer;
+    flare__timer_t sweep_timer, reap_timer, flush_timer;
     ws_out_t *free_nodes; /* small queue entries for shared frames */
     unsigned nfree_nodes;
     z_stream *sdef[16]; /* shared compressors by window bits (no context takeover) */
