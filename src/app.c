@@ -420,7 +420,7 @@ static int workers_alloc(flare_app_t *app)
 {
     if (app->workers != NULL)
         return 0;
-    unsigned n = app->cfg.workers != 0 ? app->cfg.workers : cpu_count();
+    unsigned n = flare_app_workers(app);
     flare_worker_t *ws = calloc(n, sizeof(*ws));
     if (ws == NULL)
         return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory for %u workers", n);
