@@ -58,7 +58,8 @@ FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
     X(TOOBIG, -10, "size limit exceeded")                           \
     X(PATTERN, -11, "invalid route pattern")                        \
     X(THREAD, -12, "cannot start a thread")                         \
-    X(IO, -13, "input/output error")
+    X(IO, -13, "input/output error")                                \
+    X(TLS, -14, "TLS error")
 
 enum {
     FLARE_OK = 0,
