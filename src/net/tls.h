@@ -33,6 +33,11 @@ int flare__tls_reload(flare_tls_t *t);
 
 void flare__tls_free(flare_tls_t *t);
 
+/* Rotates the session ticket keys now (the current key becomes the
+ * previous one, which still decrypts until the next rotation), as the
+ * ticket_rotate_s timer would. Any thread. For tests and operators. */
+void flare__tls_rotate_ticket_keys(flare_tls_t *t);
+
 /* The handshake deadline, from accept (ms). */
 unsigned flare__tls_handshake_timeout(const flare_tls_t *t);
 
