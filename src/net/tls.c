@@ -1028,6 +1028,12 @@ static size_t tls_pending(const flare_transport_t *t)
 static void tls_free(flare_transport_t *t)
 {
     tls_conn_t *c = (tls_conn_t *)t;
+    /* OpenSSL drops the session from the cache when a connection goes
+     * without close_notify sent; only a failed one should lose it (a
+     * connection closed on a timeout or after the peer's EOF stays
+     * resumable, as in nginx) */
+    if (c->ssl != NULL && !(t->state & FLARE_TR_FAILED))
+        SSL_set_shutdown(c->ssl, SSL_get_shutdown(c->ssl) | SSL_SENT_SHUTDOWN);
     SSL_free(c->ssl); /* never closes the fd: SSL_set_fd's BIO does not own it */
     ERR_clear_error();
     set_release(c->set);
