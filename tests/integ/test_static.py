@@ -48,6 +48,9 @@ def write(rel, data, root=ROOT):
 write("4k.bin", SMALL)
 write("1m.bin", BIG)
 write("odd.dat", ODD)
+write("wed.dat", ODD)
+# modified on a Wednesday: its Last-Modified date starts with 'W', like a weak tag
+os.utime(os.path.join(ROOT, "wed.dat"), (1796169600, 1796169600))  # Wed, 02 Dec 2026 00:00:00
 write("empty.txt", b"")
 write("index.html", b"<!doctype html><title>root</title>\n")
 write("css/site.css", b"body{color:red}\n")
@@ -466,6 +469,13 @@ class Static(ServerTestCase):
             with self.subTest(stale=stale):
                 r, _ = self.range("bytes=0-9", extra={"If-Range": stale}, conn=c)
                 self.assertFile(r, ODD)
+
+    def test_if_range_date_on_a_wednesday(self):
+        head = self.get("/static/wed.dat", method="HEAD")
+        self.assertEqual(head.get("Last-Modified"), "Wed, 02 Dec 2026 00:00:00 GMT")
+        r, _ = self.range("bytes=0-9", target="/static/wed.dat",
+                          extra={"If-Range": "Wed, 02 Dec 2026 00:00:00 GMT"})
+        self.assertEqual(r.status, 206, r)
 
     # ---- precompressed ---------------------------------------------------
 
