@@ -16,6 +16,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "flare/tls.h"
 #include "server.h"
 
 void flare_config_init(flare_config_t *cfg)
@@ -329,10 +330,12 @@ static void worker_stop_task(void *ud)
         return;
     w->draining = true;
     w->drain_deadline = w->loop.now + w->app->cfg.drain_timeout_ms;
-    if (w->listen_io.fd >= 0) {
-        flare__loop_del(&w->loop, &w->listen_io);
-        close(w->listen_io.fd);
-        w->listen_io.fd = -1;
+    for (unsigned i = 0; w->lios != NULL && i < w->app->nactive; i++) {
+        if (w->lios[i].io.fd >= 0) {
+            flare__loop_del(&w->loop, &w->lios[i].io);
+            close(w->lios[i].io.fd);
+            w->lios[i].io.fd = -1;
+        }
     }
     flare__conn_drain(w);
     if (w->app->ws_drain != NULL)
@@ -362,17 +365,18 @@ static void worker_reset(flare_worker_t *w)
 {
     size_t off = offsetof(flare_worker_t, loop);
     memset((char *)w + off, 0, sizeof(*w) - off);
-    w->listen_io.fd = -1;
     w->reserve_fd = -1;
 }
 
 /* Closes what a run opened for w; `inited`: its loop exists. */
 static void worker_dispose(flare_worker_t *w, bool inited)
 {
-    if (w->listen_io.fd >= 0) {
-        close(w->listen_io.fd);
-        w->listen_io.fd = -1;
+    for (unsigned i = 0; w->lios != NULL && i < w->app->nactive; i++) {
+        if (w->lios[i].io.fd >= 0)
+            close(w->lios[i].io.fd);
     }
+    free(w->lios);
+    w->lios = NULL;
     if (w->reserve_fd >= 0) {
         close(w->reserve_fd);
         w->reserve_fd = -1;
@@ -401,11 +405,7 @@ static void worker_dispose(flare_worker_t *w, bool inited)
         free(ex->headers);
         free(ex);
     }
-    while (w->bufs != NULL) {
-        flare_pool_buf_t *b = w->bufs;
-        w->bufs = b->next;
-        free(b);
-    }
+    flare__bufpool_dispose(&w->pool);
 }
 
 static unsigned cpu_count(void)
@@ -442,16 +442,24 @@ static int workers_alloc(flare_app_t *app)
     return 0;
 }
 
-/* One run's worker: listener, loop, timers, EMFILE reserve. */
-static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, bool *inited)
+/* One run's worker: listeners, loop, timers, EMFILE reserve. */
+static int worker_setup(flare_worker_t *w, bool *inited)
 {
     flare_app_t *app = w->app;
     worker_reset(w);
-    int fd = flare__listen_socket(listen_addr, *port, app->cfg.backlog, port);
-    if (fd < 0)
-        return fd;
-    w->listen_io.fd = fd;
-    w->listen_io.cb = flare__worker_accept_cb;
+    w->lios = calloc(app->nactive, sizeof(*w->lios));
+    if (w->lios == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory");
+    for (unsigned i = 0; i < app->nactive; i++)
+        w->lios[i].io.fd = -1;
+    for (unsigned i = 0; i < app->nactive; i++) {
+        flare_listener_t *l = app->active[i];
+        int port = atomic_load(&l->port);
+        int fd = flare__listen_socket(l->name, port, app->cfg.backlog, NULL);
+        if (fd < 0)
+            return fd;
+        w->lios[i] = (flare_listen_io_t){ { fd, 0, flare__worker_accept_cb }, w, l };
+    }
     int rc = flare__loop_init(&w->loop);
     if (rc != 0)
         return rc;
@@ -466,8 +474,10 @@ static int worker_setup(flare_worker_t *w, const char *listen_addr, int *port, b
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (w->reserve_fd < 0)
         return flare__fail(FLARE_ESYS, errno, "open /dev/null (descriptor reserve)");
-    if (flare__loop_add(&w->loop, &w->listen_io, FLARE_IO_READ) != 0)
-        return flare__fail(FLARE_ESYS, errno, "watching the listener");
+    for (unsigned i = 0; i < app->nactive; i++) {
+        if (flare__loop_add(&w->loop, &w->lios[i].io, FLARE_IO_READ) != 0)
+            return flare__fail(FLARE_ESYS, errno, "watching the listener");
+    }
     return 0;
 }
 
@@ -574,6 +584,119 @@ static int wait_for_stop(flare_app_t *app, int sfd)
     }
 }
 
+/* This run's listeners: the run's own address first (when given), then
+ * those added with flare_app_listen; each probed, so a bad address or a
+ * taken port fails before any thread starts, and port 0 becomes the port
+ * every worker binds. */
+static int listeners_begin(flare_app_t *app, const char *listen_addr)
+{
+    app->active = calloc(app->nlisteners + 1, sizeof(*app->active));
+    if (app->active == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory");
+    app->nactive = 0;
+    if (listen_addr != NULL) {
+        app->run_listener.name = listen_addr;
+        app->run_listener.tls = NULL;
+        app->active[app->nactive++] = &app->run_listener;
+        atomic_store(&app->run_addr_used, true);
+    }
+    for (unsigned i = 0; i < app->nlisteners; i++)
+        app->active[app->nactive++] = &app->listeners[i];
+    if (app->nactive == 0)
+        return flare__fail(FLARE_EADDR, 0,
+                           "flare_app_run: no listen address (pass one, or call flare_app_listen)");
+    for (unsigned i = 0; i < app->nactive; i++) {
+        int port = -1;
+        int rc = flare__listen_probe(app->active[i]->name, &port);
+        if (rc != 0)
+            return rc;
+        atomic_store(&app->active[i]->port, port);
+    }
+    return 0;
+}
+
+static void listeners_end(flare_app_t *app)
+{
+    for (unsigned i = 0; i < app->nactive; i++)
+        atomic_store(&app->active[i]->port, 0);
+    atomic_store(&app->run_addr_used, false);
+    app->run_listener.name = NULL;
+    free(app->active);
+    app->active = NULL;
+    app->nactive = 0;
+}
+
+int flare_app_listen(flare_app_t *app, const char *addr, const flare_tls_config_t *tls)
+{
+    if (app == NULL || addr == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_app_listen: %s is NULL",
+                           app == NULL ? "app" : "addr");
+    if (atomic_load(&app->running))
+        return flare__fail(FLARE_ESTATE, 0, "flare_app_listen: the app is running");
+    int port;
+    int rc = flare__listen_addr_check(addr, &port);
+    if (rc != 0)
+        return rc;
+    flare_listener_t *v = realloc(app->listeners, (app->nlisteners + 1) * sizeof(*v));
+    if (v == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_app_listen: out of memory");
+    app->listeners = v;
+    flare_listener_t *l = &v[app->nlisteners];
+    memset(l, 0, sizeof(*l));
+    l->addr = strdup(addr);
+    if (l->addr == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_app_listen: out of memory");
+    l->name = l->addr;
+    if (tls != NULL && (rc = flare__tls_new(&l->tls, tls)) != 0) {
+        free(l->addr);
+        return rc;
+    }
+    app->nlisteners++;
+    return 0;
+}
+
+int flare_app_listener_port(const flare_app_t *app, unsigned i)
+{
+    if (app == NULL)
+        return 0;
+    if (atomic_load(&((flare_app_t *)app)->run_addr_used)) {
+        if (i == 0)
+            return atomic_load(&((flare_app_t *)app)->run_listener.port);
+        i--;
+    }
+    return i < app->nlisteners ? atomic_load(&app->listeners[i].port) : 0;
+}
+
+int flare_app_tls_reload(flare_app_t *app)
+{
+    if (app == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_app_tls_reload: app is NULL");
+    int rc = 0;
+    for (unsigned i = 0; i < app->nlisteners && rc == 0; i++) {
+        if (app->listeners[i].tls != NULL)
+            rc = flare__tls_reload(app->listeners[i].tls);
+    }
+    return rc;
+}
+
+int flare_app_tls_stats(flare_app_t *app, flare_tls_stats_t *out)
+{
+    if (app == NULL || out == NULL)
+        return FLARE_EINVAL;
+    memset(out, 0, sizeof(*out));
+    /* the worker array lives until flare_app_free once made */
+    for (unsigned i = 0; app->workers != NULL && i < app->nworkers; i++) {
+        const flare_tls_counters_t *c = &app->workers[i].tls_counters;
+        out->handshakes += atomic_load_explicit(&c->handshakes, memory_order_relaxed);
+        out->resumed += atomic_load_explicit(&c->resumed, memory_order_relaxed);
+        out->handshake_errors += atomic_load_explicit(&c->handshake_errors, memory_order_relaxed);
+        out->handshake_timeouts +=
+            atomic_load_explicit(&c->handshake_timeouts, memory_order_relaxed);
+        out->plaintext_http += atomic_load_explicit(&c->plaintext_http, memory_order_relaxed);
+    }
+    return 0;
+}
+
 int flare_app_run(flare_app_t *app, const char *listen_addr)
 {
     if (app == NULL)
@@ -592,18 +715,17 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     if (rc != 0)
         goto out;
     /* listeners first: a bad address or a taken port fails before threads */
-    int port = -1;
-    rc = flare__listen_probe(listen_addr, &port);
+    rc = listeners_begin(app, listen_addr);
     if (rc != 0)
         goto out;
     for (unsigned i = 0; i < app->nworkers; i++) {
         bool ok = false;
-        rc = worker_setup(&app->workers[i], listen_addr, &port, &ok);
+        rc = worker_setup(&app->workers[i], &ok);
         inited += ok;
         if (rc != 0)
             goto out;
     }
-    atomic_store(&app->port, port);
+    atomic_store(&app->port, atomic_load(&app->active[0]->port));
     rc = signals_take(app, &rs);
     if (rc != 0)
         goto out;
@@ -638,6 +760,7 @@ out:
         for (unsigned i = 0; i < app->nworkers; i++)
             worker_dispose(&app->workers[i], i < inited);
     }
+    listeners_end(app);
     /* a stop that arrived during this run does not carry to the next */
     uint64_t v;
     while (read(app->stop_fd, &v, sizeof(v)) > 0) {
@@ -683,6 +806,12 @@ void flare_app_free(flare_app_t *app)
         app->ws_free(app);
     flare__router_free(app->router);
     flare__chains_free(app);
+    for (unsigned i = 0; i < app->nlisteners; i++) {
+        free(app->listeners[i].addr);
+        if (app->listeners[i].tls != NULL)
+            flare__tls_free(app->listeners[i].tls);
+    }
+    free(app->listeners);
     for (size_t i = 0; i < app->nroutes; i++)
         free(app->routes[i]);
     free(app->routes);

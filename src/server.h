@@ -17,17 +17,20 @@
 #include "flare/flare.h"
 #include "http1/parser.h"
 #include "loop/loop.h"
+#include "net/listen.h"
+#include "net/stream.h"
+#include "net/tls.h"
 #include "router/router.h"
 
 typedef struct flare_conn flare_conn_t;
 
-/* Protocol switch (101): the new owner of the socket. Called on the worker
- * once the 101 response is flushed; `pending` holds bytes the client sent
- * after the upgrade request (valid during the call only). The callee owns fd
- * from then on (and must close it). Called with fd -1 instead when the
- * connection closes before the 101 is out. */
-typedef void (*flare_upgrade_fn)(flare_worker_t *w, int fd, const char *pending, size_t npending,
-                                 void *ud);
+/* Protocol switch (101): the new owner of the connection. Called on the
+ * worker once the 101 response is flushed, with the connection's stream:
+ * the callee moves it into its own (flare__stream_move: the socket, the
+ * transport and the bytes the client sent after the upgrade request go
+ * along) during the call. Called with s NULL instead when the connection
+ * closes before the 101 is out. */
+typedef void (*flare_upgrade_fn)(flare_worker_t *w, flare_stream_t *s, void *ud);
 typedef struct flare_route flare_route_t;
 
 /* A middleware as the request path sees it: hooks + the slot of its
@@ -90,6 +93,12 @@ struct flare_app {
     struct flare_group *groups;
     struct flare_worker *workers; /* made by the first run, freed with the app */
     unsigned nworkers;
+    flare_listener_t *listeners; /* added by flare_app_listen (owned) */
+    unsigned nlisteners;
+    flare_listener_t run_listener; /* the address flare_app_run was given */
+    _Atomic bool run_addr_used;    /* this run has it (listener 0) */
+    flare_listener_t **active;     /* this run's listeners, run_listener first if used */
+    unsigned nactive;
     _Atomic int port;     /* 0 until the listeners of the current run are bound */
     _Atomic bool running; /* flare_app_run is between its start and its return */
     /* Other threads reach the workers only through flare__app_enter/leave:
@@ -114,35 +123,28 @@ struct flare_app {
     unsigned nmw;
 };
 
-/* Buffer pool entry: a free read/write buffer of `cap` bytes. */
-typedef struct flare_pool_buf {
-    struct flare_pool_buf *next;
-} flare_pool_buf_t;
-
-#define FLARE_CONN_BUF 16384
-
 struct flare_worker {
     /* set once, when the app first runs, and kept until flare_app_free: a
      * worker pointer held by another thread stays readable (its calls
      * then fail with FLARE_ESTATE instead of touching freed memory) */
     flare_app_t *app;
     unsigned id;
-    flare_mw_stat_t *mw_stats; /* app->nmw entries, counted since the app was made */
+    flare_mw_stat_t *mw_stats;         /* app->nmw entries, counted since the app was made */
+    flare_tls_counters_t tls_counters; /* since the app was made */
     /* everything from here on is reset for each run */
     flare_loop_t loop;
     pthread_t thread;
     flare__timer_t sweep_timer;  /* timeouts, Date line, drain progress */
     flare__timer_t resume_timer; /* listener paused by the EMFILE guard */
     flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
-    flare_io_t listen_io;
-    int reserve_fd; /* EMFILE guard */
+    flare_listen_io_t *lios;     /* one socket per listener (app->nactive) */
+    int reserve_fd;              /* EMFILE guard */
     unsigned nconns;
     bool draining;
     uint64_t drain_deadline;
-    flare_conn_t *conns;    /* all live connections (sweep list) */
-    flare_conn_t *dead;     /* closed this iteration, freed after the batch */
-    flare_pool_buf_t *bufs; /* free FLARE_CONN_BUF-byte buffers */
-    unsigned nbufs;
+    flare_conn_t *conns;       /* all live connections (sweep list) */
+    flare_conn_t *dead;        /* closed this iteration, freed after the batch */
+    flare_bufpool_t pool;      /* free FLARE_CONN_BUF-byte buffers */
     struct flare_req *free_ex; /* recycled exchanges */
     /* exchanges whose connection closed while a handler still owed the
      * response (linked by next/oprev): the handler's late send frees one;
@@ -229,51 +231,32 @@ struct flare_req {
     uint64_t file_off, file_len;
 };
 
-/* Connection flags */
+/* Connection flags (the stream has its own: FLARE_S_*) */
 enum {
     C_CLOSING = 1u << 0,  /* close once the output is flushed */
-    C_RD_EOF = 1u << 1,   /* peer finished sending */
     C_IN_BATCH = 1u << 2, /* inside on_read processing: flush at the end */
-    C_LINGER = 1u << 3,   /* write side shut, draining input before close */
     C_DEAD = 1u << 4,
-    C_WANT_WRITE = 1u << 5,
     C_READ_PAUSED = 1u << 6,
     C_HAD_REQUEST = 1u << 7,
     C_LINE_SEEN = 1u << 8, /* the partial head has its request line */
     C_UPGRADE = 1u << 9,   /* 101 sent: hand the socket over once flushed */
 };
 
-/* Output that is not in wbuf: borrowed memory (fd -1: ptr, len) or a file
- * range (fd >= 0: len bytes from offset off, sent with sendfile). */
-typedef struct flare_outseg {
-    size_t at; /* offset in wbuf before which this segment goes */
-    const char *ptr;
-    size_t len;
-    flare_task_fn release;
-    void *ud;
-    int fd;
-    uint64_t off;
-} flare_outseg_t;
-
 struct flare_conn {
-    flare_io_t io;
+    flare_stream_t s; /* first: the loop hands us &s.io */
     uint32_t flags;
     uint32_t nqueue;
     flare_worker_t *w;
-    char *rbuf;
-    uint32_t rlen, rcap, rpos, scan;
-    flare_buf_t wbuf;                /* serialized responses not yet written */
-    size_t wsent;                    /* bytes of the whole output (wbuf + segs) already written */
+    uint32_t scan;                   /* head bytes already scanned for a line end */
     struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
     struct flare_req *recv;          /* exchange whose body is still arriving */
-    flare_outseg_t *segs;
-    uint32_t nsegs, capsegs;
-    flare_upgrade_fn upgrade_fn; /* C_UPGRADE: who takes the socket */
+    flare_upgrade_fn upgrade_fn;     /* C_UPGRADE: who takes the stream */
     void *upgrade_ud;
+    const struct flare_listener *listener;
     uint8_t peer[16]; /* client address (IPv4 in the first 4 bytes) */
     uint8_t peer_family;
-    uint64_t t_active; /* last progress (ms) */
-    uint64_t t_head;   /* first byte of the current head (ms) */
+    uint64_t t_head; /* first byte of the current head (ms) */
+    uint64_t t_open; /* accept (ms): the TLS handshake deadline counts from here */
     flare_conn_t *prev, *next;
 };
 
@@ -288,26 +271,16 @@ void flare__app_leave(flare_app_t *app);
  * naming the field and its bound. */
 int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
 
-/* net/ */
-void flare__listener_resume(void *ud); /* the resume_timer callback */
-int flare__listen_probe(const char *addr, int *port_out);
-int flare__listen_socket(const char *addr, int port_override, int backlog, int *port_out);
-void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
-
 /* http1/conn.c */
-void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa);
+struct flare_listener;
+void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
+                      const struct flare_listener *l);
 void flare__conn_close(flare_conn_t *c);
 void flare__conn_flush(flare_conn_t *c);
 void flare__conn_sweep(flare_worker_t *w);
 void flare__conn_free_dead(flare_worker_t *w);
 void flare__conn_drain(flare_worker_t *w);
 void flare__ex_complete(struct flare_req *ex);
-/* Appends an output segment at the end of c->wbuf (fd -1: memory, else a
- * file range). On failure (out of memory) release(ud) runs, the fd is
- * closed, and FLARE_ENOMEM is returned. */
-int flare__conn_add_seg(flare_conn_t *c, const flare_outseg_t *seg);
-/* A file range as the next output (takes fd: closed once sent or dropped). */
-int flare__conn_push_file(flare_conn_t *c, int fd, uint64_t off, uint64_t len);
 
 /* mw/chain.c */
 int flare__chain_run(struct flare_req *ex);
@@ -334,9 +307,7 @@ int flare__res_header_block(struct flare_req *ex, flare_str_t block);
 int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
                           uint64_t clen, bool chunked);
 
-/* worker buffers/exchanges */
-char *flare__worker_buf_get(flare_worker_t *w);
-void flare__worker_buf_put(flare_worker_t *w, char *buf);
+/* worker exchanges (the buffer pool is in net/stream.h) */
 struct flare_req *flare__ex_get(flare_worker_t *w);
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex);
 

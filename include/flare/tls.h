@@ -36,14 +36,14 @@ typedef struct flare_tls_cert {
 
 /* A zeroed field takes its default (in brackets). The strings are copied. */
 typedef struct flare_tls_config {
-    const char *cert_file; /* the default certificate: required */
-    const char *key_file;  /* required */
+    const char *cert_file;              /* the default certificate: required */
+    const char *key_file;               /* required */
     const flare_tls_cert_t *more_certs; /* more certificates, chosen by SNI */
     size_t nmore_certs;
-    const char *ciphers;      /* TLS 1.2 cipher list [ECDHE + AES-GCM / ChaCha20-Poly1305] */
-    const char *ciphersuites; /* TLS 1.3 suites [OpenSSL's default] */
-    const char *alpn;         /* ALPN protocols in preference order, comma-separated
-                                 ["http/1.1"]; a client offering none of them is refused */
+    const char *ciphers;           /* TLS 1.2 cipher list [ECDHE + AES-GCM / ChaCha20-Poly1305] */
+    const char *ciphersuites;      /* TLS 1.3 suites [OpenSSL's default] */
+    const char *alpn;              /* ALPN protocols in preference order, comma-separated
+                                      ["http/1.1"]; a client offering none of them is refused */
     unsigned handshake_timeout_ms; /* from accept to the end of the handshake [10 s] */
     unsigned ticket_rotate_s;      /* ticket keys rotate this often; the previous key
                                       still decrypts for one more period [3600 s] */
@@ -80,7 +80,7 @@ typedef struct flare_tls_stats {
     unsigned long long resumed;          /* of which resumed (ticket or cache) */
     unsigned long long handshake_errors; /* failed: bad input, refused, reset */
     unsigned long long handshake_timeouts;
-    unsigned long long plaintext_http;   /* plain HTTP requests answered with 400 */
+    unsigned long long plaintext_http; /* plain HTTP requests answered with 400 */
 } flare_tls_stats_t;
 FLARE_API int flare_app_tls_stats(flare_app_t *app, flare_tls_stats_t *out);
 

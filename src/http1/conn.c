@@ -7,7 +7,7 @@
  * - Responses go out in request order: exchanges sit in c->qhead..qtail; the
  *   head of the queue serializes straight into c->wbuf, later ones into their
  *   own ex->out until they become the head.
- * - When process() returns, no exchange holds a view into c->rbuf: one that
+ * - When process() returns, no exchange holds a view into c->s.rbuf: one that
  *   must outlive the batch (asynchronous handler, body spanning reads) copies
  *   its head into its arena first ("detach"). So the read buffer can be
  *   compacted or handed back to the worker's pool at any time outside
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "net/tls.h"
 #include "server.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
@@ -35,30 +36,7 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 static void process(flare_conn_t *c);
 static void queue_advance(flare_conn_t *c);
 
-/* ---- worker pools ---- */
-
-char *flare__worker_buf_get(flare_worker_t *w)
-{
-    flare_pool_buf_t *b = w->bufs;
-    if (b != NULL) {
-        w->bufs = b->next;
-        w->nbufs--;
-        return (char *)b;
-    }
-    return malloc(FLARE_CONN_BUF);
-}
-
-void flare__worker_buf_put(flare_worker_t *w, char *buf)
-{
-    if (w->nbufs >= 1024) {
-        free(buf);
-        return;
-    }
-    flare_pool_buf_t *b = (flare_pool_buf_t *)(void *)buf;
-    b->next = w->bufs;
-    w->bufs = b;
-    w->nbufs++;
-}
+/* ---- exchanges ---- */
 
 struct flare_req *flare__ex_get(flare_worker_t *w)
 {
@@ -139,7 +117,8 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
 
 /* ---- open / close ---- */
 
-void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa)
+void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
+                      const struct flare_listener *l)
 {
     flare_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -153,15 +132,25 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa)
         memcpy(c->peer, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
         c->peer_family = AF_INET6;
     }
-    c->io.fd = fd;
-    c->io.cb = conn_io_cb;
+    flare_transport_t *tr = NULL;
+    if (l != NULL && flare__unlikely(l->tls != NULL)) {
+        tr = flare__tls_accept(l->tls, fd, &w->tls_counters);
+        if (tr == NULL) {
+            close(fd);
+            free(c);
+            return;
+        }
+    }
     c->w = w;
-    if (flare__loop_add(&w->loop, &c->io, FLARE_IO_READ) != 0) {
+    c->listener = l;
+    if (flare__stream_open(&c->s, &w->pool, &w->loop, fd, tr, conn_io_cb) != 0) {
+        if (tr != NULL)
+            tr->ops->free(tr);
         close(fd);
         free(c);
         return;
     }
-    c->t_active = c->t_head = w->loop.now;
+    c->t_open = c->t_head = w->loop.now;
     c->next = w->conns;
     if (w->conns != NULL)
         w->conns->prev = c;
@@ -169,52 +158,18 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa)
     w->nconns++;
 }
 
-static void release_segs(flare_conn_t *c)
-{
-    for (uint32_t i = 0; i < c->nsegs; i++) {
-        if (c->segs[i].release != NULL)
-            c->segs[i].release(c->segs[i].ud);
-    }
-    c->nsegs = 0;
-}
-
-static inline void give_back_buffers(flare_conn_t *c)
-{
-    flare_worker_t *w = c->w;
-    if (c->rbuf != NULL && c->rpos == c->rlen) {
-        if (c->rcap == FLARE_CONN_BUF)
-            flare__worker_buf_put(w, c->rbuf);
-        else
-            free(c->rbuf);
-        c->rbuf = NULL;
-        c->rlen = c->rpos = c->rcap = 0;
-    }
-    if (c->wbuf.data != NULL && c->wbuf.len == 0 && c->nsegs == 0) {
-        if (c->wbuf.cap == FLARE_CONN_BUF)
-            flare__worker_buf_put(w, c->wbuf.data);
-        else
-            free(c->wbuf.data);
-        c->wbuf.data = NULL;
-        c->wbuf.cap = 0;
-    }
-}
-
-void flare__conn_close(flare_conn_t *c)
+static void conn_end(flare_conn_t *c, bool clean)
 {
     if (c->flags & C_DEAD)
         return;
     flare_worker_t *w = c->w;
     c->flags |= C_DEAD;
     if ((c->flags & C_UPGRADE) && c->upgrade_fn != NULL) {
-        /* the 101 never got out: the would-be owner learns it with fd -1 */
+        /* the 101 never got out: the would-be owner learns it with no stream */
         c->flags &= ~(uint32_t)C_UPGRADE;
-        c->upgrade_fn(w, -1, NULL, 0, c->upgrade_ud);
+        c->upgrade_fn(w, NULL, c->upgrade_ud);
     }
-    if (c->io.fd >= 0) {
-        flare__loop_del(&w->loop, &c->io);
-        close(c->io.fd);
-        c->io.fd = -1;
-    }
+    flare__stream_close(&c->s, clean);
 
     /* in-flight exchanges: finished ones are recycled, the others are
      * orphaned so a late send is a no-op that frees them */
@@ -239,12 +194,6 @@ void flare__conn_close(flare_conn_t *c)
     }
     c->qhead = c->qtail = c->recv = NULL;
     c->nqueue = 0;
-    release_segs(c);
-    c->wbuf.len = 0;
-    c->rpos = c->rlen;
-    give_back_buffers(c);
-    free(c->segs);
-    c->segs = NULL;
 
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -256,6 +205,19 @@ void flare__conn_close(flare_conn_t *c)
     c->next = w->dead;
     w->dead = c;
     w->loop.deferred = true;
+}
+
+/* Closes on an error or a timeout: no clean TLS end. */
+void flare__conn_close(flare_conn_t *c)
+{
+    conn_end(c, false);
+}
+
+/* The conversation is over (the peer's EOF, idle, drained): TLS says
+ * close_notify first. */
+static void conn_close_clean(flare_conn_t *c)
+{
+    conn_end(c, true);
 }
 
 void flare__conn_free_dead(flare_worker_t *w)
@@ -272,35 +234,24 @@ void flare__conn_free_dead(flare_worker_t *w)
  * until EOF or LINGER_MS (nginx's lingering_close). */
 static void start_linger(flare_conn_t *c)
 {
-    if (c->flags & C_RD_EOF) {
-        flare__conn_close(c);
+    if (c->s.sflags & FLARE_S_RD_EOF) {
+        conn_close_clean(c);
         return;
     }
-    shutdown(c->io.fd, SHUT_WR);
-    c->flags |= C_LINGER;
-    c->t_active = c->w->loop.now;
-    c->rpos = c->rlen;
-    give_back_buffers(c);
-    flare__loop_mod(&c->w->loop, &c->io, FLARE_IO_READ);
+    flare__stream_linger(&c->s);
 }
 
 /* ---- output ---- */
 
-/* The 101 is out: the socket and the bytes after the upgrade request go
- * to their new owner; this connection object ends without closing the fd. */
+/* The 101 is out: the stream (socket, transport, the bytes after the
+ * upgrade request) goes to its new owner; this connection object ends. */
 static void handoff(flare_conn_t *c)
 {
-    flare_worker_t *w = c->w;
-    int fd = c->io.fd;
-    flare__loop_del(&w->loop, &c->io);
-    c->io.fd = -1;
     flare_upgrade_fn fn = c->upgrade_fn;
     void *ud = c->upgrade_ud;
     c->flags &= ~(uint32_t)C_UPGRADE; /* handed over: closing c must not report a failure */
-    const char *pending = c->rbuf != NULL ? c->rbuf + c->rpos : NULL;
-    size_t npending = c->rbuf != NULL ? c->rlen - c->rpos : 0;
-    fn(w, fd, pending, npending, ud);
-    flare__conn_close(c);
+    fn(c->w, &c->s, ud);
+    flare__conn_close(c); /* the stream has moved: only the object is left to free */
 }
 
 /* All output is written. Returns true when reading resumed and the
@@ -317,206 +268,44 @@ static bool after_output(flare_conn_t *c)
         start_linger(c);
         return false;
     }
-    if (c->flags & C_RD_EOF) {
-        flare__conn_close(c);
+    if (c->s.sflags & FLARE_S_RD_EOF) {
+        conn_close_clean(c);
         return false;
     }
     if (c->flags & C_READ_PAUSED) {
         c->flags &= ~C_READ_PAUSED;
-        flare__loop_mod(&c->w->loop, &c->io, FLARE_IO_READ);
+        flare__stream_read_enable(&c->s, true);
         /* requests already buffered while paused: their responses are
          * flushed by the caller's loop (not here: no recursion) */
-        if (c->rpos < c->rlen) {
+        if (c->s.rpos < c->s.rlen) {
             process(c);
-            return !(c->flags & C_DEAD) && (c->wbuf.len > 0 || c->nsegs > 0);
+            return !(c->flags & C_DEAD) && flare__stream_has_output(&c->s);
         }
     }
     return false;
 }
 
-int flare__conn_add_seg(flare_conn_t *c, const flare_outseg_t *seg)
+static __attribute__((noinline)) void flush_more(flare_conn_t *c, int rc)
 {
-    if (c->nsegs == c->capsegs) {
-        uint32_t cap = c->capsegs != 0 ? c->capsegs * 2 : 4;
-        flare_outseg_t *s = realloc(c->segs, cap * sizeof(*s));
-        if (s == NULL) {
-            if (seg->release != NULL)
-                seg->release(seg->ud);
-            return FLARE_ENOMEM;
-        }
-        c->segs = s;
-        c->capsegs = cap;
-    }
-    c->segs[c->nsegs] = *seg;
-    c->segs[c->nsegs].at = c->wbuf.len;
-    c->nsegs++;
-    return 0;
-}
-
-/* Response bytes produced but not yet written (wbuf and segments). */
-static size_t unsent(const flare_conn_t *c)
-{
-    size_t all = c->wbuf.len;
-    for (uint32_t i = 0; i < c->nsegs; i++)
-        all += c->segs[i].len;
-    return all - c->wsent;
-}
-
-/* Sends what of file segment i is not yet written, starting `skip` bytes
- * into it. Returns bytes sent, or -errno. */
-static ssize_t send_file_seg(flare_conn_t *c, const flare_outseg_t *seg, size_t skip)
-{
-    off_t off = (off_t)(seg->off + skip);
-    size_t n = seg->len - skip;
-    if (n > (1u << 30))
-        n = 1u << 30;
-    ssize_t wr = sendfile(c->io.fd, seg->fd, &off, n);
-    if (wr < 0)
-        return -errno;
-    if (wr == 0)
-        return -EIO; /* the file shrank under us: the promised length cannot be kept */
-    return wr;
-}
-
-/* The general output path: borrowed segments, file ranges, partial writes,
- * and what follows the output (flare__conn_flush takes the common case). */
-static bool flush_once(flare_conn_t *c)
-{
-    while (c->wbuf.len > 0 || c->nsegs > 0) {
-        struct iovec iov[MAX_IOV];
-        int n = 0;
-        size_t skip = c->wsent, wpos = 0, total = 0;
-        const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
-        size_t file_skip = 0;
-        bool more = false; /* a file range follows the gathered bytes */
-        for (uint32_t i = 0; i <= c->nsegs && n < MAX_IOV; i++) {
-            size_t at = i < c->nsegs ? c->segs[i].at : c->wbuf.len;
-            /* wbuf bytes [wpos, at) */
-            size_t part = at - wpos;
-            if (skip >= part) {
-                skip -= part;
-            } else {
-                iov[n].iov_base = c->wbuf.data + wpos + skip;
-                iov[n].iov_len = part - skip;
-                total += part - skip;
-                n++;
-                skip = 0;
-            }
-            wpos = at;
-            if (i == c->nsegs || n == MAX_IOV)
-                break;
-            if (skip >= c->segs[i].len) {
-                skip -= c->segs[i].len;
-            } else if (c->segs[i].fd >= 0) {
-                /* gathered bytes go first (with MSG_MORE: the file follows);
-                 * the file range itself by sendfile on its own turn */
-                if (n == 0) {
-                    file = &c->segs[i];
-                    file_skip = skip;
-                } else {
-                    more = true;
-                }
-                break;
-            } else {
-                iov[n].iov_base = (char *)c->segs[i].ptr + skip;
-                iov[n].iov_len = c->segs[i].len - skip;
-                total += c->segs[i].len - skip;
-                n++;
-                skip = 0;
-            }
-        }
-        ssize_t wr;
-        if (file != NULL) {
-            total = file->len - file_skip;
-            wr = send_file_seg(c, file, file_skip);
-        } else if (more) {
-            struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-            wr = sendmsg(c->io.fd, &mh, MSG_MORE | MSG_NOSIGNAL);
-            if (wr < 0)
-                wr = -errno;
-        } else {
-            wr = n == 1 ? flare__write(c->io.fd, iov[0].iov_base, iov[0].iov_len)
-                        : flare__writev(c->io.fd, iov, n);
-        }
-        if (wr < 0) {
-            if (wr == -EINTR)
-                continue;
-            if (wr == -EAGAIN) {
-                if (!(c->flags & C_WANT_WRITE)) {
-                    c->flags |= C_WANT_WRITE;
-                    c->t_active = c->w->loop.now;
-                    uint32_t ev = FLARE_IO_WRITE |
-                                  (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ);
-                    flare__loop_mod(&c->w->loop, &c->io, ev);
-                }
-                return false;
-            }
+    for (;;) {
+        if (rc < 0) {
             flare__conn_close(c);
-            return false;
+            return;
         }
-        c->t_active = c->w->loop.now;
-        size_t all = c->wbuf.len;
-        for (uint32_t i = 0; i < c->nsegs; i++)
-            all += c->segs[i].len;
-        c->wsent += (size_t)wr;
-        if (c->wsent == all) {
-            c->wbuf.len = 0;
-            c->wsent = 0;
-            release_segs(c);
-            break;
-        }
-        if ((size_t)wr < total) {
-            /* short write: the socket is full; wait for FLARE_IO_WRITE */
-            if (!(c->flags & C_WANT_WRITE)) {
-                c->flags |= C_WANT_WRITE;
-                uint32_t ev =
-                    FLARE_IO_WRITE | (c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ);
-                flare__loop_mod(&c->w->loop, &c->io, ev);
-            }
-            return false;
-        }
+        if (rc == 0 || !after_output(c))
+            return;
+        rc = flare__stream_flush(&c->s);
     }
-    if (c->flags & C_WANT_WRITE) {
-        c->flags &= ~C_WANT_WRITE;
-        uint32_t ev = c->flags & (C_RD_EOF | C_READ_PAUSED) ? 0 : FLARE_IO_READ;
-        flare__loop_mod(&c->w->loop, &c->io, ev);
-    }
-    return after_output(c);
 }
 
 void flare__conn_flush(flare_conn_t *c)
 {
-    /* the common case, without a call: one buffer, nothing borrowed,
-     * nothing sent yet, and nothing to do once it is out */
-    if (flare__likely(
-            c->nsegs == 0 && c->wsent == 0 && c->wbuf.len > 0 &&
-            !(c->flags & (C_WANT_WRITE | C_CLOSING | C_RD_EOF | C_READ_PAUSED | C_UPGRADE)))) {
-        ssize_t wr = flare__write(c->io.fd, c->wbuf.data, c->wbuf.len);
-        if (flare__likely((size_t)wr == c->wbuf.len)) {
-            c->wbuf.len = 0;
-            c->t_active = c->w->loop.now;
-            return;
-        }
-        if (wr > 0) {
-            c->wsent = (size_t)wr; /* flush_once takes the rest */
-        } else if (wr != -EAGAIN && wr != -EINTR) {
-            flare__conn_close(c);
-            return;
-        }
-    }
-    while (flush_once(c)) {
-    }
-}
-
-static void close_file(void *ud)
-{
-    close((int)(intptr_t)ud);
-}
-
-int flare__conn_push_file(flare_conn_t *c, int fd, uint64_t off, uint64_t len)
-{
-    flare_outseg_t seg = { 0, NULL, (size_t)len, close_file, (void *)(intptr_t)fd, fd, off };
-    return flare__conn_add_seg(c, &seg);
+    int rc = flare__stream_flush(&c->s);
+    /* the common case: written, nothing to do once it is out */
+    if (flare__likely(rc > 0 && !(c->flags & (C_CLOSING | C_READ_PAUSED | C_UPGRADE)) &&
+                      !(c->s.sflags & FLARE_S_RD_EOF)))
+        return;
+    flush_more(c, rc);
 }
 
 /* ---- exchange queue ---- */
@@ -546,26 +335,33 @@ static void send_continue_later(flare_conn_t *c, struct flare_req *ex)
 
 /* Pops finished exchanges off the head of the queue; a new head moves its
  * privately buffered output into the connection buffer. */
+/* A new head of the queue: its privately buffered output joins the
+ * stream's. false when out of memory (the connection is closed). */
+static __attribute__((noinline)) bool adopt_out(flare_conn_t *c, struct flare_req *ex)
+{
+    if (flare__buf_append(flare__stream_wbuf(&c->s), ex->out.data, ex->out.len) != 0) {
+        flare__conn_close(c);
+        return false;
+    }
+    ex->out.len = 0;
+    /* a file body follows its head (which is never empty) */
+    if (flare__unlikely(ex->file_fd >= 0)) {
+        int fd = ex->file_fd;
+        ex->file_fd = -1; /* the pending-file cleanup has nothing left to close */
+        if (flare__stream_push_file(&c->s, fd, ex->file_off, ex->file_len) != 0) {
+            flare__conn_close(c);
+            return false;
+        }
+    }
+    return true;
+}
+
 static void queue_advance(flare_conn_t *c)
 {
     struct flare_req *ex;
     while ((ex = c->qhead) != NULL) {
-        if (ex->out.len > 0) {
-            if (flare__buf_append(&c->wbuf, ex->out.data, ex->out.len) != 0) {
-                flare__conn_close(c);
-                return;
-            }
-            ex->out.len = 0;
-            /* a file body follows its head (which is never empty) */
-            if (flare__unlikely(ex->file_fd >= 0)) {
-                int fd = ex->file_fd;
-                ex->file_fd = -1; /* the pending-file cleanup has nothing left to close */
-                if (flare__conn_push_file(c, fd, ex->file_off, ex->file_len) != 0) {
-                    flare__conn_close(c);
-                    return;
-                }
-            }
-        }
+        if (flare__unlikely(ex->out.len > 0) && !adopt_out(c, ex))
+            return;
         if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER)) {
             if (ex->flags & EX_NEED_CONTINUE)
                 send_continue_later(c, ex);
@@ -770,7 +566,8 @@ static void send_continue(flare_conn_t *c, struct flare_req *ex)
     ex->flags &= ~(uint32_t)EX_NEED_CONTINUE;
     if (c->recv != ex)
         return; /* the body arrived anyway */
-    if (flare__buf_append(&c->wbuf, continue_line, sizeof(continue_line) - 1) == 0 &&
+    if (flare__buf_append(flare__stream_wbuf(&c->s), continue_line, sizeof(continue_line) - 1) ==
+            0 &&
         !(c->flags & (C_IN_BATCH | C_DEAD)))
         flare__conn_flush(c);
 }
@@ -800,8 +597,8 @@ static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
 static bool recv_body(flare_conn_t *c)
 {
     struct flare_req *ex = c->recv;
-    const char *p = c->rbuf + c->rpos;
-    size_t avail = c->rlen - c->rpos;
+    const char *p = c->s.rbuf + c->s.rpos;
+    size_t avail = c->s.rlen - c->s.rpos;
     if (ex->head.chunked) {
         for (;;) {
             size_t used = 0;
@@ -812,7 +609,7 @@ static bool recv_body(flare_conn_t *c)
                                            &data, &st, &err);
             p += used;
             avail -= used;
-            c->rpos += (uint32_t)used;
+            c->s.rpos += (uint32_t)used;
             if (rc == FLARE_CHUNKED_DATA) {
                 if (flare__buf_append(&ex->bodybuf, data.ptr, data.len) != 0) {
                     c->recv = NULL;
@@ -836,7 +633,7 @@ static bool recv_body(flare_conn_t *c)
             framing_error(c, ex, 500, "out of memory");
             return false;
         }
-        c->rpos += (uint32_t)take;
+        c->s.rpos += (uint32_t)take;
         ex->body_need -= take;
         if (ex->body_need > 0)
             return false;
@@ -868,12 +665,12 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
             framing_error(c, ex, 413, "request body too large");
             return false;
         }
-        size_t avail = c->rlen - c->rpos;
+        size_t avail = c->s.rlen - c->s.rpos;
         if (cl <= 0 || avail >= (uint64_t)cl) {
             if (cl > 0) {
-                ex->body.ptr = c->rbuf + c->rpos;
+                ex->body.ptr = c->s.rbuf + c->s.rpos;
                 ex->body.len = (size_t)cl;
-                c->rpos += (uint32_t)cl;
+                c->s.rpos += (uint32_t)cl;
             }
             dispatch(c, ex);
             return true;
@@ -934,18 +731,17 @@ static void process(flare_conn_t *c)
                 break;
             continue;
         }
-        if (c->rpos == c->rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
+        if (c->s.rpos == c->s.rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
             break;
-        if (c->nqueue >= MAX_INFLIGHT ||
-            (c->nsegs == 0 ? c->wbuf.len - c->wsent : unsent(c)) > MAX_UNSENT) {
+        if (c->nqueue >= MAX_INFLIGHT || flare__stream_unsent(&c->s) > MAX_UNSENT) {
             /* a client that sends but does not read: stop reading until its
              * responses drain, instead of buffering them without bound */
             c->flags |= C_READ_PAUSED;
-            flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)FLARE_IO_READ);
+            flare__stream_read_enable(&c->s, false);
             break;
         }
-        const char *p = c->rbuf + c->rpos;
-        size_t len = c->rlen - c->rpos;
+        const char *p = c->s.rbuf + c->s.rpos;
+        size_t len = c->s.rlen - c->s.rpos;
         if (c->scan != 0 && !head_worth_parsing(c, p, len))
             break;
         struct flare_req *ex = flare__ex_get(w);
@@ -971,7 +767,7 @@ static void process(flare_conn_t *c)
         }
         ex->raw = p;
         ex->raw_len = (size_t)rc;
-        c->rpos += (uint32_t)rc;
+        c->s.rpos += (uint32_t)rc;
         c->scan = 0;
         c->flags &= ~C_LINE_SEEN;
         if (!ex->head.keep_alive || w->draining)
@@ -982,7 +778,7 @@ static void process(flare_conn_t *c)
             c->flags |= C_CLOSING; /* no request after this one is read */
         if (!done)
             continue; /* c->recv set, or closing: the loop condition decides */
-        if (c->rpos < c->rlen)
+        if (c->s.rpos < c->s.rlen)
             c->t_head = w->loop.now;
     }
     c->flags &= ~C_IN_BATCH;
@@ -1009,95 +805,54 @@ static void drop_recv(flare_conn_t *c)
 static void on_readable(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
-    if (c->flags & C_LINGER) {
-        char tmp[4096];
-        ssize_t n = read(c->io.fd, tmp, sizeof(tmp));
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+    flare_stream_t *s = &c->s;
+    if (flare__unlikely(s->sflags & FLARE_S_LINGER)) {
+        if (flare__stream_linger_read(s))
             flare__conn_close(c);
         return;
     }
-    if (c->rbuf == NULL) {
-        c->rbuf = flare__worker_buf_get(w);
-        if (c->rbuf == NULL) {
-            flare__conn_close(c);
-            return;
-        }
-        c->rcap = FLARE_CONN_BUF;
-        c->rlen = c->rpos = 0;
-    }
-    if (c->rpos == c->rlen) {
-        c->rpos = c->rlen = 0;
-        c->scan = 0;
-        c->flags &= ~C_LINE_SEEN;
-        c->t_head = w->loop.now;
-    } else if (c->rlen == c->rcap) {
-        if (c->rpos > 0) {
-            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-            c->rlen -= c->rpos;
-            c->rpos = 0;
-        } else {
-            /* a head larger than the buffer: grow up to the head limit; the
-             * parser reports 431/414 past it */
-            size_t cap = (size_t)c->rcap * 2;
-            size_t limit = w->app->limits.max_head + 4096;
-            if (cap > limit)
-                cap = limit;
-            if (cap <= c->rcap) {
-                flare__conn_close(c);
-                return;
-            }
-            char *nb = malloc(cap);
-            if (nb == NULL) {
-                flare__conn_close(c);
-                return;
-            }
-            memcpy(nb, c->rbuf, c->rlen);
-            if (c->rcap == FLARE_CONN_BUF)
-                flare__worker_buf_put(w, c->rbuf);
-            else
-                free(c->rbuf);
-            c->rbuf = nb;
-            c->rcap = (uint32_t)cap;
-        }
-    }
-    ssize_t n;
     do {
-        n = flare__read(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen);
-    } while (n == -EINTR);
-    if (n < 0) {
-        if (n != -EAGAIN)
-            flare__conn_close(c);
-        else
-            give_back_buffers(c);
-        return;
-    }
-    if (n == 0) {
-        c->flags |= C_RD_EOF;
-        if (c->recv != NULL)
-            drop_recv(c);  /* its body can never complete */
-        c->rpos = c->rlen; /* nor can a partial head */
-        if (c->qhead == NULL && c->wbuf.len == 0 && c->nsegs == 0) {
-            flare__conn_close(c);
+        if (s->rpos == s->rlen) {
+            c->scan = 0;
+            c->flags &= ~C_LINE_SEEN;
+            c->t_head = w->loop.now;
+        }
+        /* a head larger than the buffer grows it up to the head limit; the
+         * parser reports 431/414 past it */
+        ssize_t n = flare__stream_read(s, w->app->limits.max_head + 4096);
+        if (n < 0) {
+            if (n != -EAGAIN)
+                flare__conn_close(c);
+            else if (!(c->flags & C_DEAD))
+                flare__stream_idle(s);
             return;
         }
-        flare__loop_mod(&w->loop, &c->io, c->io.events & ~(uint32_t)FLARE_IO_READ);
-        give_back_buffers(c);
-        return;
-    }
-    c->rlen += (uint32_t)n;
-    c->t_active = w->loop.now;
-    process(c);
-    if (c->flags & C_DEAD)
-        return;
-    if (c->rpos > 0 && c->rpos < c->rlen && c->recv == NULL) {
-        /* a partial head: move it to the front so the buffer has room */
-        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-        c->rlen -= c->rpos;
-        c->rpos = 0;
-    }
+        if (n == 0) {
+            if (c->recv != NULL)
+                drop_recv(c);  /* its body can never complete */
+            s->rpos = s->rlen; /* nor can a partial head */
+            if (c->qhead == NULL && !flare__stream_has_output(s)) {
+                conn_close_clean(c);
+                return;
+            }
+            flare__stream_idle(s);
+            return;
+        }
+        process(c);
+        if (c->flags & C_DEAD)
+            return;
+        if (s->rpos > 0 && s->rpos < s->rlen && c->recv == NULL) {
+            /* a partial head: move it to the front so the buffer has room */
+            memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
+            s->rlen -= s->rpos;
+            s->rpos = 0;
+        }
+        /* TLS: records OpenSSL already holds are not seen by the poller */
+    } while (flare__unlikely(flare__stream_has_pending(s)) && !(c->flags & C_READ_PAUSED) &&
+             s->rlen < s->rcap);
     flare__conn_flush(c);
     if (!(c->flags & C_DEAD))
-        give_back_buffers(c);
+        flare__stream_idle(s);
 }
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
@@ -1106,6 +861,7 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     flare_conn_t *c = (flare_conn_t *)io; /* io is the first member */
     if (c->flags & C_DEAD)
         return;
+    events = flare__stream_ready(&c->s, events);
     if ((events & FLARE_IO_ERR) && !(events & FLARE_IO_READ)) {
         flare__conn_close(c);
         return;
@@ -1116,7 +872,7 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
             return;
     }
     if (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)) {
-        if ((c->flags & C_RD_EOF) && !(c->flags & C_LINGER)) {
+        if ((c->s.sflags & FLARE_S_RD_EOF) && !(c->s.sflags & FLARE_S_LINGER)) {
             if (events & (FLARE_IO_HUP | FLARE_IO_ERR))
                 flare__conn_close(c);
             return;
@@ -1140,7 +896,7 @@ static void timeout_error(flare_conn_t *c, int status, const char *msg)
         }
         enqueue(c, ex);
     }
-    c->rpos = c->rlen;
+    c->s.rpos = c->s.rlen;
     framing_error(c, ex, status, msg);
     if (!(c->flags & C_DEAD))
         flare__conn_flush(c);
@@ -1153,24 +909,32 @@ void flare__conn_sweep(flare_worker_t *w)
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
-        bool out_pending = c->wbuf.len > 0 || c->nsegs > 0;
-        if (c->flags & C_LINGER) {
-            if (now - c->t_active > LINGER_MS)
+        bool out_pending = flare__stream_has_output(&c->s);
+        uint64_t t_active = c->s.t_active;
+        if (c->s.sflags & FLARE_S_LINGER) {
+            if (now - t_active > LINGER_MS)
                 flare__conn_close(c);
-        } else if (out_pending && (c->flags & C_WANT_WRITE)) {
-            if (now - c->t_active > cfg->write_timeout_ms)
+        } else if (flare__unlikely(flare__stream_handshaking(&c->s))) {
+            /* counted from accept: a client trickling its hello gains nothing */
+            if (now - c->t_open > flare__tls_handshake_timeout(c->listener->tls)) {
+                atomic_fetch_add_explicit(&w->tls_counters.handshake_timeouts, 1,
+                                          memory_order_relaxed);
+                flare__conn_close(c);
+            }
+        } else if (out_pending && (c->s.sflags & FLARE_S_WANT_WRITE)) {
+            if (now - t_active > cfg->write_timeout_ms)
                 flare__conn_close(c);
         } else if (c->recv != NULL) {
-            if (now - c->t_active > cfg->body_timeout_ms)
+            if (now - t_active > cfg->body_timeout_ms)
                 timeout_error(c, 408, "request body timeout");
-        } else if (c->rpos < c->rlen && !(c->flags & C_READ_PAUSED)) {
+        } else if (c->s.rpos < c->s.rlen && !(c->flags & C_READ_PAUSED)) {
             if (now - c->t_head > cfg->header_timeout_ms)
                 timeout_error(c, 408, "request header timeout");
         } else if (c->qhead == NULL && !out_pending) {
             unsigned limit =
                 (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
-            if (w->draining || now - c->t_active > limit)
-                flare__conn_close(c);
+            if (w->draining || now - t_active > limit)
+                conn_close_clean(c);
         }
         if (w->draining && now >= w->drain_deadline && !(c->flags & C_DEAD))
             flare__conn_close(c);
@@ -1205,9 +969,9 @@ void flare__conn_drain(flare_worker_t *w)
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
-        if (c->qhead == NULL && c->recv == NULL && c->rpos == c->rlen && c->wbuf.len == 0 &&
-            c->nsegs == 0)
-            flare__conn_close(c);
+        if (c->qhead == NULL && c->recv == NULL && c->s.rpos == c->s.rlen &&
+            !flare__stream_has_output(&c->s))
+            conn_close_clean(c);
         else {
             c->flags |= C_CLOSING;
             mark_last_close(c);

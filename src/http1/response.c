@@ -58,15 +58,7 @@ static inline flare_buf_t *out_buf(struct flare_req *ex)
     flare_conn_t *c = ex->conn;
     if (c->qhead != ex)
         return &ex->out;
-    if (c->wbuf.data == NULL) {
-        char *b = flare__worker_buf_get(c->w);
-        if (b != NULL) {
-            c->wbuf.data = b;
-            c->wbuf.cap = FLARE_CONN_BUF;
-            c->wbuf.len = 0;
-        }
-    }
-    return &c->wbuf;
+    return flare__stream_wbuf(&c->s);
 }
 
 #define PUT(p, lit)                          \
@@ -257,11 +249,11 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
         goto nomem;
     if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && body.len > 0) {
         flare_conn_t *c = ex->conn;
-        if (release != NULL && out == &c->wbuf && body.len >= 4096) {
+        if (release != NULL && out == &c->s.wbuf && body.len >= 4096) {
             /* borrowed: goes out by reference in the same writev */
             flare_outseg_t seg = { out->len, body.ptr, body.len, release, ud, -1, 0 };
             release = NULL;
-            if (flare__conn_add_seg(c, &seg) != 0)
+            if (flare__stream_add_seg(&c->s, &seg) != 0)
                 goto nomem;
         } else if (flare__buf_append(out, body.ptr, body.len) != 0) {
             goto nomem;
@@ -341,10 +333,10 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
                 goto out;
             }
             out->len += (size_t)len;
-        } else if (out == &c->wbuf) {
+        } else if (out == &c->s.wbuf) {
             int f = fd;
             fd = -1;
-            if (flare__conn_push_file(c, f, off, len) != 0) {
+            if (flare__stream_push_file(&c->s, f, off, len) != 0) {
                 out->len = mark;
                 return FLARE_ENOMEM;
             }

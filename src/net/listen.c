@@ -68,6 +68,17 @@ static int bad_addr(const char *addr)
                        addr != NULL ? addr : "(null)");
 }
 
+int flare__listen_addr_check(const char *addr, int *port_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (parse_addr(addr, -1, &ss, &sl) != 0)
+        return bad_addr(addr);
+    *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    return 0;
+}
+
 static void bound_port(int fd, int *port_out)
 {
     struct sockaddr_storage got;
@@ -137,37 +148,45 @@ int flare__listen_socket(const char *addr, int port_override, int backlog, int *
 /* Out of descriptors: the pending connection would make the poller report the
  * listener readable forever. Spend the reserve descriptor to accept and
  * close it, then take the reserve back (the classic EMFILE guard). */
+static void listeners_watch(flare_worker_t *w, uint32_t events)
+{
+    for (unsigned i = 0; i < w->app->nactive; i++) {
+        if (w->lios[i].io.fd >= 0 && flare__loop_mod(&w->loop, &w->lios[i].io, events) != 0)
+            flare__timer_start(&w->loop, &w->resume_timer, 100); /* try again, never give up */
+    }
+}
+
 void flare__listener_resume(void *ud)
 {
     flare_worker_t *w = ud;
-    if (w->listen_io.fd >= 0 && !w->draining &&
-        flare__loop_mod(&w->loop, &w->listen_io, FLARE_IO_READ) != 0)
-        flare__timer_start(&w->loop, &w->resume_timer, 100); /* try again, never give up */
+    if (!w->draining && w->lios != NULL)
+        listeners_watch(w, FLARE_IO_READ);
 }
 
-static void emfile_guard(flare_worker_t *w)
+static void emfile_guard(flare_worker_t *w, int lfd)
 {
     if (w->reserve_fd >= 0) {
         close(w->reserve_fd);
         w->reserve_fd = -1;
     }
-    int fd = accept4(w->listen_io.fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0)
         close(fd);
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     /* Workers share the descriptor table: another one may take the freed
      * descriptor first, and more connections keep arriving. Rather than spin
-     * on a listener that cannot be served, stop watching it for 100 ms
+     * on listeners that cannot be served, stop watching them for 100 ms
      * (nginx does the same with accept_mutex_delay). */
-    if (flare__loop_mod(&w->loop, &w->listen_io, 0) == 0)
-        flare__timer_start(&w->loop, &w->resume_timer, 100);
+    listeners_watch(w, 0);
+    flare__timer_start(&w->loop, &w->resume_timer, 100);
 }
 
 void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     (void)l;
     (void)events;
-    flare_worker_t *w = (flare_worker_t *)((char *)io - offsetof(flare_worker_t, listen_io));
+    flare_listen_io_t *lio = (flare_listen_io_t *)(void *)io; /* io is the first member */
+    flare_worker_t *w = lio->w;
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
@@ -176,7 +195,7 @@ void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno == EMFILE || errno == ENFILE)
-                emfile_guard(w);
+                emfile_guard(w, io->fd);
             return;
         }
         if (w->nconns >= w->app->cfg.max_conns || w->draining) {
@@ -185,6 +204,6 @@ void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        flare__conn_open(w, fd, (const struct sockaddr *)&ss);
+        flare__conn_open(w, fd, (const struct sockaddr *)&ss, lio->l);
     }
 }

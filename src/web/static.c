@@ -716,8 +716,8 @@ static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, f
         bool use = true;
         if (c->ir.ptr != NULL) {
             /* an entity tag ("x" or W/"x"), else a date; "Wed, ..." is a date */
-            if (c->ir.len > 0 &&
-                (c->ir.ptr[0] == '"' || (c->ir.len > 1 && c->ir.ptr[0] == 'W' && c->ir.ptr[1] == '/')))
+            if (c->ir.len > 0 && (c->ir.ptr[0] == '"' ||
+                                  (c->ir.len > 1 && c->ir.ptr[0] == 'W' && c->ir.ptr[1] == '/')))
                 use = flare__etag_match(c->ir, fi->etag, true);
             else
                 use = flare_http_date_parse(c->ir, &when) && when == fi->mtime;

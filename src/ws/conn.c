@@ -109,15 +109,10 @@ void flare__ws_go_dead(flare_ws_t *ws)
         return;
     ws_worker_t *ww = ws->ww;
     flare_worker_t *w = ww->w;
-    if (ws->io.fd >= 0) {
-        flare__loop_del(&w->loop, &ws->io);
-        close(ws->io.fd);
-        ws->io.fd = -1;
-    }
-    ws->state = WS_DEAD;
-    flare__ws_queue_clear(ws);
     /* the read buffer stays until the reap: a callback that caused this may
      * still hold a payload view into it */
+    flare__stream_close_socket(&ws->s, ws->state == WS_LINGER);
+    ws->state = WS_DEAD;
     if (ws->flags & WF_COUNTED) {
         ws->flags &= ~(uint32_t)WF_COUNTED;
         w->nextra--;
@@ -148,9 +143,7 @@ static void release(flare_ws_t *ws)
     if (ws->next != NULL)
         ws->next->prev = ws->prev;
     ww->nconns--;
-    flare__ws_queue_clear(ws);
-    if (ws->rbuf != NULL)
-        flare__worker_buf_put(ww->w, ws->rbuf);
+    flare__stream_close(&ws->s, false);
     flare__buf_free(&ws->msg);
     flare__buf_free(&ws->zin);
     if (ws->def != NULL) {
@@ -172,7 +165,7 @@ static void flush_dirty(ws_worker_t *ww)
         flare_ws_t *ws = ww->dirty;
         ww->dirty = ws->dirty_next;
         ws->flags &= ~(uint32_t)WF_DIRTY;
-        if (ws->io.fd >= 0 && !(ws->flags & WF_WANT_WRITE))
+        if ((ws->s.sflags & FLARE_S_ATTACHED) && !(ws->s.sflags & FLARE_S_WANT_WRITE))
             flare__ws_flush(ws);
     }
 }
@@ -205,8 +198,7 @@ flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route)
     flare_ws_t *ws = calloc(1, sizeof(*ws));
     if (ws == NULL)
         return NULL;
-    ws->io.fd = -1;
-    ws->io.cb = io_cb;
+    flare__stream_init_detached(&ws->s, &ww->w->pool, &ww->w->loop, io_cb);
     ws->ww = ww;
     ws->route = route;
     ws->state = WS_PENDING;
@@ -237,16 +229,17 @@ void flare__ws_free_pending(flare_ws_t *ws)
     release(ws);
 }
 
-static void feed(flare_ws_t *ws, const char *p, size_t n);
+static void process(flare_ws_t *ws);
 
-void flare__ws_handoff(flare_worker_t *w, int fd, const char *pending, size_t npending, void *ud)
+void flare__ws_handoff(flare_worker_t *w, flare_stream_t *s, void *ud)
 {
     flare_ws_t *ws = ud;
-    if (ws->state != WS_PENDING) {
-        close(fd);
+    if (ws->state != WS_PENDING)
+        return; /* the HTTP connection closes its stream */
+    if (s == NULL || flare__stream_move(&ws->s, s) != 0) {
+        flare__ws_go_dead(ws); /* the client left before the 101 was out */
         return;
     }
-    ws->io.fd = fd;
     ws->state = WS_OPEN;
     ws->flags |= WF_COUNTED;
     w->nextra++;
@@ -255,14 +248,17 @@ void flare__ws_handoff(flare_worker_t *w, int fd, const char *pending, size_t np
         ws->deadline = ws->route->cfg.close_timeout_ms != 0
                            ? w->loop.now + ws->route->cfg.close_timeout_ms
                            : 0;
-    if (flare__loop_add(&w->loop, &ws->io, FLARE_IO_READ) != 0) {
-        flare__ws_go_dead(ws);
-        return;
-    }
-    if (ws->ohead != NULL)
+    if (flare__stream_has_output(&ws->s))
         flare__ws_flush(ws); /* what on_open sent (and broadcasts since) */
-    if (npending > 0 && ws->state == WS_OPEN)
-        feed(ws, pending, npending);
+    /* bytes the client sent after the upgrade request came along */
+    flare_stream_t *st = &ws->s;
+    if (st->rbuf != NULL && st->rpos > 0) {
+        memmove(st->rbuf, st->rbuf + st->rpos, st->rlen - st->rpos);
+        st->rlen -= st->rpos;
+        st->rpos = 0;
+    }
+    if (st->rlen > 0 && ws->state == WS_OPEN)
+        process(ws);
     if (w->draining && ws->state == WS_OPEN)
         flare_ws_close(ws, FLARE_WS_CLOSE_GOING_AWAY, FLARE_STR("server shutting down"));
 }
@@ -274,11 +270,12 @@ static int after_send(flare_ws_t *ws, int rc)
     if (rc != 0)
         return rc;
     const flare_ws_config_t *c = &ws->route->cfg;
-    if (ws->queued > c->write_limit) {
+    size_t queued = flare__stream_unsent(&ws->s);
+    if (queued > c->write_limit) {
         flare__ws_go_dead(ws); /* a consumer that does not read is dropped, not buffered */
         return FLARE_ETOOBIG;
     }
-    if (ws->queued > c->write_high_water) {
+    if (queued > c->write_high_water) {
         ws->flags |= WF_BACKPRESSED;
         return FLARE_WS_BACKPRESSURE;
     }
@@ -361,7 +358,8 @@ int flare__ws_send_shared(flare_ws_t *ws, ws_shared_t *plain, ws_shared_t *packe
     }
     ws->flags = (ws->flags & ~(uint32_t)WF_BATCH) | batch;
     ws_worker_t *ww = ws->ww;
-    if (ws->ohead != NULL && ws->io.fd >= 0 && !(ws->flags & (WF_DIRTY | WF_WANT_WRITE))) {
+    if (flare__stream_has_output(&ws->s) && (ws->s.sflags & FLARE_S_ATTACHED) &&
+        !(ws->flags & WF_DIRTY) && !(ws->s.sflags & FLARE_S_WANT_WRITE)) {
         ws->flags |= WF_DIRTY;
         ws->dirty_next = ww->dirty;
         ww->dirty = ws;
@@ -539,9 +537,10 @@ static void process(flare_ws_t *ws)
 {
     size_t pos = 0;
     ws->flags |= WF_BATCH;
-    while (pos < ws->rlen && ws->state == WS_OPEN && !(ws->flags & (WF_CLOSE_RECV | WF_FAILED))) {
+    flare_stream_t *s = &ws->s;
+    while (pos < s->rlen && ws->state == WS_OPEN && !(ws->flags & (WF_CLOSE_RECV | WF_FAILED))) {
         flare_ws_event_t ev;
-        int rc = flare__ws_parse(&ws->parser, (uint8_t *)ws->rbuf + pos, ws->rlen - pos, &ev);
+        int rc = flare__ws_parse(&ws->parser, (uint8_t *)s->rbuf + pos, s->rlen - pos, &ev);
         if (rc == FLARE_PARSE_PARTIAL)
             break;
         if (rc == FLARE_PARSE_ERROR) {
@@ -558,73 +557,38 @@ static void process(flare_ws_t *ws)
     if (ws->state == WS_DEAD)
         return;
     if (ws->flags & (WF_CLOSE_RECV | WF_FAILED))
-        pos = ws->rlen; /* nothing after a close frame, or a failure, counts */
+        pos = s->rlen; /* nothing after a close frame, or a failure, counts */
     /* at most a header or a control frame (< 140 bytes) is left */
-    if (pos < ws->rlen)
-        memmove(ws->rbuf, ws->rbuf + pos, ws->rlen - pos);
-    ws->rlen -= (uint32_t)pos;
-    if (ws->rlen == 0 && ws->rbuf != NULL) {
-        flare__worker_buf_put(ws->ww->w, ws->rbuf);
-        ws->rbuf = NULL;
-    }
-    if (ws->io.fd >= 0 && !(ws->flags & WF_WANT_WRITE))
+    if (pos < s->rlen)
+        memmove(s->rbuf, s->rbuf + pos, s->rlen - pos);
+    s->rlen -= (uint32_t)pos;
+    s->rpos = 0;
+    flare__stream_idle(s);
+    if ((s->sflags & FLARE_S_ATTACHED) && !(s->sflags & FLARE_S_WANT_WRITE))
         flare__ws_flush(ws);
-}
-
-/* Bytes the HTTP layer read after the upgrade request. */
-static void feed(flare_ws_t *ws, const char *p, size_t n)
-{
-    while (n > 0 && ws->state == WS_OPEN && !(ws->flags & (WF_CLOSE_RECV | WF_FAILED))) {
-        if (ws->rbuf == NULL) {
-            ws->rbuf = flare__worker_buf_get(ws->ww->w);
-            if (ws->rbuf == NULL) {
-                flare__ws_go_dead(ws);
-                return;
-            }
-        }
-        size_t take = FLARE_CONN_BUF - ws->rlen;
-        if (take > n)
-            take = n;
-        memcpy(ws->rbuf + ws->rlen, p, take);
-        ws->rlen += (uint32_t)take;
-        p += take;
-        n -= take;
-        process(ws);
-    }
 }
 
 static void on_readable(flare_ws_t *ws)
 {
+    flare_stream_t *s = &ws->s;
     if (ws->state == WS_LINGER || (ws->flags & (WF_CLOSE_RECV | WF_FAILED))) {
         /* only waiting for EOF: read and drop */
-        char sink[4096];
-        ssize_t r;
-        do {
-            r = flare__read(ws->io.fd, sink, sizeof(sink));
-        } while (r == -EINTR);
-        if (r == 0 || (r < 0 && r != -EAGAIN))
+        if (flare__stream_linger_read(s))
             flare__ws_go_dead(ws);
         return;
     }
-    if (ws->rbuf == NULL) {
-        ws->rbuf = flare__worker_buf_get(ws->ww->w);
-        if (ws->rbuf == NULL) {
-            flare__ws_go_dead(ws);
+    do {
+        ssize_t r = flare__stream_read(s, FLARE_CONN_BUF);
+        if (r == -EAGAIN)
+            return;
+        if (r <= 0) {
+            flare__ws_go_dead(ws); /* EOF or error without a close frame: 1006 */
             return;
         }
-    }
-    ssize_t r;
-    do {
-        r = flare__read(ws->io.fd, ws->rbuf + ws->rlen, FLARE_CONN_BUF - ws->rlen);
-    } while (r == -EINTR);
-    if (r > 0) {
-        ws->rlen += (uint32_t)r;
         process(ws);
-        return;
-    }
-    if (r == -EAGAIN)
-        return;
-    flare__ws_go_dead(ws); /* EOF or error without a close frame: 1006 */
+        /* TLS: records OpenSSL already holds are not seen by the poller */
+    } while (flare__unlikely(flare__stream_has_pending(s)) && ws->state == WS_OPEN &&
+             !(ws->flags & (WF_CLOSE_RECV | WF_FAILED)));
 }
 
 static void io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
@@ -633,12 +597,13 @@ static void io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     flare_ws_t *ws = (flare_ws_t *)(void *)io;
     if (ws->state == WS_DEAD)
         return;
+    events = flare__stream_ready(&ws->s, events);
     if (events & FLARE_IO_WRITE)
         flare__ws_flush(ws);
     if (ws->state != WS_DEAD && (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)))
         on_readable(ws);
     if (ws->state == WS_OPEN && (ws->flags & WF_BACKPRESSED) &&
-        ws->queued <= ws->route->cfg.write_high_water / 2) {
+        flare__stream_unsent(&ws->s) <= ws->route->cfg.write_high_water / 2) {
         ws->flags &= ~(uint32_t)WF_BACKPRESSED;
         if (ws->route->cfg.on_drain != NULL && !(ws->flags & WF_CLOSE_SENT))
             ws->route->cfg.on_drain(ws);
@@ -674,7 +639,7 @@ static void sweep_one(flare_ws_t *ws, uint64_t now)
             flare__ws_go_dead(ws); /* no close reply */
             break;
         }
-        if (ws->ohead != NULL && c->write_timeout_ms != 0 &&
+        if (flare__stream_has_output(&ws->s) && c->write_timeout_ms != 0 &&
             now - ws->t_progress >= c->write_timeout_ms) {
             flare__ws_go_dead(ws); /* the peer stopped reading */
             break;
@@ -733,11 +698,6 @@ void flare__ws_dispose(flare_worker_t *w)
         flare__ws_go_dead(ws);
     reap_all(ww);
     flare__ws_hub_dispose(ww);
-    while (ww->free_nodes != NULL) {
-        ws_out_t *o = ww->free_nodes;
-        ww->free_nodes = o->next;
-        free(o);
-    }
     for (size_t i = 0; i < FLARE__ARRAY_SIZE(ww->sdef); i++) {
         if (ww->sdef[i] != NULL) {
             deflateEnd(ww->sdef[i]);
@@ -809,7 +769,7 @@ int flare_ws_close(flare_ws_t *ws, int code, flare_str_t reason)
 
 size_t flare_ws_buffered(const flare_ws_t *ws)
 {
-    return ws->queued;
+    return flare__stream_unsent(&ws->s);
 }
 
 void flare_ws_set_data(flare_ws_t *ws, void *data)

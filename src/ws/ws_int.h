@@ -56,18 +56,6 @@ ws_shared_t *flare__ws_shared_new(uint8_t opcode, bool rsv1, const void *payload
 void flare__ws_shared_ref(ws_shared_t *s);
 void flare__ws_shared_unref(ws_shared_t *s);
 
-/* One entry of a connection's output queue: bytes still to write are
- * base[pos..len), base being `data` (own bytes, appended up to cap) or the
- * shared frame's bytes. Own chunks of FLARE_CONN_BUF come from the worker's
- * buffer pool, so a warm worker queues without malloc. */
-typedef struct ws_out {
-    struct ws_out *next;
-    ws_shared_t *shared;
-    size_t pos, len, cap;
-    bool pooled; /* an FLARE_CONN_BUF pool buffer (else malloc'd) */
-    char data[];
-} ws_out_t;
-
 typedef struct ws_member ws_member_t;
 typedef struct ws_room ws_room_t;
 
@@ -84,8 +72,7 @@ enum {
     WF_CLOSE_SENT = 1u << 0,
     WF_CLOSE_RECV = 1u << 1,
     WF_FAILED = 1u << 2, /* protocol error: discard all further input */
-    WF_WANT_WRITE = 1u << 3,
-    WF_BATCH = 1u << 4, /* inside read processing: queue, flush at the end */
+    WF_BATCH = 1u << 4,  /* inside read processing: queue, flush at the end */
     WF_BACKPRESSED = 1u << 5,
     WF_OPENED = 1u << 6,      /* on_open accepted: on_close is owed */
     WF_PING_OUT = 1u << 7,    /* a heartbeat ping awaits its pong */
@@ -96,7 +83,7 @@ enum {
 };
 
 struct flare_ws {
-    flare_io_t io; /* first: the loop hands us &io */
+    flare_stream_t s; /* first: the loop hands us &s.io. Detached until the hand-off */
     uint8_t state;
     uint8_t msg_op;
     uint16_t close_code; /* what on_close will report */
@@ -108,17 +95,13 @@ struct flare_ws {
     flare_str_t protocol;
     flare_ws_parser_t parser;
 
-    /* input: a pool buffer while bytes are held, none when idle */
-    char *rbuf;
-    uint32_t rlen;
+    /* input: s.rbuf[0, s.rlen) (s.rpos stays 0), a pool buffer while bytes
+     * are held, none when idle */
     flare_buf_t msg; /* reassembly / inflate output; the close reason at the end */
     flare_buf_t zin; /* compressed bytes of a split message (shared inflater) */
     uint32_t msg_utf8;
     bool inflate_ended;
 
-    /* output */
-    ws_out_t *ohead, *otail;
-    size_t queued;
     uint64_t t_progress; /* last time output moved (or the queue was empty) */
 
     /* timers (ms, loop clock) */
@@ -156,8 +139,6 @@ struct ws_worker {
     /* embedded: arming them cannot fail (a lost re-arm would stop
      * heartbeats and timeouts for good); stopped in flare__ws_dispose */
     flare__timer_t sweep_timer, reap_timer, flush_timer;
-    ws_out_t *free_nodes; /* small queue entries for shared frames */
-    unsigned nfree_nodes;
     z_stream *sdef[16]; /* shared compressors by window bits (no context takeover) */
     int sdef_level[16];
     z_stream *sinf;      /* shared inflater (client_no_context_takeover) */
@@ -171,14 +152,13 @@ struct ws_worker {
 int flare__ws_emit(flare_ws_t *ws, const void *hdr, size_t hlen, const void *pl, size_t plen,
                    ws_shared_t *sh);
 void flare__ws_flush(flare_ws_t *ws);
-void flare__ws_queue_clear(flare_ws_t *ws);
 
 /* conn.c */
 void flare__ws_go_dead(flare_ws_t *ws); /* closes the socket; reaped after the batch */
 ws_worker_t *flare__ws_worker_get(flare_worker_t *w, ws_app_t *wapp);
 flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route);
 void flare__ws_free_pending(flare_ws_t *ws); /* refused in on_open: no on_close */
-void flare__ws_handoff(flare_worker_t *w, int fd, const char *pending, size_t npending, void *ud);
+void flare__ws_handoff(flare_worker_t *w, flare_stream_t *s, void *ud);
 void flare__ws_abort(flare_ws_t *ws, uint16_t code);
 int flare__ws_send_shared(flare_ws_t *ws, ws_shared_t *plain, ws_shared_t *packed);
 void flare__ws_drain(flare_worker_t *w);

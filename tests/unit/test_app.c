@@ -220,19 +220,22 @@ static int port;
 /* protocol switch: the new owner echoes what arrived after the request */
 static int upgrade_failed;
 
-static void upgraded(flare_worker_t *w, int fd, const char *pending, size_t n, void *ud)
+static void upgraded(flare_worker_t *w, flare_stream_t *s, void *ud)
 {
     (void)w;
     (void)ud;
-    if (fd < 0) { /* closed before the 101 went out */
+    if (s == NULL) { /* closed before the 101 went out */
         __atomic_add_fetch(&upgrade_failed, 1, __ATOMIC_SEQ_CST);
         return;
     }
+    /* the bytes after the request are still in the stream's read buffer;
+     * not moving the stream leaves it to be closed by the HTTP layer */
     char buf[64];
-    int len = snprintf(buf, sizeof(buf), "switched:%.*s", (int)n, pending != NULL ? pending : "");
-    ssize_t r = write(fd, buf, (size_t)len);
+    int n = (int)(s->rlen - s->rpos);
+    int len =
+        snprintf(buf, sizeof(buf), "switched:%.*s", n, s->rbuf != NULL ? s->rbuf + s->rpos : "");
+    ssize_t r = write(s->io.fd, buf, (size_t)len);
     (void)r;
-    close(fd);
 }
 
 static void delayed(void *ud)

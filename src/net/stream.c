@@ -1,0 +1,544 @@
+/* The stream: a connection's read buffer, output queue and writing, over
+ * plain TCP (direct syscalls) or a transport (TLS). See stream.h.
+ *
+ * Output queue layout: wbuf holds copied bytes; segs[i] goes before wbuf
+ * offset segs[i].at. wsent counts bytes of the whole sequence already
+ * written. When everything is written the queue resets; a queue that
+ * never drains completely (a slow WebSocket reader fed by broadcasts) is
+ * compacted once enough of its front is written, so it does not grow with
+ * everything ever sent. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "net/stream.h"
+
+#define MAX_IOV     64
+#define COMPACT_MIN 65536 /* written bytes at the front worth a memmove */
+#define COPY_MAX    512   /* borrowed bytes this small are copied instead */
+
+/* ---- the worker's buffer pool ---- */
+
+void flare__bufpool_dispose(flare_bufpool_t *p)
+{
+    while (p->head != NULL) {
+        flare_pool_buf_t *b = p->head;
+        p->head = b->next;
+        free(b);
+    }
+    p->n = 0;
+}
+
+/* ---- interest ---- */
+
+static void interest(flare_stream_t *s)
+{
+    if (!(s->sflags & FLARE_S_ATTACHED))
+        return;
+    uint32_t f = s->sflags, ev = 0;
+    if (!(f & (FLARE_S_NO_READ | FLARE_S_RD_EOF)) || (f & (FLARE_S_LINGER | FLARE_S_WR_WAITS_R)))
+        ev |= FLARE_IO_READ;
+    if (((f & FLARE_S_WANT_WRITE) && !(f & FLARE_S_WR_WAITS_R)) || (f & FLARE_S_RD_WAITS_W))
+        ev |= FLARE_IO_WRITE;
+    flare__loop_mod(s->loop, &s->io, ev);
+}
+
+void flare__stream_read_enable(flare_stream_t *s, bool on)
+{
+    if (on)
+        s->sflags &= ~(uint32_t)FLARE_S_NO_READ;
+    else
+        s->sflags |= FLARE_S_NO_READ;
+    interest(s);
+}
+
+/* ---- open, move, close ---- */
+
+void flare__stream_init_detached(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop,
+                                 flare_io_fn cb)
+{
+    memset(s, 0, sizeof(*s));
+    s->io.fd = -1;
+    s->io.cb = cb;
+    s->pool = pool;
+    s->loop = loop;
+    s->t_active = loop->now;
+}
+
+int flare__stream_open(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop, int fd,
+                       flare_transport_t *tr, flare_io_fn cb)
+{
+    flare__stream_init_detached(s, pool, loop, cb);
+    s->io.fd = fd;
+    s->tr = tr;
+    if (flare__loop_add(loop, &s->io, FLARE_IO_READ) != 0) {
+        s->io.fd = -1;
+        s->tr = NULL;
+        return FLARE_ESYS;
+    }
+    s->sflags |= FLARE_S_ATTACHED;
+    return 0;
+}
+
+static void release_segs(flare_stream_t *s)
+{
+    for (uint32_t i = 0; i < s->nsegs; i++) {
+        if (s->segs[i].release != NULL)
+            s->segs[i].release(s->segs[i].ud);
+    }
+    s->nsegs = 0;
+    s->segbytes = 0;
+    s->sflags &= ~(uint32_t)FLARE_S_SEG_FILE;
+}
+
+void flare__stream_free_rbuf(flare_stream_t *s)
+{
+    if (s->rbuf == NULL)
+        return;
+    if (s->rcap == FLARE_CONN_BUF)
+        flare__bufpool_put(s->pool, s->rbuf);
+    else
+        free(s->rbuf);
+    s->rbuf = NULL;
+    s->rlen = s->rpos = s->rcap = 0;
+}
+
+void flare__stream_free_wbuf(flare_stream_t *s)
+{
+    if (s->wbuf.data == NULL)
+        return;
+    if (s->wbuf.cap == FLARE_CONN_BUF)
+        flare__bufpool_put(s->pool, s->wbuf.data);
+    else
+        free(s->wbuf.data);
+    s->wbuf.data = NULL;
+    s->wbuf.len = s->wbuf.cap = 0;
+}
+
+int flare__stream_move(flare_stream_t *dst, flare_stream_t *src)
+{
+    /* the input not consumed yet goes along in the buffer it is in */
+    dst->rbuf = src->rbuf;
+    dst->rlen = src->rlen;
+    dst->rpos = src->rpos;
+    dst->rcap = src->rcap;
+    src->rbuf = NULL;
+    src->rlen = src->rpos = src->rcap = 0;
+    if (dst->rbuf != NULL && dst->rpos == dst->rlen)
+        flare__stream_free_rbuf(dst);
+    dst->tr = src->tr;
+    src->tr = NULL;
+    int fd = src->io.fd;
+    if (src->sflags & FLARE_S_ATTACHED)
+        flare__loop_del(src->loop, &src->io);
+    src->io.fd = -1;
+    src->sflags &= ~(uint32_t)FLARE_S_ATTACHED;
+    dst->io.fd = fd;
+    /* nothing was written to this socket through dst yet */
+    dst->sflags = (dst->sflags & FLARE_S_SEG_FILE) | (src->sflags & FLARE_S_RD_EOF);
+    dst->t_active = dst->loop->now;
+    if (flare__loop_add(dst->loop, &dst->io, FLARE_IO_READ) != 0) {
+        dst->io.fd = fd;
+        flare__stream_close(dst, false);
+        return FLARE_ESYS;
+    }
+    dst->sflags |= FLARE_S_ATTACHED;
+    return 0;
+}
+
+void flare__stream_close_socket(flare_stream_t *s, bool clean)
+{
+    if (s->tr != NULL) {
+        flare_transport_t *tr = s->tr;
+        s->tr = NULL;
+        if (clean && s->io.fd >= 0 && (tr->state & FLARE_TR_ESTABLISHED) &&
+            !(tr->state & FLARE_TR_FAILED) && !(s->sflags & FLARE_S_LINGER))
+            (void)tr->ops->shutdown(tr); /* close_notify, if the socket takes it now */
+        tr->ops->free(tr);
+    }
+    if (s->io.fd >= 0) {
+        if (s->sflags & FLARE_S_ATTACHED)
+            flare__loop_del(s->loop, &s->io);
+        close(s->io.fd);
+        s->io.fd = -1;
+    }
+    s->sflags &= ~(uint32_t)(FLARE_S_ATTACHED | FLARE_S_WANT_WRITE);
+    release_segs(s);
+    s->wbuf.len = 0;
+    s->wsent = 0;
+    flare__stream_free_wbuf(s);
+    free(s->segs);
+    s->segs = NULL;
+    s->capsegs = 0;
+}
+
+void flare__stream_close(flare_stream_t *s, bool clean)
+{
+    flare__stream_close_socket(s, clean);
+    flare__stream_free_rbuf(s);
+}
+
+/* ---- input ---- */
+
+ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
+{
+    if (s->rbuf == NULL) {
+        s->rbuf = flare__bufpool_get(s->pool);
+        if (s->rbuf == NULL)
+            return -ENOMEM;
+        s->rcap = FLARE_CONN_BUF;
+        s->rlen = s->rpos = 0;
+    }
+    if (s->rpos == s->rlen) {
+        s->rpos = s->rlen = 0;
+    } else if (s->rlen == s->rcap) {
+        if (s->rpos > 0) {
+            memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
+            s->rlen -= s->rpos;
+            s->rpos = 0;
+        } else {
+            size_t cap = (size_t)s->rcap * 2;
+            if (cap > max_cap)
+                cap = max_cap;
+            if (cap <= s->rcap)
+                return -ENOBUFS;
+            char *nb = malloc(cap);
+            if (nb == NULL)
+                return -ENOMEM;
+            memcpy(nb, s->rbuf, s->rlen);
+            uint32_t len = s->rlen;
+            flare__stream_free_rbuf(s);
+            s->rbuf = nb;
+            s->rlen = len;
+            s->rcap = (uint32_t)cap;
+        }
+    }
+    ssize_t n;
+    if (flare__likely(s->tr == NULL)) {
+        do {
+            n = flare__read(s->io.fd, s->rbuf + s->rlen, s->rcap - s->rlen);
+        } while (n == -EINTR);
+    } else {
+        n = s->tr->ops->read(s->tr, s->rbuf + s->rlen, s->rcap - s->rlen);
+        uint32_t was = s->sflags;
+        if (n == -EAGAIN && (s->tr->want & FLARE_IO_WRITE))
+            s->sflags |= FLARE_S_RD_WAITS_W;
+        else
+            s->sflags &= ~(uint32_t)FLARE_S_RD_WAITS_W;
+        if (was != s->sflags)
+            interest(s);
+    }
+    if (n > 0) {
+        s->rlen += (uint32_t)n;
+        s->t_active = s->loop->now;
+    } else if (n == 0) {
+        flare__stream_eof(s);
+    }
+    return n;
+}
+
+void flare__stream_eof(flare_stream_t *s)
+{
+    s->sflags |= FLARE_S_RD_EOF;
+    interest(s);
+}
+
+/* ---- output queue ---- */
+
+int flare__stream_add_seg(flare_stream_t *s, const flare_outseg_t *seg)
+{
+    if (s->nsegs == s->capsegs) {
+        uint32_t cap = s->capsegs != 0 ? s->capsegs * 2 : 4;
+        flare_outseg_t *v = realloc(s->segs, cap * sizeof(*v));
+        if (v == NULL) {
+            if (seg->release != NULL)
+                seg->release(seg->ud);
+            return FLARE_ENOMEM;
+        }
+        s->segs = v;
+        s->capsegs = cap;
+    }
+    s->segs[s->nsegs] = *seg;
+    s->segs[s->nsegs].at = s->wbuf.len;
+    s->nsegs++;
+    s->segbytes += seg->len;
+    if (seg->fd >= 0)
+        s->sflags |= FLARE_S_SEG_FILE;
+    return 0;
+}
+
+static void close_file(void *ud)
+{
+    close((int)(intptr_t)ud);
+}
+
+int flare__stream_push_file(flare_stream_t *s, int fd, uint64_t off, uint64_t len)
+{
+    flare_outseg_t seg = { 0, NULL, (size_t)len, close_file, (void *)(intptr_t)fd, fd, off };
+    return flare__stream_add_seg(s, &seg);
+}
+
+/* Drops what is written at the front of the queue: whole segments and the
+ * wbuf bytes before the first unwritten piece. */
+static void compact(flare_stream_t *s)
+{
+    size_t done = s->wsent, wpos = 0;
+    uint32_t i = 0;
+    while (done > 0) {
+        size_t at = i < s->nsegs ? s->segs[i].at : s->wbuf.len;
+        size_t part = at - wpos;
+        if (done < part) {
+            wpos += done;
+            done = 0;
+            break;
+        }
+        done -= part;
+        wpos = at;
+        if (i == s->nsegs || done < s->segs[i].len)
+            break;
+        done -= s->segs[i].len;
+        s->segbytes -= s->segs[i].len;
+        if (s->segs[i].release != NULL)
+            s->segs[i].release(s->segs[i].ud);
+        i++;
+    }
+    if (i > 0) {
+        memmove(s->segs, s->segs + i, (s->nsegs - i) * sizeof(*s->segs));
+        s->nsegs -= i;
+    }
+    if (wpos > 0) {
+        memmove(s->wbuf.data, s->wbuf.data + wpos, s->wbuf.len - wpos);
+        s->wbuf.len -= wpos;
+        for (uint32_t k = 0; k < s->nsegs; k++)
+            s->segs[k].at -= wpos;
+    }
+    s->wsent = done;
+}
+
+/* ---- writing ---- */
+
+static void blocked(flare_stream_t *s, bool waits_read)
+{
+    uint32_t was = s->sflags;
+    s->sflags |= FLARE_S_WANT_WRITE;
+    if (waits_read)
+        s->sflags |= FLARE_S_WR_WAITS_R;
+    else
+        s->sflags &= ~(uint32_t)FLARE_S_WR_WAITS_R;
+    if (!(was & FLARE_S_WANT_WRITE))
+        s->t_active = s->loop->now; /* the write timeout counts from here */
+    if (was != s->sflags)
+        interest(s);
+}
+
+static ssize_t tx_writev(flare_stream_t *s, const struct iovec *iov, int n, bool more)
+{
+    if (s->tr != NULL)
+        return s->tr->ops->writev(s->tr, iov, n, more);
+    ssize_t wr;
+    do {
+        if (more) {
+            struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
+            wr = sendmsg(s->io.fd, &mh, MSG_MORE | MSG_NOSIGNAL);
+            if (wr < 0)
+                wr = -errno;
+        } else {
+            wr = n == 1 ? flare__write(s->io.fd, iov[0].iov_base, iov[0].iov_len)
+                        : flare__writev(s->io.fd, iov, n);
+        }
+    } while (wr == -EINTR);
+    return wr;
+}
+
+static ssize_t tx_sendfile(flare_stream_t *s, const flare_outseg_t *seg, size_t skip)
+{
+    size_t n = seg->len - skip;
+    if (n > (1u << 30))
+        n = 1u << 30;
+    if (s->tr != NULL)
+        return s->tr->ops->sendfile(s->tr, seg->fd, seg->off + skip, n);
+    off_t off = (off_t)(seg->off + skip);
+    ssize_t wr;
+    do {
+        wr = sendfile(s->io.fd, seg->fd, &off, n);
+        if (wr < 0)
+            wr = -errno;
+    } while (wr == -EINTR);
+    if (wr == 0)
+        return -EIO; /* the file shrank under us: the promised length cannot be kept */
+    return wr;
+}
+
+int flare__stream_flush_slow(flare_stream_t *s)
+{
+    if (!(s->sflags & FLARE_S_ATTACHED))
+        return 0;
+    while (s->wbuf.len > 0 || s->nsegs > 0) {
+        struct iovec iov[MAX_IOV];
+        int n = 0;
+        size_t skip = s->wsent, wpos = 0, total = 0;
+        const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
+        size_t file_skip = 0;
+        bool more = false; /* a file range follows the gathered bytes */
+        for (uint32_t i = 0; i <= s->nsegs && n < MAX_IOV; i++) {
+            size_t at = i < s->nsegs ? s->segs[i].at : s->wbuf.len;
+            size_t part = at - wpos; /* wbuf bytes [wpos, at) */
+            if (skip >= part) {
+                skip -= part;
+            } else {
+                iov[n].iov_base = s->wbuf.data + wpos + skip;
+                iov[n].iov_len = part - skip;
+                total += part - skip;
+                n++;
+                skip = 0;
+            }
+            wpos = at;
+            if (i == s->nsegs || n == MAX_IOV)
+                break;
+            if (skip >= s->segs[i].len) {
+                skip -= s->segs[i].len;
+            } else if (s->segs[i].fd >= 0) {
+                /* gathered bytes go first (with MSG_MORE: the file follows);
+                 * the file range itself on its own turn */
+                if (n == 0) {
+                    file = &s->segs[i];
+                    file_skip = skip;
+                } else {
+                    more = true;
+                }
+                break;
+            } else {
+                iov[n].iov_base = (char *)s->segs[i].ptr + skip;
+                iov[n].iov_len = s->segs[i].len - skip;
+                total += s->segs[i].len - skip;
+                n++;
+                skip = 0;
+            }
+        }
+        ssize_t wr;
+        if (file != NULL) {
+            total = file->len - file_skip;
+            wr = tx_sendfile(s, file, file_skip);
+        } else {
+            wr = tx_writev(s, iov, n, more);
+        }
+        if (wr < 0) {
+            if (wr == -EAGAIN) {
+                blocked(s, s->tr != NULL && s->tr->want == FLARE_IO_READ);
+                return 0;
+            }
+            return -1;
+        }
+        s->t_active = s->loop->now;
+        s->wsent += (size_t)wr;
+        if (s->wsent == s->wbuf.len + s->segbytes) {
+            s->wbuf.len = 0;
+            s->wsent = 0;
+            release_segs(s);
+            break;
+        }
+        if (s->wsent >= COMPACT_MIN)
+            compact(s);
+        if ((size_t)wr < total) {
+            blocked(s, false); /* a short write: the socket is full */
+            return 0;
+        }
+    }
+    if (s->sflags & (FLARE_S_WANT_WRITE | FLARE_S_WR_WAITS_R)) {
+        s->sflags &= ~(uint32_t)(FLARE_S_WANT_WRITE | FLARE_S_WR_WAITS_R);
+        interest(s);
+    }
+    return 1;
+}
+
+/* Queues iov[from..n) starting `skip` bytes into iov[from]: copied, the
+ * last entry borrowed when release is set. */
+static int queue_rest(flare_stream_t *s, const struct iovec *iov, int n, int from, size_t skip,
+                      flare_task_fn release, void *ud)
+{
+    for (int i = from; i < n; i++, skip = 0) {
+        const char *p = (const char *)iov[i].iov_base + skip;
+        size_t len = iov[i].iov_len - skip;
+        if (len == 0)
+            continue;
+        if (i == n - 1 && release != NULL && len > COPY_MAX) {
+            flare_outseg_t seg = { 0, p, len, release, ud, -1, 0 };
+            return flare__stream_add_seg(s, &seg); /* runs release on failure */
+        }
+        flare__stream_wbuf(s);
+        if (flare__buf_append(&s->wbuf, p, len) != 0) {
+            if (release != NULL)
+                release(ud);
+            return FLARE_ENOMEM;
+        }
+    }
+    if (release != NULL)
+        release(ud);
+    return 0;
+}
+
+int flare__stream_queue(flare_stream_t *s, const struct iovec *iov, int n, flare_task_fn release,
+                        void *ud)
+{
+    return queue_rest(s, iov, n, 0, 0, release, ud);
+}
+
+int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_task_fn release,
+                       void *ud)
+{
+    if (!(s->sflags & FLARE_S_ATTACHED) || (s->sflags & FLARE_S_WANT_WRITE) ||
+        flare__stream_has_output(s) || n > MAX_IOV)
+        return queue_rest(s, iov, n, 0, 0, release, ud);
+    ssize_t wr = tx_writev(s, iov, n, false);
+    if (wr < 0 && wr != -EAGAIN) {
+        if (release != NULL)
+            release(ud);
+        return FLARE_ECLOSED;
+    }
+    size_t done = wr > 0 ? (size_t)wr : 0;
+    if (wr > 0)
+        s->t_active = s->loop->now;
+    int i = 0;
+    while (i < n && done >= iov[i].iov_len) {
+        done -= iov[i].iov_len;
+        i++;
+    }
+    if (i == n) {
+        if (release != NULL)
+            release(ud);
+        return 0;
+    }
+    int rc = queue_rest(s, iov, n, i, done, release, ud);
+    blocked(s, wr == -EAGAIN && s->tr != NULL && s->tr->want == FLARE_IO_READ);
+    return rc;
+}
+
+/* ---- ending ---- */
+
+void flare__stream_linger(flare_stream_t *s)
+{
+    if (s->tr != NULL && (s->tr->state & FLARE_TR_ESTABLISHED) &&
+        !(s->tr->state & FLARE_TR_FAILED))
+        (void)s->tr->ops->shutdown(s->tr);
+    shutdown(s->io.fd, SHUT_WR);
+    s->sflags |= FLARE_S_LINGER;
+    s->sflags &= ~(uint32_t)(FLARE_S_WANT_WRITE | FLARE_S_WR_WAITS_R | FLARE_S_RD_WAITS_W);
+    s->t_active = s->loop->now;
+    s->rpos = s->rlen;
+    flare__stream_idle(s);
+    interest(s);
+}
+
+bool flare__stream_linger_read(flare_stream_t *s)
+{
+    char tmp[4096];
+    ssize_t n;
+    do {
+        n = flare__read(s->io.fd, tmp, sizeof(tmp));
+    } while (n == -EINTR);
+    return n == 0 || (n < 0 && n != -EAGAIN);
+}
