@@ -1182,7 +1182,8 @@ static void test_idle_memory(void **state)
     struct mallinfo2 m1 = mallinfo2();
     size_t per = ((m1.uordblks + m1.hblkhd) - (m0.uordblks + m0.hblkhd)) / N;
     print_message("idle TLS 1.3 connection (server side): %zu bytes\n", per);
-    assert_true(per < 16384);
+    /* 14.6 KB measured; 48 KB without SSL_MODE_RELEASE_BUFFERS */
+    assert_true(per < 24576);
     for (int i = 0; i < N; i++)
         conn_close(&c[i]);
     SSL_CTX_free(cc);
