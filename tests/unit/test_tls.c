@@ -1260,6 +1260,7 @@ static void test_threads(void **state)
         SSL_CTX_free(w[i].cc);
     }
     pthread_join(churn, NULL);
+    print_message("threads: %llu handshakes, %llu resumed\n", hs, resumed);
     assert_int_equal(atomic_load(&churn_failed), 0);
     assert_int_equal(errors, 0);
     assert_int_equal(hs, 2 * W * ROUNDS);
