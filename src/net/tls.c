@@ -471,10 +471,15 @@ static int ctx_configure(flare_tls_t *t, SSL_CTX *ctx)
     if (SSL_CTX_set_min_proto_version(ctx, t->tls13_only ? TLS1_3_VERSION : TLS1_2_VERSION) != 1 ||
         SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) != 1)
         return tls_fail("TLS protocol versions");
-    /* RELEASE_BUFFERS: an idle connection holds no 16 KiB record buffers */
+    /* RELEASE_BUFFERS: an idle connection holds no 16 KiB record buffers.
+     * Measured (test_tls's idle test, callgrind on a 100 B request / 1 KiB
+     * response loop): 14.6 KB per idle connection instead of 48 KB, for
+     * ~1,800 more instructions per request (malloc/free of the buffers,
+     * +9% of the ~20,000 OpenSSL spends on read + write). */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                               SSL_MODE_RELEASE_BUFFERS);
-    /* read-ahead: one read(2) per record instead of header + body */
+    /* read-ahead: one read(2) per record instead of header + body (strace:
+     * 2 reads per small request, the last one -EAGAIN, instead of 3) */
     SSL_CTX_set_read_ahead(ctx, 1);
     if (SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1)
         return tls_fail("TLS ciphers \"%s\": no usable cipher", t->ciphers);
