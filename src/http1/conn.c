@@ -821,11 +821,11 @@ static void on_readable(flare_conn_t *c)
          * parser reports 431/414 past it */
         ssize_t n = flare__stream_read(s, w->app->limits.max_head + 4096);
         if (n < 0) {
-            if (n != -EAGAIN)
+            if (n != -EAGAIN) {
                 flare__conn_close(c);
-            else if (!(c->flags & C_DEAD))
-                flare__stream_idle(s);
-            return;
+                return;
+            }
+            break; /* (TLS: a record not complete yet) what was parsed still goes out */
         }
         if (n == 0) {
             if (c->recv != NULL)
