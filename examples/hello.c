@@ -2,9 +2,16 @@
  *
  *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
  *         [--max-body BYTES] [--static DIR]
+ *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
+ *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
  *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.
+ *
+ * With --tls-cert and --tls-key, the --listen address speaks TLS (flare/tls.h)
+ * with every route, /ws/echo and --static over it. Each --tls-sni-cert /
+ * --tls-sni-key pair (in the order given) adds a certificate chosen by SNI.
+ * --listen-plain adds a plain listener beside it (the 80 + 443 case).
  *
  * Every handler uses the public API exactly as an application would. */
 #include <errno.h>
@@ -13,7 +20,11 @@
 #include <string.h>
 
 #include <flare/flare.h>
+#include <flare/tls.h>
 #include <flare/ws.h>
+
+#define MAX_SNI_CERTS       16
+#define MAX_PLAIN_LISTENERS 8
 
 static int plaintext(flare_req_t *req, flare_res_t *res, void *ud)
 {
@@ -126,7 +137,16 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --listen HOST:PORT --workers N [--header-timeout SECONDS]\n"
-            "          [--idle-timeout SECONDS] [--max-body BYTES] [--static DIR]\n",
+            "          [--idle-timeout SECONDS] [--max-body BYTES] [--static DIR]\n"
+            "          [--tls-cert FILE --tls-key FILE]\n"
+            "          [--tls-sni-cert FILE --tls-sni-key FILE]...\n"
+            "          [--tls-handshake-timeout SECONDS] [--listen-plain HOST:PORT]...\n"
+            "  --tls-cert, --tls-key    the --listen address speaks TLS with this certificate\n"
+            "                           chain (PEM, leaf first) and its private key\n"
+            "  --tls-sni-cert/-key      one more certificate, chosen by SNI (repeatable; the\n"
+            "                           n-th --tls-sni-key goes with the n-th --tls-sni-cert)\n"
+            "  --tls-handshake-timeout  seconds from accept to the end of the handshake [10]\n"
+            "  --listen-plain           an extra plain HTTP listener (repeatable)\n",
             argv0);
 }
 
@@ -147,6 +167,11 @@ int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8080";
     const char *static_dir = NULL;
+    flare_tls_config_t tls = { 0 };
+    flare_tls_cert_t sni[MAX_SNI_CERTS] = { { 0 } };
+    size_t nsni_cert = 0, nsni_key = 0;
+    const char *plain[MAX_PLAIN_LISTENERS];
+    size_t nplain = 0;
     flare_config_t cfg;
     flare_config_init(&cfg);
     for (int i = 1; i < argc; i++) {
@@ -176,12 +201,42 @@ int main(int argc, char **argv)
             cfg.max_body = (size_t)v;
         } else if (strcmp(arg, "--static") == 0) {
             static_dir = val;
+        } else if (strcmp(arg, "--tls-cert") == 0) {
+            tls.cert_file = val;
+        } else if (strcmp(arg, "--tls-key") == 0) {
+            tls.key_file = val;
+        } else if (strcmp(arg, "--tls-sni-cert") == 0 && nsni_cert < MAX_SNI_CERTS) {
+            sni[nsni_cert++].cert_file = val;
+        } else if (strcmp(arg, "--tls-sni-key") == 0 && nsni_key < MAX_SNI_CERTS) {
+            sni[nsni_key++].key_file = val;
+        } else if (strcmp(arg, "--tls-handshake-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
+                   v > 0) {
+            tls.handshake_timeout_ms = (unsigned)v * 1000;
+        } else if (strcmp(arg, "--listen-plain") == 0 && nplain < MAX_PLAIN_LISTENERS) {
+            plain[nplain++] = val;
         } else {
             fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
             usage(argv[0]);
             return 2;
         }
     }
+
+    bool use_tls = tls.cert_file != NULL || tls.key_file != NULL;
+    if (use_tls && (tls.cert_file == NULL || tls.key_file == NULL)) {
+        fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", argv[0]);
+        return 2;
+    }
+    if (nsni_cert != nsni_key) {
+        fprintf(stderr, "%s: %zu --tls-sni-cert but %zu --tls-sni-key\n", argv[0], nsni_cert,
+                nsni_key);
+        return 2;
+    }
+    if (!use_tls && (nsni_cert > 0 || tls.handshake_timeout_ms != 0)) {
+        fprintf(stderr, "%s: --tls-sni-* and --tls-handshake-timeout need --tls-cert\n", argv[0]);
+        return 2;
+    }
+    tls.more_certs = nsni_cert > 0 ? sni : NULL;
+    tls.nmore_certs = nsni_cert;
 
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
@@ -223,8 +278,30 @@ int main(int argc, char **argv)
         flare_app_free(app);
         return 1;
     }
-    fprintf(stderr, "hello: listening on %s\n", listen);
-    rc = flare_app_run(app, listen);
+    if (use_tls || nplain > 0) {
+        /* every listener through flare_app_listen, in this order: --listen
+         * is listener 0, then each --listen-plain */
+        if ((rc = flare_app_listen(app, listen, use_tls ? &tls : NULL)) != 0) {
+            fprintf(stderr, "flare: --listen %s: %s: %s\n", listen, flare_strerror(rc),
+                    flare_last_error());
+            flare_app_free(app);
+            return 1;
+        }
+        fprintf(stderr, "hello: listening on %s%s\n", listen, use_tls ? " (TLS)" : "");
+        for (size_t i = 0; i < nplain; i++) {
+            if ((rc = flare_app_listen(app, plain[i], NULL)) != 0) {
+                fprintf(stderr, "flare: --listen-plain %s: %s: %s\n", plain[i], flare_strerror(rc),
+                        flare_last_error());
+                flare_app_free(app);
+                return 1;
+            }
+            fprintf(stderr, "hello: listening on %s\n", plain[i]);
+        }
+        rc = flare_app_run(app, NULL);
+    } else {
+        fprintf(stderr, "hello: listening on %s\n", listen);
+        rc = flare_app_run(app, listen);
+    }
     if (rc != 0)
         fprintf(stderr, "flare: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
