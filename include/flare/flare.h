@@ -25,7 +25,10 @@ typedef struct flare_app flare_app_t;
 typedef struct flare_group flare_group_t;
 typedef struct flare_worker flare_worker_t;
 typedef struct flare_req flare_req_t;
-typedef struct flare_req flare_res_t; /* one exchange; two names for readability */
+/* A handler is given two handles to one exchange: the request it reads and
+ * the response it produces. Distinct types, so swapping them is a compile
+ * error; both live until the response completes. */
+typedef struct flare_res flare_res_t;
 
 /* A request handler. Returns 0 after it has sent the response, FLARE_ASYNC
  * when it will send later on the same worker, or a negative FLARE_E* code
