@@ -715,7 +715,10 @@ static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, f
     if (c->range.ptr != NULL && flare_req_method(req) == FLARE_METHOD_GET) {
         bool use = true;
         if (c->ir.ptr != NULL) {
-            if (c->ir.len > 0 && (c->ir.ptr[0] == '"' || c->ir.ptr[0] == 'W'))
+            /* an entity tag ("x" or W/"x"), else a date: "Wed, ..." starts
+             * with a W too */
+            if (c->ir.len > 1 &&
+                (c->ir.ptr[0] == '"' || (c->ir.ptr[0] == 'W' && c->ir.ptr[1] == '/')))
                 use = flare__etag_match(c->ir, fi->etag, true);
             else
                 use = flare_http_date_parse(c->ir, &when) && when == fi->mtime;
