@@ -288,6 +288,10 @@ struct flare_conn {
     void *upgrade_ud;
     uint8_t peer[16]; /* client address (IPv4 in the first 4 bytes) */
     uint8_t peer_family;
+    /* the connection came through a TLS listener: set by the TLS layer when
+     * it accepts the connection, false (calloc) for plain TCP. Read by
+     * flare_req_secure. */
+    bool secure;
     uint64_t t_active; /* last progress (ms) */
     uint64_t t_head;   /* first byte of the current head (ms) */
     flare_conn_t *prev, *next;
