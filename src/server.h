@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -200,7 +201,17 @@ typedef struct flare_cleanup {
     void *ud;
 } flare_cleanup_t;
 
+/* The response half of an exchange: what flare_res_t points to. Embedded
+ * first in struct flare_req, so the two handles are distinct types for the
+ * compiler while converting one into the other costs nothing at run time
+ * (flare__res_ex: an offset of 0). */
+struct flare_res {
+    int status; /* status being produced (after hooks), 0 before */
+    flare_res_hdr_t *hdrs, **hdrs_tail;
+};
+
 struct flare_req {
+    struct flare_res res; /* handlers get &ex->res */
     flare_conn_t *conn;
     flare_worker_t *worker;
     struct flare_req *next;  /* connection queue / free list / w->orphans */
@@ -214,13 +225,11 @@ struct flare_req {
     flare_route_match_t match;  /* route, params, allowed */
     const flare_mw_rt_t *chain; /* middlewares of this request */
     uint32_t nchain, mw_pos;    /* next before hook to run */
-    int res_status;             /* status being produced (after hooks) */
     flare_chunked_t chunked;
     uint64_t body_need;  /* Content-Length still to receive */
     flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
     flare_buf_t out;     /* serialized response when not at the queue head */
     size_t out_head_end; /* offset in out where the head's blank line starts */
-    flare_res_hdr_t *res_hdrs, **res_hdrs_tail;
     flare_cleanup_t *cleanups;
     struct flare_attr *attrs;
     flare_arena_t arena;
@@ -230,6 +239,13 @@ struct flare_req {
     int file_fd;
     uint64_t file_off, file_len;
 };
+
+/* The exchange a response belongs to (container_of). */
+static inline struct flare_req *flare__res_ex(flare_res_t *res)
+{
+    return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
+}
+_Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
 
 /* Connection flags (the stream has its own: FLARE_S_*) */
 enum {
@@ -299,11 +315,11 @@ int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTION
 /* Answers 101 Switching Protocols (Upgrade: <token>, Connection: Upgrade,
  * plus headers added with flare_res_header), stops reading requests, and
  * once everything before it is flushed hands the socket to fn. */
-int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud);
+int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud);
 /* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
  * checked, not copied; valid until the response head is serialized, which
  * the flare_res_send* call does). For the web layer's precomputed headers. */
-int flare__res_header_block(struct flare_req *ex, flare_str_t block);
+int flare__res_header_block(flare_res_t *res, flare_str_t block);
 int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
                           uint64_t clen, bool chunked);
 

@@ -124,6 +124,7 @@ FLARE_API int flare_cookie_verify(flare_str_t name, flare_str_t signed_value,
 /* ---- on requests and responses ------------------------------------------ */
 
 typedef struct flare_req flare_req_t;
+typedef struct flare_res flare_res_t;
 
 /* The value of cookie `name` in the request's Cookie header(s); .ptr == NULL
  * when absent. A view into the request, valid until the response completes. */
@@ -132,7 +133,7 @@ FLARE_API flare_str_t flare_req_cookie(flare_req_t *req, const char *name);
 /* Adds a Set-Cookie header built by flare_cookie_format (validated: nothing
  * can break out of the header). 0, FLARE_EINVAL, FLARE_ETOOBIG, FLARE_ESTATE
  * (response already sent) or FLARE_ENOMEM. */
-FLARE_API int flare_res_cookie(flare_req_t *res, const flare_cookie_t *c);
+FLARE_API int flare_res_cookie(flare_res_t *res, const flare_cookie_t *c);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,10 @@ typedef struct flare_app flare_app_t;
 typedef struct flare_group flare_group_t;
 typedef struct flare_worker flare_worker_t;
 typedef struct flare_req flare_req_t;
-typedef struct flare_req flare_res_t; /* one exchange; two names for readability */
+/* A handler is given two handles to one exchange: the request it reads and
+ * the response it produces. Distinct types, so swapping them is a compile
+ * error; both live until the response completes. */
+typedef struct flare_res flare_res_t;
 
 /* A request handler. Returns 0 after it has sent the response, FLARE_ASYNC
  * when it will send later on the same worker, or a negative FLARE_E* code
@@ -152,7 +155,31 @@ FLARE_API flare_str_t flare_req_method_str(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_target(const flare_req_t *req); /* as sent */
 FLARE_API flare_str_t flare_req_path(const flare_req_t *req);   /* raw, without query */
 FLARE_API flare_str_t flare_req_query(const flare_req_t *req);  /* raw, without '?' */
-FLARE_API int flare_req_version_minor(const flare_req_t *req);  /* 0 or 1 */
+
+/* The protocol a request came in with: X(NAME, name as on the wire). The
+ * values of a request's protocol, not of the connection's transport (see
+ * flare_req_secure for TLS). HTTP/2 is reserved: not served yet. */
+#define FLARE_PROTO_MAP(X) X(HTTP10, "HTTP/1.0") X(HTTP11, "HTTP/1.1") X(HTTP2, "HTTP/2")
+
+/* clang-format off */
+typedef enum flare_proto {
+#define FLARE_PROTO_ENUM(name, text) FLARE_PROTO_##name,
+    FLARE_PROTO_MAP(FLARE_PROTO_ENUM)
+#undef FLARE_PROTO_ENUM
+    FLARE_PROTO_COUNT
+} flare_proto_t;
+/* clang-format on */
+
+/* The request's protocol (FLARE_PROTO_HTTP11 for HTTP/1.1, and for 1.2 ..
+ * 1.9, which are answered as 1.1) and its name ("HTTP/1.1", a static
+ * string). */
+FLARE_API flare_proto_t flare_req_protocol(const flare_req_t *req);
+FLARE_API flare_str_t flare_req_protocol_name(const flare_req_t *req);
+
+/* True when the request came over TLS (an https:// listener). The
+ * connection layer records it when it accepts the connection; false for a
+ * plain TCP connection, and once the client has gone (as flare_req_peer). */
+FLARE_API bool flare_req_secure(const flare_req_t *req);
 
 /* Header value by name, case-insensitive; the first field if repeated.
  * .ptr == NULL when absent. */

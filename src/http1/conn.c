@@ -68,9 +68,9 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->match.allowed = 0;
     ex->chain = NULL;
     ex->nchain = ex->mw_pos = 0;
-    ex->res_status = 0;
-    ex->res_hdrs = NULL;
-    ex->res_hdrs_tail = &ex->res_hdrs;
+    ex->res.status = 0;
+    ex->res.hdrs = NULL;
+    ex->res.hdrs_tail = &ex->res.hdrs;
     ex->cleanups = NULL;
     ex->attrs = NULL;
     ex->bodybuf.len = 0;
@@ -521,8 +521,8 @@ static void run_chain(struct flare_req *ex)
             flare__res_error(ex, 500,
                              rc < 0 ? flare_strerror(rc) : "handler returned without a response");
         } else if (detach(ex) != 0) {
-            flare_res_close(ex);
-            flare_res_end(ex);
+            flare_res_close(&ex->res);
+            flare_res_end(&ex->res);
         }
     }
     flare__ex_complete(ex);

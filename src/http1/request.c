@@ -31,9 +31,29 @@ flare_str_t flare_req_query(const flare_req_t *req)
     return req->head.query;
 }
 
-int flare_req_version_minor(const flare_req_t *req)
+/* HTTP/1.x: the enum's first two values are the minor version (the parser
+ * gives 0 or 1), so this is a plain load. */
+_Static_assert(FLARE_PROTO_HTTP10 == 0 && FLARE_PROTO_HTTP11 == 1, "minor -> flare_proto_t");
+
+flare_proto_t flare_req_protocol(const flare_req_t *req)
 {
-    return req->head.minor;
+    return (flare_proto_t)req->head.minor;
+}
+
+flare_str_t flare_req_protocol_name(const flare_req_t *req)
+{
+    static const flare_str_t names[] = {
+#define PROTO_NAME(name, text) [FLARE_PROTO_##name] = { text, sizeof(text) - 1 },
+        FLARE_PROTO_MAP(PROTO_NAME)
+#undef PROTO_NAME
+    };
+    flare_proto_t p = flare_req_protocol(req);
+    return (unsigned)p < FLARE_PROTO_COUNT ? names[p] : FLARE_STR("");
+}
+
+bool flare_req_secure(const flare_req_t *req)
+{
+    return req->conn != NULL && req->conn->s.tr != NULL; /* TLS is the only transport with an object */
 }
 
 flare_str_t flare_req_header(const flare_req_t *req, const char *name)

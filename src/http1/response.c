@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
                   sizeof("Content-Type: \r\n") + ctype.len + sizeof("Content-Length: \r\n") + 20 +
                   sizeof("Transfer-Encoding: chunked\r\n") + sizeof("Connection: keep-alive\r\n") +
                   2;
-    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
+    for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next)
         need += h->name.len + h->value.len + 4;
     if (flare__buf_reserve(out, need) != 0)
         return FLARE_ENOMEM;
@@ -119,7 +119,7 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
         p += ctype.len;
         PUT(p, "\r\n");
     }
-    p = put_headers(p, ex->res_hdrs);
+    p = put_headers(p, ex->res.hdrs);
     if (body) {
         if (chunked) {
             PUT(p, "Transfer-Encoding: chunked\r\n");
@@ -189,23 +189,23 @@ static int run_after(struct flare_req *ex, int status)
     if (ex->flags & EX_AFTER_DONE)
         return status;
     ex->flags |= EX_AFTER_DONE;
-    ex->res_status = status;
+    ex->res.status = status;
     flare__chain_after(ex);
-    return ex->res_status;
+    return ex->res.status;
 }
 
 int flare_res_status(const flare_res_t *res)
 {
-    return res->res_status;
+    return res->status;
 }
 
 int flare_res_set_status(flare_res_t *res, int status)
 {
-    if (res->flags & (EX_SENT | EX_STREAM))
+    if (flare__res_ex(res)->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
     if (status < 200 || status > 999)
         return FLARE_EINVAL;
-    res->res_status = status;
+    res->status = status;
     return 0;
 }
 
@@ -275,7 +275,7 @@ nomem:
 
 int flare_res_send(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body)
 {
-    return send_common(res, status, content_type, body, NULL, NULL);
+    return send_common(flare__res_ex(res), status, content_type, body, NULL, NULL);
 }
 
 static void no_release(void *ud)
@@ -286,7 +286,8 @@ static void no_release(void *ud)
 int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body,
                        flare_task_fn release, void *ud)
 {
-    return send_common(res, status, content_type, body, release != NULL ? release : no_release, ud);
+    return send_common(flare__res_ex(res), status, content_type, body,
+                       release != NULL ? release : no_release, ud);
 }
 
 /* Files up to this size are read into the response: one write with the
@@ -305,7 +306,7 @@ static void close_pending_file(void *ud)
 int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd, uint64_t off,
                        uint64_t len)
 {
-    struct flare_req *ex = res;
+    struct flare_req *ex = flare__res_ex(res);
     if (fd < 0)
         return FLARE_EINVAL;
     int rc = send_prologue(ex, &status, content_type, off > INT64_MAX || len > INT64_MAX - off);
@@ -367,7 +368,7 @@ out:
 
 int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
 {
-    struct flare_req *ex = res;
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & EX_ORPHAN)
         return 0;
     if (ex->flags & (EX_SENT | EX_STREAM))
@@ -391,7 +392,7 @@ int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
 
 int flare_res_write(flare_res_t *res, flare_str_t data)
 {
-    struct flare_req *ex = res;
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & EX_ORPHAN)
         return 0;
     if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
@@ -422,7 +423,7 @@ int flare_res_write(flare_res_t *res, flare_str_t data)
 
 int flare_res_end(flare_res_t *res)
 {
-    struct flare_req *ex = res;
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & EX_ORPHAN)
         return orphan_done(ex);
     if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
@@ -439,19 +440,19 @@ int flare_res_end(flare_res_t *res)
 
 void flare_res_close(flare_res_t *res)
 {
-    res->flags |= EX_CLOSE;
+    flare__res_ex(res)->flags |= EX_CLOSE;
 }
 
 static void append_hdr(struct flare_req *ex, flare_res_hdr_t *h)
 {
     h->next = NULL;
-    *ex->res_hdrs_tail = h;
-    ex->res_hdrs_tail = &h->next;
+    *ex->res.hdrs_tail = h;
+    ex->res.hdrs_tail = &h->next;
 }
 
 int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
 {
-    struct flare_req *ex = res;
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
     if (!flare__is_token(name) || !flare__field_value_ok(value))
@@ -473,8 +474,9 @@ int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
     return 0;
 }
 
-int flare__res_header_block(struct flare_req *ex, flare_str_t block)
+int flare__res_header_block(flare_res_t *res, flare_str_t block)
 {
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
     flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h));
@@ -486,8 +488,9 @@ int flare__res_header_block(struct flare_req *ex, flare_str_t block)
     return 0;
 }
 
-int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud)
+int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud)
 {
+    struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
     if (ex->flags & EX_ORPHAN)
@@ -497,7 +500,7 @@ int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn
     flare_conn_t *c = ex->conn;
     flare_buf_t *out = out_buf(ex);
     size_t need = 128 + token.len;
-    for (flare_res_hdr_t *h = ex->res_hdrs; h != NULL; h = h->next)
+    for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next)
         need += h->name.len + h->value.len + 4;
     if (flare__buf_reserve(out, need) != 0)
         return FLARE_ENOMEM;
@@ -506,7 +509,7 @@ int flare__res_upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn
     memcpy(p, token.ptr, token.len);
     p += token.len;
     PUT(p, "\r\nConnection: Upgrade\r\n");
-    p = put_headers(p, ex->res_hdrs);
+    p = put_headers(p, ex->res.hdrs);
     PUT(p, "\r\n");
     out->len = (size_t)(p - out->data);
     c->flags |= C_UPGRADE;
@@ -562,14 +565,14 @@ int flare__res_auto(struct flare_req *ex)
     flare_method_t m = ex->head.method_id;
     char allow[128];
     if (m == FLARE_METHOD_OPTIONS && ex->head.path.len == 1 && ex->head.path.ptr[0] == '*') {
-        flare_res_header(ex, FLARE_STR("Allow"), allow_value(~0u & ~1u, allow));
-        return flare_res_send(ex, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+        flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(~0u & ~1u, allow));
+        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
     }
     if (allowed == 0)
         return flare__res_error(ex, 404, "not found");
-    flare_res_header(ex, FLARE_STR("Allow"), allow_value(allowed, allow));
+    flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(allowed, allow));
     if (m == FLARE_METHOD_OPTIONS)
-        return flare_res_send(ex, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
     return send_common(ex, 405, FLARE_STR("text/plain; charset=utf-8"),
                        FLARE_STR("method not allowed\n"), NULL, NULL);
 }

@@ -126,7 +126,7 @@ static void account(flare_worker_t *w, unsigned id, uint64_t t0)
 int flare__chain_run(struct flare_req *ex)
 {
     if (ex->nchain == 0 && ex->route != NULL)
-        return ex->route->fn(ex, ex, ex->route->ud);
+        return ex->route->fn(ex, &ex->res, ex->route->ud);
     flare_worker_t *w = ex->worker;
     bool stats = w->mw_stats != NULL;
     while (ex->mw_pos < ex->nchain) {
@@ -136,16 +136,16 @@ int flare__chain_run(struct flare_req *ex)
         int rc;
         if (flare__unlikely(stats)) {
             uint64_t t0 = now_ns();
-            rc = m->before(ex, ex, m->ud);
+            rc = m->before(ex, &ex->res, m->ud);
             account(w, m->id, t0);
         } else {
-            rc = m->before(ex, ex, m->ud);
+            rc = m->before(ex, &ex->res, m->ud);
         }
         if (rc != 0 || (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN)))
             return rc; /* answered, paused or failed: the chain stops here */
     }
     if (ex->route != NULL)
-        return ex->route->fn(ex, ex, ex->route->ud);
+        return ex->route->fn(ex, &ex->res, ex->route->ud);
     return flare__res_auto(ex);
 }
 
@@ -159,10 +159,10 @@ void flare__chain_after(struct flare_req *ex)
             continue;
         if (flare__unlikely(stats)) {
             uint64_t t0 = now_ns();
-            m->after(ex, ex, m->ud);
+            m->after(ex, &ex->res, m->ud);
             account(w, m->id, t0);
         } else {
-            m->after(ex, ex, m->ud);
+            m->after(ex, &ex->res, m->ud);
         }
     }
 }

@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "flare/cookie.h"
 #include "flare/rest.h"
+#include "server.h"
 
 typedef struct resjson {
     flare_json_t w; /* first: flare_json_end casts back */
@@ -25,12 +26,13 @@ static void *arena_alloc(void *ctx, size_t n)
 
 flare_json_t *flare_res_json(flare_res_t *res, int status)
 {
-    resjson_t *r = flare_req_alloc(res, sizeof(*r) + 512);
+    flare_req_t *req = flare__res_ex(res);
+    resjson_t *r = flare_req_alloc(req, sizeof(*r) + 512);
     if (r == NULL)
         return NULL;
     r->res = res;
     r->status = status;
-    flare_json_init_alloc(&r->w, (char *)(r + 1), 512, arena_alloc, res);
+    flare_json_init_alloc(&r->w, (char *)(r + 1), 512, arena_alloc, req);
     r->w.kind = KIND_RESPONSE;
     return &r->w;
 }
@@ -161,9 +163,9 @@ flare_str_t flare_req_cookie(flare_req_t *req, const char *name)
     return FLARE_STR_NULL;
 }
 
-int flare_res_cookie(flare_req_t *res, const flare_cookie_t *c)
+int flare_res_cookie(flare_res_t *res, const flare_cookie_t *c)
 {
-    char *buf = flare_req_alloc(res, FLARE_COOKIE_FORMAT_MAX);
+    char *buf = flare_req_alloc(flare__res_ex(res), FLARE_COOKIE_FORMAT_MAX);
     if (buf == NULL)
         return FLARE_ENOMEM;
     size_t len;

@@ -66,6 +66,7 @@ write(".env", b"SECRET=1\n")
 write(".git/config", b"[core]\n")
 write("zipped/app.js", b"console.log('plain')\n" * 50)
 write("zipped/app.js.gz", gzip.compress(b"console.log('plain')\n" * 50, mtime=0))
+os.utime(write("wednesday.dat", ODD), (1796169600, 1796169600))  # Wed, 02 Dec 2026 00:00:00 GMT
 write("secret.txt", b"outside the root\n", root=OUTSIDE)
 os.symlink(os.path.join(OUTSIDE, "secret.txt"), os.path.join(ROOT, "escape.txt"))
 os.symlink(OUTSIDE, os.path.join(ROOT, "escape-dir"))
@@ -464,6 +465,10 @@ class Static(ServerTestCase):
         r, _ = self.range("bytes=0-9", extra={"If-Range": tag}, conn=c)
         self.assertEqual(r.status, 206, r)
         r, _ = self.range("bytes=0-9", extra={"If-Range": lm}, conn=c)
+        self.assertEqual(r.status, 206, r)
+        # a date on a Wednesday is a date, not a weak tag (W/"...")
+        r = self.get("/static/wednesday.dat", {"Range": "bytes=0-9",
+                                                "If-Range": "Wed, 02 Dec 2026 00:00:00 GMT"}, conn=c)
         self.assertEqual(r.status, 206, r)
         for stale in ('"old"', "W/" + tag, "Mon, 01 Jan 2001 00:00:00 GMT"):
             with self.subTest(stale=stale):

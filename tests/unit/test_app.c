@@ -207,6 +207,18 @@ static int h_query(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 200, FLARE_STR("text/plain"), a);
 }
 
+static int h_proto(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_proto_t p = flare_req_protocol(req);
+    flare_str_t name = flare_req_protocol_name(req);
+    assert_true(p == FLARE_PROTO_HTTP10 || p == FLARE_PROTO_HTTP11);
+    assert_false(flare_req_secure(req)); /* a plain TCP listener */
+    char body[64];
+    int n = snprintf(body, sizeof(body), "%d %.*s", (int)p, (int)name.len, name.ptr);
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), (flare_str_t){ body, (size_t)n });
+}
+
 static int h_fail(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)req;
@@ -358,6 +370,7 @@ static int group_setup(void **state)
     assert_int_equal(flare_get(app, "/post", h_post, NULL), 0);
     assert_int_equal(flare_get(app, "/query", h_query, NULL), 0);
     assert_int_equal(flare_get(app, "/fail", h_fail, NULL), 0);
+    assert_int_equal(flare_get(app, "/proto", h_proto, NULL), 0);
     flare_middleware_t app_mw = { "app", NULL, mw_app_after, NULL };
     assert_int_equal(flare_use(app, &app_mw), 0);
     flare_middleware_t empty = { "empty", NULL, NULL, NULL };
@@ -565,6 +578,22 @@ static void test_query(void **state)
     free(r);
 }
 
+static void test_protocol(void **state)
+{
+    (void)state;
+    size_t n;
+    char *r = get("/proto", &n);
+    assert_non_null(strstr(r, "\r\n\r\n1 HTTP/1.1"));
+    free(r);
+    r = roundtrip("GET /proto HTTP/1.0\r\nHost: t\r\n\r\n", &n);
+    assert_non_null(strstr(r, "\r\n\r\n0 HTTP/1.0"));
+    free(r);
+    /* 1.2 .. 1.9 are answered as 1.1 */
+    r = roundtrip("GET /proto HTTP/1.7\r\nHost: t\r\nConnection: close\r\n\r\n", &n);
+    assert_non_null(strstr(r, "\r\n\r\n1 HTTP/1.1"));
+    free(r);
+}
+
 static void test_handler_error(void **state)
 {
     (void)state;
@@ -694,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_job_and_cleanup),
         cmocka_unit_test(test_post),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_protocol),
         cmocka_unit_test(test_handler_error),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_middleware_order_and_async),
