@@ -458,7 +458,7 @@ static int worker_setup(flare_worker_t *w, bool *inited)
         int fd = flare__listen_socket(l->name, port, app->cfg.backlog, NULL);
         if (fd < 0)
             return fd;
-        w->lios[i] = (flare_listen_io_t){ { fd, 0, flare__worker_accept_cb }, w, l };
+        w->lios[i] = (flare_listen_io_t){ { fd, 0, flare__worker_accept_cb, NULL }, w, l };
     }
     int rc = flare__loop_init(&w->loop);
     if (rc != 0)

@@ -25,13 +25,6 @@
 
 typedef struct flare_conn flare_conn_t;
 
-/* Protocol switch (101): the new owner of the connection. Called on the
- * worker once the 101 response is flushed, with the connection's stream:
- * the callee moves it into its own (flare__stream_move: the socket, the
- * transport and the bytes the client sent after the upgrade request go
- * along) during the call. Called with s NULL instead when the connection
- * closes before the 101 is out. */
-typedef void (*flare_upgrade_fn)(flare_worker_t *w, flare_stream_t *s, void *ud);
 typedef struct flare_route flare_route_t;
 
 /* A middleware as the request path sees it: hooks + the slot of its
@@ -72,6 +65,8 @@ struct flare_group {
     struct flare_group *parent;
     flare_mw_list_t mws;
 };
+
+#include "http/exchange.h"
 
 typedef struct flare_job_pool flare_job_pool_t;
 
@@ -166,87 +161,6 @@ struct flare_worker {
     bool handles_open;                /* the loop runs: handles can be made */
 };
 
-/* An exchange: one request and its response. Recycled through the worker. */
-enum {
-    EX_SENT = 1u << 0, /* response complete (all bytes queued somewhere) */
-    EX_IN_HANDLER = 1u << 1,
-    EX_HEAD_ONLY = 1u << 2,     /* HEAD: headers only */
-    EX_CLOSE = 1u << 3,         /* close the connection after this response */
-    EX_STREAM = 1u << 4,        /* chunked streaming begun */
-    EX_DETACHED = 1u << 5,      /* views point into ex-owned memory */
-    EX_ERROR = 1u << 6,         /* framing error response: stop parsing */
-    EX_ORPHAN = 1u << 7,        /* connection gone: sends are no-ops */
-    EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
-    EX_AFTER_DONE = 1u << 9,    /* after hooks have run */
-    EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
-};
-
-typedef struct flare_res_hdr {
-    struct flare_res_hdr *next;
-    flare_str_t name, value;
-} flare_res_hdr_t;
-
-typedef struct flare_attr {
-    struct flare_attr *next;
-    const char *key;
-    const char *type; /* NULL: string, FLARE__ATTR_INT: integer, else pointer tag */
-    flare_str_t str;
-    int64_t num;
-    void *ptr;
-} flare_attr_t;
-
-typedef struct flare_cleanup {
-    struct flare_cleanup *next;
-    flare_task_fn fn;
-    void *ud;
-} flare_cleanup_t;
-
-/* The response half of an exchange: what flare_res_t points to. Embedded
- * first in struct flare_req, so the two handles are distinct types for the
- * compiler while converting one into the other costs nothing at run time
- * (flare__res_ex: an offset of 0). */
-struct flare_res {
-    int status; /* status being produced (after hooks), 0 before */
-    flare_res_hdr_t *hdrs, **hdrs_tail;
-};
-
-struct flare_req {
-    struct flare_res res; /* handlers get &ex->res */
-    flare_conn_t *conn;
-    flare_worker_t *worker;
-    struct flare_req *next;  /* connection queue / free list / w->orphans */
-    struct flare_req *oprev; /* w->orphans only */
-    const flare_route_t *route;
-    uint32_t flags;
-    flare_http_head_t head;
-    flare_str_t body;
-    const char *raw; /* start of the head in the read buffer */
-    size_t raw_len;
-    flare_route_match_t match;  /* route, params, allowed */
-    const flare_mw_rt_t *chain; /* middlewares of this request */
-    uint32_t nchain, mw_pos;    /* next before hook to run */
-    flare_chunked_t chunked;
-    uint64_t body_need;  /* Content-Length still to receive */
-    flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
-    flare_buf_t out;     /* serialized response when not at the queue head */
-    size_t out_head_end; /* offset in out where the head's blank line starts */
-    flare_cleanup_t *cleanups;
-    struct flare_attr *attrs;
-    flare_arena_t arena;
-    flare_header_t *headers; /* capacity app->limits.max_headers */
-    /* a file body waiting for this exchange to reach the queue head (owned;
-     * -1 when none: a cleanup hook closes it if it never goes out) */
-    int file_fd;
-    uint64_t file_off, file_len;
-};
-
-/* The exchange a response belongs to (container_of). */
-static inline struct flare_req *flare__res_ex(flare_res_t *res)
-{
-    return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
-}
-_Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
-
 /* Connection flags (the stream has its own: FLARE_S_*) */
 enum {
     C_CLOSING = 1u << 0,  /* close once the output is flushed */
@@ -296,7 +210,6 @@ void flare__conn_flush(flare_conn_t *c);
 void flare__conn_sweep(flare_worker_t *w);
 void flare__conn_free_dead(flare_worker_t *w);
 void flare__conn_drain(flare_worker_t *w);
-void flare__ex_complete(struct flare_req *ex);
 
 /* mw/chain.c */
 int flare__chain_run(struct flare_req *ex);
@@ -304,28 +217,6 @@ void flare__chain_after(struct flare_req *ex);
 int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw);
 int flare__chains_build(flare_app_t *app);
 void flare__chains_free(flare_app_t *app);
-
-/* http1/request.c: a path parameter as sent (not percent-decoded), for
- * callers that decode and check it themselves (static files) */
-flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name);
-
-/* http1/response.c */
-int flare__res_error(struct flare_req *ex, int status, const char *msg);
-int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
-/* Answers 101 Switching Protocols (Upgrade: <token>, Connection: Upgrade,
- * plus headers added with flare_res_header), stops reading requests, and
- * once everything before it is flushed hands the socket to fn. */
-int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud);
-/* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
- * checked, not copied; valid until the response head is serialized, which
- * the flare_res_send* call does). For the web layer's precomputed headers. */
-int flare__res_header_block(flare_res_t *res, flare_str_t block);
-int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
-                          uint64_t clen, bool chunked);
-
-/* worker exchanges (the buffer pool is in net/stream.h) */
-struct flare_req *flare__ex_get(flare_worker_t *w);
-void flare__ex_put(flare_worker_t *w, struct flare_req *ex);
 
 /* src/watch.c: frees the watchers freed during this batch; at shutdown,
  * stops and frees every timer and watcher their owner left (no callback)

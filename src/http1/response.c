@@ -1,14 +1,18 @@
-/* Response serialization and the flare_res_* API.
+/* HTTP/1.1 responses on the wire: the operations the exchange layer calls
+ * (flare__http1_ops) once the response API has validated a response.
  *
  * The head is written with memcpy from precomputed pieces: status lines are
  * string constants generated from FLARE_STATUS_MAP, the Date line is cached
- * per worker per second, lengths are formatted by hand. No printf. */
+ * per worker per second, lengths are formatted by hand. No printf. The
+ * oldest exchange of the connection writes straight into the stream's
+ * buffer; a later one into its own (ex->out) until it becomes the oldest. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "http1/http1.h"
 #include "server.h"
 
 #define STATUS_LINE_MAX 48
@@ -86,8 +90,8 @@ static char *put_headers(char *p, const flare_res_hdr_t *h)
     return p;
 }
 
-/* Inlined into send_common (the hot path: a call there measured +30
- * instructions per request); other callers use flare__serialize_head. */
+/* Inlined into respond (the hot path: a call there measured +30
+ * instructions per request); other callers use head_out. */
 static inline __attribute__((always_inline)) int serialize_head(struct flare_req *ex,
                                                                 flare_buf_t *out, int status,
                                                                 flare_str_t ctype, uint64_t clen,
@@ -142,107 +146,18 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
     return 0;
 }
 
-int flare__serialize_head(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
-                          uint64_t clen, bool chunked)
+static int head_out(struct flare_req *ex, flare_buf_t *out, int status, flare_str_t ctype,
+                    uint64_t clen, bool chunked)
 {
     return serialize_head(ex, out, status, ctype, clen, chunked);
 }
 
-/* An exchange whose connection is gone: the send is a no-op that frees it. */
-static int orphan_done(struct flare_req *ex)
+static int respond(struct flare_req *ex, flare_str_t ctype, flare_str_t body,
+                   const flare_release_t *ref)
 {
-    ex->flags |= EX_SENT;
-    if (!(ex->flags & EX_IN_HANDLER))
-        flare__ex_put(ex->worker, ex);
-    return 0;
-}
-
-/* No control bytes (CR, LF, NUL, DEL) in a Content-Type: eight bytes at a
- * time with an overlapping last block, since it runs on every response. */
-static inline bool ctl_free8(const char *p)
-{
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint64_t x;
-    memcpy(&x, p, 8);
-    uint64_t lt20 = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
-    uint64_t d = x ^ (ones * 0x7f);
-    uint64_t del = (d - ones) & ~d & highs; /* a byte == 0x7f */
-    return (lt20 | del) == 0;
-}
-
-/* HTAB is allowed in a field value, so a block that trips the fast check
- * gets a byte-by-byte look. */
-static bool ctype_ok(flare_str_t s)
-{
-    if (s.len >= 8) {
-        for (size_t i = 0; i + 8 < s.len; i += 8) {
-            if (!ctl_free8(s.ptr + i))
-                return flare__field_value_ok(s);
-        }
-        return ctl_free8(s.ptr + s.len - 8) || flare__field_value_ok(s);
-    }
-    return flare__field_value_ok(s);
-}
-
-static int run_after(struct flare_req *ex, int status)
-{
-    if (ex->flags & EX_AFTER_DONE)
-        return status;
-    ex->flags |= EX_AFTER_DONE;
-    ex->res.status = status;
-    flare__chain_after(ex);
-    return ex->res.status;
-}
-
-int flare_res_status(const flare_res_t *res)
-{
-    return res->status;
-}
-
-int flare_res_set_status(flare_res_t *res, int status)
-{
-    if (flare__res_ex(res)->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    if (status < 200 || status > 999)
-        return FLARE_EINVAL;
-    res->status = status;
-    return 0;
-}
-
-enum { SEND_GO = 1, SEND_ORPHAN = 2 };
-
-/* What every complete response goes through first: state and argument
- * checks (invalid: the caller's own extra ones), then the after hooks,
- * which may change *status or answer themselves. Returns SEND_GO, or
- * SEND_ORPHAN / a result once the caller has released its body. */
-static inline __attribute__((always_inline)) int send_prologue(struct flare_req *ex, int *status,
-                                                               flare_str_t ctype, bool invalid)
-{
-    if (ex->flags & EX_ORPHAN)
-        return SEND_ORPHAN;
-    if (ex->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    if ((unsigned)(*status - 200) > 799u || !ctype_ok(ctype) || invalid)
-        return FLARE_EINVAL;
-    if (ex->flags & EX_HAS_AFTER) {
-        *status = run_after(ex, *status);
-        if (ex->flags & EX_ORPHAN)
-            return SEND_ORPHAN;
-        if (ex->flags & (EX_SENT | EX_STREAM))
-            return 0;
-    }
-    return SEND_GO;
-}
-
-static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
-                       flare_task_fn release, void *ud)
-{
-    int rc = send_prologue(ex, &status, ctype, false);
-    if (rc != SEND_GO) {
-        if (release != NULL)
-            release(ud);
-        return rc == SEND_ORPHAN ? orphan_done(ex) : rc;
-    }
+    int status = ex->res.status;
+    flare_task_fn release = ref != NULL ? ref->fn : NULL;
+    void *ud = ref != NULL ? ref->ud : NULL;
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
     if (serialize_head(ex, out, status, ctype, body.len, false) != 0)
@@ -262,32 +177,14 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
     if (release != NULL)
         release(ud);
     ex->flags |= EX_SENT;
-    /* inside the handler, dispatch completes the exchange when it returns */
     if (!(ex->flags & EX_IN_HANDLER))
-        flare__ex_complete(ex);
+        flare__http1_complete(ex);
     return 0;
 nomem:
     out->len = mark;
     if (release != NULL)
         release(ud);
     return FLARE_ENOMEM;
-}
-
-int flare_res_send(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body)
-{
-    return send_common(flare__res_ex(res), status, content_type, body, NULL, NULL);
-}
-
-static void no_release(void *ud)
-{
-    (void)ud;
-}
-
-int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body,
-                       flare_task_fn release, void *ud)
-{
-    return send_common(flare__res_ex(res), status, content_type, body,
-                       release != NULL ? release : no_release, ud);
 }
 
 /* Files up to this size are read into the response: one write with the
@@ -303,21 +200,13 @@ static void close_pending_file(void *ud)
     }
 }
 
-int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd, uint64_t off,
-                       uint64_t len)
+static int respond_file(struct flare_req *ex, int status, flare_str_t ctype, int fd, uint64_t off,
+                        uint64_t len)
 {
-    struct flare_req *ex = flare__res_ex(res);
-    if (fd < 0)
-        return FLARE_EINVAL;
-    int rc = send_prologue(ex, &status, content_type, off > INT64_MAX || len > INT64_MAX - off);
-    if (rc != SEND_GO) {
-        close(fd);
-        return rc == SEND_ORPHAN ? orphan_done(ex) : rc;
-    }
-    rc = 0;
+    int rc = 0;
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
-    if (flare__serialize_head(ex, out, status, content_type, len, false) != 0) {
+    if (head_out(ex, out, status, ctype, len, false) != 0) {
         rc = FLARE_ENOMEM;
         goto out;
     }
@@ -355,50 +244,25 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
             fd = -1;
         }
     }
+out:
     if (fd >= 0)
         close(fd);
-    ex->flags |= EX_SENT;
-    if (!(ex->flags & EX_IN_HANDLER))
-        flare__ex_complete(ex);
-    return 0;
-out:
-    close(fd);
     return rc;
 }
 
-int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
+static int stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
 {
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & EX_ORPHAN)
-        return 0;
-    if (ex->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    if (status < 200 || status > 999 || !ctype_ok(content_type))
-        return FLARE_EINVAL;
-    if (ex->flags & EX_HAS_AFTER) {
-        status = run_after(ex, status);
-        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN))
-            return 0;
-    }
     flare_buf_t *out = out_buf(ex);
-    if (flare__serialize_head(ex, out, status, content_type, 0, true) != 0)
+    if (head_out(ex, out, status, ctype, 0, true) != 0)
         return FLARE_ENOMEM;
-    ex->flags |= EX_STREAM;
     if (!status_has_body(status) || (ex->flags & EX_HEAD_ONLY))
         ex->flags |= EX_HEAD_ONLY; /* writes are dropped, end adds nothing */
-    flare__ex_complete(ex);
     return 0;
 }
 
-int flare_res_write(flare_res_t *res, flare_str_t data)
+/* One chunk: size in hex, CRLF, data, CRLF. */
+static int stream_write(struct flare_req *ex, flare_str_t data)
 {
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & EX_ORPHAN)
-        return 0;
-    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
-        return FLARE_ESTATE;
-    if (data.len == 0 || (ex->flags & EX_HEAD_ONLY))
-        return 0;
     flare_buf_t *out = out_buf(ex);
     if (flare__buf_reserve(out, data.len + 20) != 0)
         return FLARE_ENOMEM;
@@ -417,86 +281,20 @@ int flare_res_write(flare_res_t *res, flare_str_t data)
     *p++ = '\r';
     *p++ = '\n';
     out->len = (size_t)(p - out->data);
-    flare__ex_complete(ex);
     return 0;
 }
 
-int flare_res_end(flare_res_t *res)
+static int stream_end(struct flare_req *ex)
 {
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & EX_ORPHAN)
-        return orphan_done(ex);
-    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
-        return FLARE_ESTATE;
-    if (!(ex->flags & EX_HEAD_ONLY)) {
-        flare_buf_t *out = out_buf(ex);
-        if (flare__buf_append(out, "0\r\n\r\n", 5) != 0)
-            return FLARE_ENOMEM;
-    }
-    ex->flags |= EX_SENT;
-    flare__ex_complete(ex);
-    return 0;
+    if (ex->flags & EX_HEAD_ONLY)
+        return 0;
+    return flare__buf_append(out_buf(ex), "0\r\n\r\n", 5) != 0 ? FLARE_ENOMEM : 0;
 }
 
-void flare_res_close(flare_res_t *res)
+/* 101 Switching Protocols; no request after this one is read, and once
+ * everything before it is out the stream goes to fn (conn.c: handoff). */
+static int upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud)
 {
-    flare__res_ex(res)->flags |= EX_CLOSE;
-}
-
-static void append_hdr(struct flare_req *ex, flare_res_hdr_t *h)
-{
-    h->next = NULL;
-    *ex->res.hdrs_tail = h;
-    ex->res.hdrs_tail = &h->next;
-}
-
-int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
-{
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    if (!flare__is_token(name) || !flare__field_value_ok(value))
-        return FLARE_EINVAL;
-    if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
-        FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "server") ||
-        FLARE__IEQ(name, "content-type"))
-        return FLARE_EINVAL;
-    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h) + name.len + value.len);
-    if (h == NULL)
-        return FLARE_ENOMEM;
-    char *s = (char *)(h + 1);
-    memcpy(s, name.ptr, name.len);
-    if (value.len > 0)
-        memcpy(s + name.len, value.ptr, value.len);
-    h->name = (flare_str_t){ s, name.len };
-    h->value = (flare_str_t){ s + name.len, value.len };
-    append_hdr(ex, h);
-    return 0;
-}
-
-int flare__res_header_block(flare_res_t *res, flare_str_t block)
-{
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h));
-    if (h == NULL)
-        return FLARE_ENOMEM;
-    h->name = (flare_str_t){ "", 0 };
-    h->value = block;
-    append_hdr(ex, h);
-    return 0;
-}
-
-int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud)
-{
-    struct flare_req *ex = flare__res_ex(res);
-    if (ex->flags & (EX_SENT | EX_STREAM))
-        return FLARE_ESTATE;
-    if (ex->flags & EX_ORPHAN)
-        return orphan_done(ex);
-    if (fn == NULL || token.len == 0 || !ctype_ok(token))
-        return FLARE_EINVAL;
     flare_conn_t *c = ex->conn;
     flare_buf_t *out = out_buf(ex);
     size_t need = 128 + token.len;
@@ -515,64 +313,41 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
     c->flags |= C_UPGRADE;
     c->upgrade_fn = fn;
     c->upgrade_ud = ud;
-    ex->flags |= EX_SENT;
-    if (!(ex->flags & EX_IN_HANDLER))
-        flare__ex_complete(ex);
     return 0;
 }
 
-int flare__res_error(struct flare_req *ex, int status, const char *msg)
+/* HTTP/1.x: the enum's first two values are the minor version (the parser
+ * gives 0 or 1), so this is a plain load. */
+_Static_assert(FLARE_PROTO_HTTP10 == 0 && FLARE_PROTO_HTTP11 == 1, "minor -> flare_proto_t");
+
+static flare_proto_t protocol(const struct flare_req *ex)
 {
-    char body[160];
-    size_t n = strlen(msg);
-    if (n > sizeof(body) - 2)
-        n = sizeof(body) - 2;
-    memcpy(body, msg, n);
-    body[n++] = '\n';
-    /* headers set so far stay: a middleware's (request id, CORS) belong on
-     * error answers too */
-    ex->flags &= ~(uint32_t)EX_STREAM;
-    if (ex->flags & EX_SENT)
+    return (flare_proto_t)ex->head.minor;
+}
+
+static bool secure(const struct flare_req *ex)
+{
+    return ex->conn != NULL && ex->conn->s.tr != NULL; /* TLS: the only transport with an object */
+}
+
+static int peer(const struct flare_req *ex, uint8_t addr[16])
+{
+    const flare_conn_t *c = ex->conn;
+    if (c == NULL || c->peer_family == 0)
         return 0;
-    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"), (flare_str_t){ body, n },
-                       NULL, NULL);
+    memcpy(addr, c->peer, 16);
+    return c->peer_family;
 }
 
-/* "GET, HEAD, POST, OPTIONS": HEAD whenever GET is there, OPTIONS always. */
-static flare_str_t allow_value(uint32_t bits, char *buf)
-{
-    if (bits & (1u << FLARE_METHOD_GET))
-        bits |= 1u << FLARE_METHOD_HEAD;
-    bits |= 1u << FLARE_METHOD_OPTIONS;
-    char *p = buf;
-    for (int m = 1; m < FLARE_METHOD_COUNT; m++) {
-        if (!(bits & (1u << m)))
-            continue;
-        if (p != buf) {
-            *p++ = ',';
-            *p++ = ' ';
-        }
-        flare_str_t name = flare_method_name((flare_method_t)m);
-        memcpy(p, name.ptr, name.len);
-        p += name.len;
-    }
-    return (flare_str_t){ buf, (size_t)(p - buf) };
-}
-
-int flare__res_auto(struct flare_req *ex)
-{
-    uint32_t allowed = ex->match.allowed;
-    flare_method_t m = ex->head.method_id;
-    char allow[128];
-    if (m == FLARE_METHOD_OPTIONS && ex->head.path.len == 1 && ex->head.path.ptr[0] == '*') {
-        flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(~0u & ~1u, allow));
-        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
-    }
-    if (allowed == 0)
-        return flare__res_error(ex, 404, "not found");
-    flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(allowed, allow));
-    if (m == FLARE_METHOD_OPTIONS)
-        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
-    return send_common(ex, 405, FLARE_STR("text/plain; charset=utf-8"),
-                       FLARE_STR("method not allowed\n"), NULL, NULL);
-}
+const flare_proto_ops_t flare__http1_ops = {
+    .respond = respond,
+    .respond_file = respond_file,
+    .stream_begin = stream_begin,
+    .stream_write = stream_write,
+    .stream_end = stream_end,
+    .upgrade = upgrade,
+    .complete = flare__http1_complete,
+    .protocol = protocol,
+    .secure = secure,
+    .peer = peer,
+};

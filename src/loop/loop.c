@@ -233,7 +233,19 @@ void flare__loop_run(flare_loop_t *l)
             uint64_t when = l->timers->when;
             timeout = when <= l->now ? 0 : (int)(when - l->now < 60000 ? when - l->now : 60000);
         }
+        if (flare__unlikely(l->ready != NULL))
+            timeout = 0;
         flare__backend_poll(l, timeout);
+        while (flare__unlikely(l->ready != NULL)) {
+            flare_io_t *io = l->ready;
+            l->ready = NULL;
+            while (io != FLARE__IO_READY_END) {
+                flare_io_t *next = io->ready_next;
+                io->ready_next = NULL;
+                io->cb(l, io, FLARE_IO_READ);
+                io = next;
+            }
+        }
         if (l->timers != NULL)
             run_timers(l);
         if (l->deferred) {

@@ -39,6 +39,7 @@ struct flare_io {
     int fd;
     uint32_t events; /* currently registered FLARE_IO_* interest */
     flare_io_fn cb;
+    struct flare_io *ready_next; /* on the loop's ready list (flare__loop_ready); NULL: not */
 };
 
 /* A timer, embedded in whoever owns it. A pairing heap node: `child` is the
@@ -74,6 +75,10 @@ struct flare_loop {
     flare_loop_task_fn after_events;
     void *after_events_ud;
     bool deferred; /* set by whoever needs after_events to run this time */
+    /* ios readable without the poller knowing (bytes a TLS library holds):
+     * called with FLARE_IO_READ after this batch's events, before
+     * after_events; ends with FLARE__IO_READY_END */
+    flare_io_t *ready;
     /* written by other threads: on its own cache line */
     _Alignas(64) _Atomic(flare_post_node_t *) posts;
 };
@@ -102,6 +107,21 @@ static inline int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t even
     if (io->events == events)
         return 0;
     return flare__backend_mod(l, io, events);
+}
+
+#define FLARE__IO_READY_END ((flare_io_t *)(uintptr_t)1)
+
+/* io has input the poller cannot see (a TLS library holds decrypted bytes):
+ * its callback runs with FLARE_IO_READ after the current batch of events,
+ * before after_events, whatever the socket does. Idempotent. The owner
+ * must not free io before that (objects closed in a batch are freed by
+ * after_events, which runs later). */
+static inline void flare__loop_ready(flare_loop_t *l, flare_io_t *io)
+{
+    if (io->ready_next != NULL)
+        return;
+    io->ready_next = l->ready != NULL ? l->ready : FLARE__IO_READY_END;
+    l->ready = io;
 }
 
 /* Stops watching io->fd (before it is closed). An event already collected

@@ -521,8 +521,7 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
 
 void flare__stream_linger(flare_stream_t *s)
 {
-    if (s->tr != NULL && (s->tr->state & FLARE_TR_ESTABLISHED) &&
-        !(s->tr->state & FLARE_TR_FAILED))
+    if (s->tr != NULL && (s->tr->state & FLARE_TR_ESTABLISHED) && !(s->tr->state & FLARE_TR_FAILED))
         (void)s->tr->ops->shutdown(s->tr);
     shutdown(s->io.fd, SHUT_WR);
     s->sflags |= FLARE_S_LINGER;

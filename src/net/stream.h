@@ -94,14 +94,14 @@ typedef struct flare_outseg {
 
 /* Stream flags */
 enum {
-    FLARE_S_WANT_WRITE = 1u << 0,  /* output blocked: waiting for room */
-    FLARE_S_NO_READ = 1u << 1,     /* the protocol does not want input now */
-    FLARE_S_RD_EOF = 1u << 2,      /* the peer finished sending */
-    FLARE_S_LINGER = 1u << 3,      /* write side shut: reading until EOF, then close */
-    FLARE_S_RD_WAITS_W = 1u << 4,  /* the transport's read waits for writability */
-    FLARE_S_WR_WAITS_R = 1u << 5,  /* the transport's write waits for readability */
-    FLARE_S_ATTACHED = 1u << 6,    /* has a socket (a moved-to stream gets one later) */
-    FLARE_S_SEG_FILE = 1u << 7,    /* some queued segment is a file range */
+    FLARE_S_WANT_WRITE = 1u << 0, /* output blocked: waiting for room */
+    FLARE_S_NO_READ = 1u << 1,    /* the protocol does not want input now */
+    FLARE_S_RD_EOF = 1u << 2,     /* the peer finished sending */
+    FLARE_S_LINGER = 1u << 3,     /* write side shut: reading until EOF, then close */
+    FLARE_S_RD_WAITS_W = 1u << 4, /* the transport's read waits for writability */
+    FLARE_S_WR_WAITS_R = 1u << 5, /* the transport's write waits for readability */
+    FLARE_S_ATTACHED = 1u << 6,   /* has a socket (a moved-to stream gets one later) */
+    FLARE_S_SEG_FILE = 1u << 7,   /* some queued segment is a file range */
 };
 
 typedef struct flare_stream {

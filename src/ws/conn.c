@@ -259,6 +259,9 @@ void flare__ws_handoff(flare_worker_t *w, flare_stream_t *s, void *ud)
     }
     if (st->rlen > 0 && ws->state == WS_OPEN)
         process(ws);
+    /* TLS: frames OpenSSL already holds wake no poller */
+    if (ws->state == WS_OPEN && flare__stream_has_pending(st))
+        flare__loop_ready(st->loop, &st->io);
     if (w->draining && ws->state == WS_OPEN)
         flare_ws_close(ws, FLARE_WS_CLOSE_GOING_AWAY, FLARE_STR("server shutting down"));
 }

@@ -280,7 +280,7 @@ static void test_io(void **state)
     assert_int_equal(flare__loop_init(&l), 0);
     int p[2];
     assert_int_equal(pipe(p), 0);
-    flare_io_t io = { p[0], 0, on_pipe };
+    flare_io_t io = { .fd = p[0], .cb = on_pipe };
     assert_int_equal(flare__loop_add(&l, &io, FLARE_IO_READ), 0);
     assert_int_equal(io.events, FLARE_IO_READ);
     assert_int_equal(flare__loop_mod(&l, &io, FLARE_IO_READ), 0); /* no-op */
@@ -370,7 +370,7 @@ static void test_backend(void **state)
     assert_int_equal(flare__loop_init(&l), 0);
     int p[2];
     assert_int_equal(pipe(p), 0);
-    be_io_t rd = { { p[0], 0, be_cb }, 0 }, wr = { { p[1], 0, be_cb }, 0 };
+    be_io_t rd = { { .fd = p[0], .cb = be_cb }, 0 }, wr = { { .fd = p[1], .cb = be_cb }, 0 };
 
     assert_int_equal(flare__backend_add(&l, &rd.io, FLARE_IO_READ), 0);
     assert_int_equal(rd.io.events, FLARE_IO_READ);
@@ -407,13 +407,58 @@ static void test_backend(void **state)
     assert_int_equal(rd.got, FLARE_IO_READ | FLARE_IO_HUP);
 
     /* errors keep errno: a descriptor that is not open */
-    be_io_t bad = { { -1, 0, be_cb }, 0 };
+    be_io_t bad = { { .fd = -1, .cb = be_cb }, 0 };
     assert_int_equal(flare__backend_add(&l, &bad.io, FLARE_IO_READ), FLARE_ESYS);
     assert_int_equal(errno, EBADF);
     assert_int_equal(bad.io.events, 0);
     flare__backend_del(&l, &rd.io);
     close(p[0]);
     flare__loop_dispose(&l);
+}
+
+/* An io marked ready runs with FLARE_IO_READ after the batch although its
+ * descriptor never becomes readable (what a TLS library holds), once per
+ * mark, and may mark itself again from its own callback. */
+static int ready_calls;
+static void on_ready(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    assert_int_equal(events, FLARE_IO_READ);
+    assert_null(io->ready_next); /* off the list before its callback */
+    if (++ready_calls < 3)
+        flare__loop_ready(l, io); /* again, next round */
+    else
+        l->stop = true;
+}
+
+static void test_ready_list(void **state)
+{
+    (void)state;
+    flare_loop_t l;
+    assert_int_equal(flare__loop_init(&l), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    flare_io_t a = { .fd = p[0], .cb = on_ready }, b = { .fd = p[0], .cb = on_ready };
+    assert_int_equal(flare__loop_add(&l, &a, FLARE_IO_READ), 0); /* never readable */
+    ready_calls = 0;
+    flare__loop_ready(&l, &a);
+    flare__loop_ready(&l, &a); /* idempotent */
+    assert_ptr_equal(l.ready, &a);
+    uint64_t t0 = l.now;
+    flare__loop_run(&l);
+    assert_int_equal(ready_calls, 3);
+    assert_null(l.ready);
+    assert_true(l.now - t0 < 1000); /* the wait did not block */
+    /* two on the list: both run */
+    ready_calls = 0;
+    l.stop = false;
+    flare__loop_ready(&l, &a);
+    flare__loop_ready(&l, &b);
+    flare__loop_run(&l);
+    assert_true(ready_calls >= 3);
+    flare__loop_del(&l, &a);
+    flare__loop_dispose(&l);
+    close(p[0]);
+    close(p[1]);
 }
 
 int main(void)
@@ -429,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_dispose_cancels),
         cmocka_unit_test(test_stopped_never_fires),
         cmocka_unit_test(test_backend),
+        cmocka_unit_test(test_ready_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

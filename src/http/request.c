@@ -31,13 +31,9 @@ flare_str_t flare_req_query(const flare_req_t *req)
     return req->head.query;
 }
 
-/* HTTP/1.x: the enum's first two values are the minor version (the parser
- * gives 0 or 1), so this is a plain load. */
-_Static_assert(FLARE_PROTO_HTTP10 == 0 && FLARE_PROTO_HTTP11 == 1, "minor -> flare_proto_t");
-
 flare_proto_t flare_req_protocol(const flare_req_t *req)
 {
-    return (flare_proto_t)req->head.minor;
+    return req->ops->protocol(req);
 }
 
 flare_str_t flare_req_protocol_name(const flare_req_t *req)
@@ -53,7 +49,7 @@ flare_str_t flare_req_protocol_name(const flare_req_t *req)
 
 bool flare_req_secure(const flare_req_t *req)
 {
-    return req->conn != NULL && req->conn->s.tr != NULL; /* TLS is the only transport with an object */
+    return req->ops->secure(req);
 }
 
 flare_str_t flare_req_header(const flare_req_t *req, const char *name)
@@ -257,11 +253,7 @@ void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *typ
 
 int flare_req_peer_raw(const flare_req_t *req, uint8_t addr[16])
 {
-    const flare_conn_t *c = req->conn;
-    if (c == NULL || c->peer_family == 0)
-        return 0;
-    memcpy(addr, c->peer, 16);
-    return c->peer_family;
+    return req->ops->peer(req, addr);
 }
 
 flare_str_t flare_req_peer(flare_req_t *req)

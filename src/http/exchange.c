@@ -1,0 +1,240 @@
+/* Dispatch, protocol-neutral: exchanges (recycled per worker), routing,
+ * the middleware chain and the handler, asynchronous completion, flare_next
+ * and orphans. The wire protocol parses, calls flare__http_route and
+ * flare__http_dispatch, and is called back through ex->ops. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+struct flare_req *flare__ex_get(flare_worker_t *w)
+{
+    struct flare_req *ex = w->free_ex;
+    if (ex != NULL) {
+        w->free_ex = ex->next;
+        w->nfree_ex--;
+    } else {
+        ex = calloc(1, sizeof(*ex));
+        if (ex == NULL)
+            return NULL;
+        ex->headers = malloc(w->app->limits.max_headers * sizeof(flare_header_t));
+        if (ex->headers == NULL) {
+            free(ex);
+            return NULL;
+        }
+        flare__arena_init(&ex->arena);
+        ex->worker = w;
+        ex->file_fd = -1;
+    }
+    ex->next = NULL;
+    ex->flags = 0;
+    ex->route = NULL;
+    ex->head.headers = ex->headers;
+    ex->body.ptr = NULL;
+    ex->body.len = 0;
+    ex->match.nparams = 0;
+    ex->match.route = NULL;
+    ex->match.allowed = 0;
+    ex->chain = NULL;
+    ex->nchain = ex->mw_pos = 0;
+    ex->res.status = 0;
+    ex->res.hdrs = NULL;
+    ex->res.hdrs_tail = &ex->res.hdrs;
+    ex->cleanups = NULL;
+    ex->attrs = NULL;
+    ex->bodybuf.len = 0;
+    ex->out.len = 0;
+    return ex;
+}
+
+void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
+{
+    if (ex->flags & EX_ORPHAN) {
+        if (ex->oprev != NULL)
+            ex->oprev->next = ex->next;
+        else
+            w->orphans = ex->next;
+        if (ex->next != NULL)
+            ex->next->oprev = ex->oprev;
+        ex->flags &= ~(uint32_t)EX_ORPHAN;
+    }
+    while (ex->cleanups != NULL) {
+        flare_cleanup_t *cl = ex->cleanups;
+        ex->cleanups = cl->next;
+        cl->fn(cl->ud);
+    }
+    if (flare__arena_used(&ex->arena))
+        flare__arena_reset(&ex->arena);
+    /* keep small buffers for the next exchange; give big ones back */
+    if (ex->bodybuf.cap > 65536)
+        flare__buf_free(&ex->bodybuf);
+    if (ex->out.cap > 65536)
+        flare__buf_free(&ex->out);
+    ex->conn = NULL;
+    if (w->nfree_ex >= 256) {
+        flare__arena_dispose(&ex->arena);
+        flare__buf_free(&ex->bodybuf);
+        flare__buf_free(&ex->out);
+        free(ex->headers);
+        free(ex);
+        return;
+    }
+    ex->next = w->free_ex;
+    w->free_ex = ex;
+    w->nfree_ex++;
+}
+
+/* ---- routing and dispatch ---- */
+
+static void rebase(flare_str_t *s, const char *old, size_t len, const char *new)
+{
+    if (s->ptr >= old && s->ptr <= old + len)
+        s->ptr = new + (s->ptr - old);
+}
+
+int flare__ex_detach(struct flare_req *ex)
+{
+    if (ex->flags & EX_DETACHED)
+        return 0;
+    const char *old = ex->raw;
+    size_t len = ex->raw_len;
+    char *copy = flare__arena_dup(&ex->arena, old, len);
+    if (copy == NULL)
+        return FLARE_ENOMEM;
+    flare_http_head_t *h = &ex->head;
+    rebase(&h->method, old, len, copy);
+    rebase(&h->target, old, len, copy);
+    rebase(&h->path, old, len, copy);
+    rebase(&h->query, old, len, copy);
+    rebase(&h->host, old, len, copy);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        rebase(&h->headers[i].name, old, len, copy);
+        rebase(&h->headers[i].value, old, len, copy);
+    }
+    for (unsigned i = 0; i < ex->match.nparams; i++)
+        rebase(&ex->match.params[i].value, old, len, copy);
+    if (ex->body.len > 0 && ex->bodybuf.data != ex->body.ptr) {
+        char *b = flare__arena_dup(&ex->arena, ex->body.ptr, ex->body.len);
+        if (b == NULL)
+            return FLARE_ENOMEM;
+        ex->body.ptr = b;
+    }
+    ex->raw = copy;
+    ex->flags |= EX_DETACHED;
+    return 0;
+}
+
+static void set_chain(flare_app_t *app, struct flare_req *ex)
+{
+    if (ex->route != NULL) {
+        ex->chain = ex->route->chain;
+        ex->nchain = ex->route->nchain;
+        if (ex->route->has_after)
+            ex->flags |= EX_HAS_AFTER;
+    } else {
+        ex->chain = app->mws.v;
+        ex->nchain = (uint32_t)app->mws.n;
+        if (app->mws_have_after)
+            ex->flags |= EX_HAS_AFTER;
+    }
+}
+
+/* A path with %-escapes is routed, and seen by handlers, in its normal
+ * form (unreserved characters decoded, hex upper-cased: `/pl%61intext` is
+ * `/plaintext`, `/a%2fb` one segment `/a%2Fb`), copied into the arena. The
+ * parser flags such paths while it scans the target: the others pay one
+ * test. Out of memory: routed as sent. */
+__attribute__((noinline)) static void normalize_path(struct flare_req *ex)
+{
+    flare_str_t p = ex->head.path;
+    char *out = p.ptr[0] == '/' ? flare__arena_alloc(&ex->arena, p.len) : NULL;
+    if (out != NULL)
+        ex->head.path = (flare_str_t){ out, flare__router_normalize_path(p, out) };
+}
+
+void flare__http_route(flare_app_t *app, struct flare_req *ex)
+{
+    flare_method_t m = ex->head.method_id;
+    if (flare__unlikely(ex->head.path_pct))
+        normalize_path(ex);
+    if (m == FLARE_METHOD_HEAD)
+        ex->flags |= EX_HEAD_ONLY;
+    if (flare__router_match(app->router, m, ex->head.path, &ex->match)) {
+        ex->route = ex->match.route;
+    } else if (m == FLARE_METHOD_HEAD &&
+               flare__router_match(app->router, FLARE_METHOD_GET, ex->head.path, &ex->match)) {
+        ex->route = ex->match.route;
+    } else {
+        ex->route = NULL;
+        ex->match.nparams = 0;
+        uint32_t allowed = ex->match.allowed;
+        if (allowed != 0) {
+            /* 405 or automatic OPTIONS on a path that has routes: run the
+             * middlewares of that path's routes (a group's CORS must see
+             * its preflights), then the automatic answer */
+            flare_route_match_t other;
+            flare_method_t om = (flare_method_t)__builtin_ctz(allowed);
+            if (flare__router_match(app->router, om, ex->head.path, &other)) {
+                const flare_route_t *r = other.route;
+                ex->chain = r->chain;
+                ex->nchain = r->nchain;
+                if (r->has_after)
+                    ex->flags |= EX_HAS_AFTER;
+                return;
+            }
+        }
+    }
+    set_chain(app, ex);
+}
+
+/* Runs the chain from where it stands (start, or a paused before hook) and
+ * settles the outcome: answered, asynchronous (detach), or an error. */
+static void run_chain(struct flare_req *ex)
+{
+    ex->flags |= EX_IN_HANDLER;
+    int rc = flare__chain_run(ex);
+    ex->flags &= ~EX_IN_HANDLER;
+    if (ex->flags & EX_ORPHAN) {
+        if (ex->flags & EX_SENT)
+            flare__ex_put(ex->worker, ex);
+        return;
+    }
+    if (!(ex->flags & EX_SENT)) {
+        if (rc == FLARE_ASYNC) {
+            if (flare__ex_detach(ex) != 0) {
+                ex->flags |= EX_CLOSE;
+                flare__res_error(ex, 500, "out of memory");
+            }
+        } else if (!(ex->flags & EX_STREAM)) {
+            ex->flags |= EX_CLOSE;
+            flare__res_error(ex, 500,
+                             rc < 0 ? flare_strerror(rc) : "handler returned without a response");
+        } else if (flare__ex_detach(ex) != 0) {
+            flare_res_close(&ex->res);
+            flare_res_end(&ex->res);
+        }
+    }
+    flare__ex_complete(ex);
+}
+
+void flare__http_dispatch(struct flare_req *ex)
+{
+    if (ex->flags & EX_SENT)
+        return;
+    run_chain(ex);
+}
+
+void flare_next(flare_req_t *req)
+{
+    struct flare_req *ex = req;
+    if (ex->flags & (EX_SENT | EX_STREAM | EX_IN_HANDLER))
+        return;
+    if (ex->flags & EX_ORPHAN) {
+        /* the client is gone: nothing to resume; free the exchange */
+        ex->flags |= EX_SENT;
+        flare__ex_put(ex->worker, ex);
+        return;
+    }
+    run_chain(ex);
+}
+

@@ -1,0 +1,212 @@
+/* The protocol-neutral exchange: one request and its response, whatever
+ * wire they travel on. src/http/ owns dispatch (route, middleware chain,
+ * flare_next, asynchronous completion, orphans) and the response API
+ * (validation, after hooks, headers); the wire protocol supplies the
+ * operations that put a response on its wire (flare_proto_ops_t) and
+ * decides when bytes may leave: HTTP/1.1 keeps responses in request order
+ * (its pipelining queue), HTTP/2 will complete exchanges out of order under
+ * flow control. Nothing here knows a wire format or a socket. */
+#ifndef FLARE_HTTP_EXCHANGE_H
+#define FLARE_HTTP_EXCHANGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/buf.h"
+#include "flare/flare.h"
+#include "http1/parser.h"
+#include "router/router.h"
+
+struct flare_req;
+struct flare_conn;
+struct flare_stream;
+struct flare_worker;
+struct flare_route;
+struct flare_mw_rt;
+
+/* Protocol switch (101): the new owner of the connection. Called on the
+ * worker once the 101 response is flushed, with the connection's stream:
+ * the callee moves it into its own (flare__stream_move: the socket, the
+ * transport and the bytes the client sent after the upgrade request go
+ * along) during the call. Called with s NULL instead when the connection
+ * closes before the 101 is out. */
+typedef void (*flare_upgrade_fn)(struct flare_worker *w, struct flare_stream *s, void *ud);
+
+/* A borrowed body's release: fn(ud) once it is no longer needed. */
+typedef struct flare_release {
+    flare_task_fn fn;
+    void *ud;
+} flare_release_t;
+
+/* What a wire protocol does for the exchange layer. The response calls
+ * come after validation and the after hooks; each returns 0 or a negative
+ * FLARE_E* code (nothing was queued then). The HEAD and no-body statuses
+ * (1xx, 204, 304) are the protocol's to honour (EX_HEAD_ONLY). */
+typedef struct flare_proto_ops {
+    /* head (status: ex->res.status) + body, copied; borrowed instead when
+     * ref is set (ref->fn(ref->ud) once the bytes are out or dropped: on
+     * every path, also on failure). On success the op also marks the
+     * exchange sent (flare__ex_sent). Six register arguments and the last
+     * thing flare_res_send does: a tail call on every response's path. */
+    int (*respond)(struct flare_req *ex, flare_str_t ctype, flare_str_t body,
+                   const struct flare_release *ref);
+    /* head + len bytes of fd from off; takes fd (closed on every path) */
+    int (*respond_file)(struct flare_req *ex, int status, flare_str_t ctype, int fd, uint64_t off,
+                        uint64_t len);
+    /* a body of unknown length: head, pieces, end */
+    int (*stream_begin)(struct flare_req *ex, int status, flare_str_t ctype);
+    int (*stream_write)(struct flare_req *ex, flare_str_t data);
+    int (*stream_end)(struct flare_req *ex);
+    /* switch protocols after this response (HTTP/1.1: 101); NULL: refused */
+    int (*upgrade)(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud);
+    /* the response is complete, or has more output: move it toward the wire */
+    void (*complete)(struct flare_req *ex);
+    /* what the request arrived on */
+    flare_proto_t (*protocol)(const struct flare_req *ex);
+    bool (*secure)(const struct flare_req *ex);
+    int (*peer)(const struct flare_req *ex, uint8_t addr[16]); /* AF_INET/AF_INET6, 0 */
+} flare_proto_ops_t;
+
+/* An exchange: one request and its response. Recycled through the worker. */
+enum {
+    EX_SENT = 1u << 0, /* response complete (all bytes queued somewhere) */
+    EX_IN_HANDLER = 1u << 1,
+    EX_HEAD_ONLY = 1u << 2,     /* HEAD: headers only */
+    EX_CLOSE = 1u << 3,         /* close the connection after this response */
+    EX_STREAM = 1u << 4,        /* chunked streaming begun */
+    EX_DETACHED = 1u << 5,      /* views point into ex-owned memory */
+    EX_ERROR = 1u << 6,         /* framing error response: stop parsing */
+    EX_ORPHAN = 1u << 7,        /* connection gone: sends are no-ops */
+    EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
+    EX_AFTER_DONE = 1u << 9,    /* after hooks have run */
+    EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
+};
+
+typedef struct flare_res_hdr {
+    struct flare_res_hdr *next;
+    flare_str_t name, value;
+} flare_res_hdr_t;
+
+typedef struct flare_attr {
+    struct flare_attr *next;
+    const char *key;
+    const char *type; /* NULL: string, FLARE__ATTR_INT: integer, else pointer tag */
+    flare_str_t str;
+    int64_t num;
+    void *ptr;
+} flare_attr_t;
+
+typedef struct flare_cleanup {
+    struct flare_cleanup *next;
+    flare_task_fn fn;
+    void *ud;
+} flare_cleanup_t;
+
+/* The response half of an exchange: what flare_res_t points to. Embedded
+ * first in struct flare_req, so the two handles are distinct types for the
+ * compiler while converting one into the other costs nothing at run time
+ * (flare__res_ex: an offset of 0). */
+struct flare_res {
+    int status; /* status being produced (after hooks), 0 before */
+    flare_res_hdr_t *hdrs, **hdrs_tail;
+};
+
+struct flare_req {
+    struct flare_res res; /* handlers get &ex->res */
+    const flare_proto_ops_t *ops;
+    struct flare_conn *conn; /* the protocol's connection; NULL once it is gone */
+    struct flare_worker *worker;
+    struct flare_req *next;  /* connection queue / free list / w->orphans */
+    struct flare_req *oprev; /* w->orphans only */
+    const struct flare_route *route;
+    uint32_t flags;
+    flare_http_head_t head;
+    flare_str_t body;
+    const char *raw; /* start of the head in the read buffer */
+    size_t raw_len;
+    flare_route_match_t match;  /* route, params, allowed */
+    const struct flare_mw_rt *chain; /* middlewares of this request */
+    uint32_t nchain, mw_pos;    /* next before hook to run */
+    /* HTTP/1.1's per-exchange state (body decoding, out-of-order output) */
+    flare_chunked_t chunked;
+    uint64_t body_need;  /* Content-Length still to receive */
+    flare_buf_t bodybuf; /* body that spans reads; kept for reuse */
+    flare_buf_t out;     /* serialized response when not at the queue head */
+    size_t out_head_end; /* offset in out where the head's blank line starts */
+    flare_cleanup_t *cleanups;
+    struct flare_attr *attrs;
+    flare_arena_t arena;
+    flare_header_t *headers; /* capacity app->limits.max_headers */
+    /* a file body waiting for this exchange to reach the queue head (owned;
+     * -1 when none: a cleanup hook closes it if it never goes out) */
+    int file_fd;
+    uint64_t file_off, file_len;
+};
+
+/* The exchange a response belongs to (container_of). */
+static inline struct flare_req *flare__res_ex(flare_res_t *res)
+{
+    return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
+}
+_Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
+
+
+/* ---- src/http/exchange.c ---- */
+
+/* A fresh exchange for a request arriving over ops (recycled through the
+ * worker's free list); NULL when out of memory. */
+struct flare_req *flare__ex_get(struct flare_worker *w);
+/* Runs the cleanups, resets the arena, recycles it. */
+void flare__ex_put(struct flare_worker *w, struct flare_req *ex);
+
+/* Routes a parsed head: the route (HEAD falls back to GET), the path
+ * parameters, the middleware chain (for 404/405 and automatic OPTIONS too). */
+void flare__http_route(flare_app_t *app, struct flare_req *ex);
+
+/* Runs the chain and the handler (or the automatic answer) and settles the
+ * outcome: answered, asynchronous (the head is detached from protocol
+ * buffers), or a 500. */
+void flare__http_dispatch(struct flare_req *ex);
+
+/* Copies the head (and a body still in a protocol buffer) into the
+ * exchange's arena so it outlives the buffer. 0 or FLARE_ENOMEM. */
+int flare__ex_detach(struct flare_req *ex);
+
+static inline void flare__ex_complete(struct flare_req *ex)
+{
+    ex->ops->complete(ex);
+}
+
+/* The response is complete: inside the handler, dispatch completes the
+ * exchange when it returns; outside, now. */
+static inline void flare__ex_sent(struct flare_req *ex)
+{
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+}
+
+/* ---- src/http/response.c ---- */
+
+int flare__res_error(struct flare_req *ex, int status, const char *msg);
+int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
+/* Switches protocols after this response (HTTP/1.1: 101 Switching
+ * Protocols, Upgrade: <token>, Connection: Upgrade, plus headers added with
+ * flare_res_header); once everything before it is out, fn gets the stream. */
+int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud);
+/* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
+ * checked, not copied; valid until the response head is serialized, which
+ * the flare_res_send* call does). For the web layer's precomputed headers. */
+int flare__res_header_block(flare_res_t *res, flare_str_t block);
+/* An exchange whose connection is gone: the send is a no-op that frees it. */
+int flare__res_orphan_done(struct flare_req *ex);
+
+/* ---- src/http/request.c ---- */
+
+/* A path parameter as sent (not percent-decoded), for callers that decode
+ * and check it themselves (static files) */
+flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name);
+
+#endif

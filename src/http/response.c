@@ -1,0 +1,323 @@
+/* The response API (flare_res_*), protocol-neutral: state and argument
+ * checks, the after hooks (once), headers, automatic answers. The bytes are
+ * the wire protocol's business: every response ends in one of ex->ops. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server.h"
+
+int flare__res_orphan_done(struct flare_req *ex)
+{
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_put(ex->worker, ex);
+    return 0;
+}
+
+/* No control bytes (CR, LF, NUL, DEL) in a Content-Type: eight bytes at a
+ * time with an overlapping last block, since it runs on every response. */
+static inline bool ctl_free8(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t lt20 = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
+    uint64_t d = x ^ (ones * 0x7f);
+    uint64_t del = (d - ones) & ~d & highs; /* a byte == 0x7f */
+    return (lt20 | del) == 0;
+}
+
+/* HTAB is allowed in a field value, so a block that trips the fast check
+ * gets a byte-by-byte look. */
+static bool ctype_ok(flare_str_t s)
+{
+    if (s.len >= 8) {
+        for (size_t i = 0; i + 8 < s.len; i += 8) {
+            if (!ctl_free8(s.ptr + i))
+                return flare__field_value_ok(s);
+        }
+        return ctl_free8(s.ptr + s.len - 8) || flare__field_value_ok(s);
+    }
+    return flare__field_value_ok(s);
+}
+
+static int run_after(struct flare_req *ex, int status)
+{
+    if (ex->flags & EX_AFTER_DONE)
+        return status;
+    ex->flags |= EX_AFTER_DONE;
+    ex->res.status = status;
+    flare__chain_after(ex);
+    return ex->res.status;
+}
+
+int flare_res_status(const flare_res_t *res)
+{
+    return res->status;
+}
+
+int flare_res_set_status(flare_res_t *res, int status)
+{
+    if (flare__res_ex(res)->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (status < 200 || status > 999)
+        return FLARE_EINVAL;
+    res->status = status;
+    return 0;
+}
+
+enum { SEND_GO = 1, SEND_ORPHAN = 2 };
+
+/* What every complete response goes through first: state and argument
+ * checks (invalid: the caller's own extra ones), then the after hooks,
+ * which may change *status or answer themselves. Returns SEND_GO, or
+ * SEND_ORPHAN / a result once the caller has released its body. */
+static inline __attribute__((always_inline)) int send_prologue(struct flare_req *ex, int *status,
+                                                               flare_str_t ctype, bool invalid)
+{
+    if (ex->flags & EX_ORPHAN)
+        return SEND_ORPHAN;
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if ((unsigned)(*status - 200) > 799u || !ctype_ok(ctype) || invalid)
+        return FLARE_EINVAL;
+    if (ex->flags & EX_HAS_AFTER) {
+        *status = run_after(ex, *status);
+        if (ex->flags & EX_ORPHAN)
+            return SEND_ORPHAN;
+        if (ex->flags & (EX_SENT | EX_STREAM))
+            return 0;
+    }
+    return SEND_GO;
+}
+
+static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                       const flare_release_t *ref)
+{
+    int rc = send_prologue(ex, &status, ctype, false);
+    if (flare__unlikely(rc != SEND_GO)) {
+        if (ref != NULL)
+            ref->fn(ref->ud);
+        return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
+    }
+    ex->res.status = status;
+    return ex->ops->respond(ex, ctype, body, ref);
+}
+
+int flare_res_send(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body)
+{
+    return send_common(flare__res_ex(res), status, content_type, body, NULL);
+}
+
+static void no_release(void *ud)
+{
+    (void)ud;
+}
+
+int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type, flare_str_t body,
+                       flare_task_fn release, void *ud)
+{
+    flare_release_t ref = { release != NULL ? release : no_release, ud };
+    return send_common(flare__res_ex(res), status, content_type, body, &ref);
+}
+
+int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd, uint64_t off,
+                       uint64_t len)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (fd < 0)
+        return FLARE_EINVAL;
+    int rc = send_prologue(ex, &status, content_type, off > INT64_MAX || len > INT64_MAX - off);
+    if (rc != SEND_GO) {
+        close(fd);
+        return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
+    }
+    rc = ex->ops->respond_file(ex, status, content_type, fd, off, len);
+    if (rc != 0)
+        return rc;
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+    return 0;
+}
+
+int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & EX_ORPHAN)
+        return 0;
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (status < 200 || status > 999 || !ctype_ok(content_type))
+        return FLARE_EINVAL;
+    if (ex->flags & EX_HAS_AFTER) {
+        status = run_after(ex, status);
+        if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN))
+            return 0;
+    }
+    int rc = ex->ops->stream_begin(ex, status, content_type);
+    if (rc != 0)
+        return rc;
+    ex->flags |= EX_STREAM;
+    flare__ex_complete(ex);
+    return 0;
+}
+
+int flare_res_write(flare_res_t *res, flare_str_t data)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & EX_ORPHAN)
+        return 0;
+    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
+        return FLARE_ESTATE;
+    if (data.len == 0 || (ex->flags & EX_HEAD_ONLY))
+        return 0;
+    int rc = ex->ops->stream_write(ex, data);
+    if (rc != 0)
+        return rc;
+    flare__ex_complete(ex);
+    return 0;
+}
+
+int flare_res_end(flare_res_t *res)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & EX_ORPHAN)
+        return flare__res_orphan_done(ex);
+    if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
+        return FLARE_ESTATE;
+    int rc = ex->ops->stream_end(ex);
+    if (rc != 0)
+        return rc;
+    ex->flags |= EX_SENT;
+    flare__ex_complete(ex);
+    return 0;
+}
+
+void flare_res_close(flare_res_t *res)
+{
+    flare__res_ex(res)->flags |= EX_CLOSE;
+}
+
+static void append_hdr(struct flare_req *ex, flare_res_hdr_t *h)
+{
+    h->next = NULL;
+    *ex->res.hdrs_tail = h;
+    ex->res.hdrs_tail = &h->next;
+}
+
+int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (!flare__is_token(name) || !flare__field_value_ok(value))
+        return FLARE_EINVAL;
+    if (FLARE__IEQ(name, "content-length") || FLARE__IEQ(name, "transfer-encoding") ||
+        FLARE__IEQ(name, "date") || FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "server") ||
+        FLARE__IEQ(name, "content-type"))
+        return FLARE_EINVAL;
+    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h) + name.len + value.len);
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    char *s = (char *)(h + 1);
+    memcpy(s, name.ptr, name.len);
+    if (value.len > 0)
+        memcpy(s + name.len, value.ptr, value.len);
+    h->name = (flare_str_t){ s, name.len };
+    h->value = (flare_str_t){ s + name.len, value.len };
+    append_hdr(ex, h);
+    return 0;
+}
+
+int flare__res_header_block(flare_res_t *res, flare_str_t block)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    flare_res_hdr_t *h = flare__arena_alloc(&ex->arena, sizeof(*h));
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    h->name = (flare_str_t){ "", 0 };
+    h->value = block;
+    append_hdr(ex, h);
+    return 0;
+}
+
+int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return FLARE_ESTATE;
+    if (ex->flags & EX_ORPHAN)
+        return flare__res_orphan_done(ex);
+    if (fn == NULL || token.len == 0 || !ctype_ok(token))
+        return FLARE_EINVAL;
+    if (ex->ops->upgrade == NULL)
+        return FLARE_ESTATE; /* this protocol does not switch */
+    int rc = ex->ops->upgrade(ex, token, fn, ud);
+    if (rc != 0)
+        return rc;
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+    return 0;
+}
+
+int flare__res_error(struct flare_req *ex, int status, const char *msg)
+{
+    char body[160];
+    size_t n = strlen(msg);
+    if (n > sizeof(body) - 2)
+        n = sizeof(body) - 2;
+    memcpy(body, msg, n);
+    body[n++] = '\n';
+    /* headers set so far stay: a middleware's (request id, CORS) belong on
+     * error answers too */
+    ex->flags &= ~(uint32_t)EX_STREAM;
+    if (ex->flags & EX_SENT)
+        return 0;
+    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"), (flare_str_t){ body, n },
+                       NULL);
+}
+
+/* "GET, HEAD, POST, OPTIONS": HEAD whenever GET is there, OPTIONS always. */
+static flare_str_t allow_value(uint32_t bits, char *buf)
+{
+    if (bits & (1u << FLARE_METHOD_GET))
+        bits |= 1u << FLARE_METHOD_HEAD;
+    bits |= 1u << FLARE_METHOD_OPTIONS;
+    char *p = buf;
+    for (int m = 1; m < FLARE_METHOD_COUNT; m++) {
+        if (!(bits & (1u << m)))
+            continue;
+        if (p != buf) {
+            *p++ = ',';
+            *p++ = ' ';
+        }
+        flare_str_t name = flare_method_name((flare_method_t)m);
+        memcpy(p, name.ptr, name.len);
+        p += name.len;
+    }
+    return (flare_str_t){ buf, (size_t)(p - buf) };
+}
+
+int flare__res_auto(struct flare_req *ex)
+{
+    uint32_t allowed = ex->match.allowed;
+    flare_method_t m = ex->head.method_id;
+    char allow[128];
+    if (m == FLARE_METHOD_OPTIONS && ex->head.path.len == 1 && ex->head.path.ptr[0] == '*') {
+        flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(~0u & ~1u, allow));
+        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+    }
+    if (allowed == 0)
+        return flare__res_error(ex, 404, "not found");
+    flare_res_header(&ex->res, FLARE_STR("Allow"), allow_value(allowed, allow));
+    if (m == FLARE_METHOD_OPTIONS)
+        return flare_res_send(&ex->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+    return send_common(ex, 405, FLARE_STR("text/plain; charset=utf-8"),
+                       FLARE_STR("method not allowed\n"), NULL);
+}
