@@ -378,6 +378,7 @@ class Static(ServerTestCase):
         a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         a.settimeout(20)
         a.connect(self.addr)
+        a = flaretest.client_socket(a)  # TLS mode: a TLSSocket
         try:
             a.sendall(build_request("GET", "/static/shared8k.bin") * 400)
             # 3.2 MB of answers: more than the socket buffers hold, so many
@@ -543,6 +544,7 @@ class Static(ServerTestCase):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(20)
         s.connect(self.addr)
+        s = flaretest.client_socket(s)
         try:
             s.sendall(build_request("GET", "/static/1m.bin") + build_request("GET", "/plaintext"))
             got = b""
@@ -567,7 +569,7 @@ class Static(ServerTestCase):
     def test_aborted_downloads_do_not_leak(self):
         before = self.fd_count()
         for i in range(40):
-            s = socket.create_connection(self.addr)
+            s = flaretest.client_socket(socket.create_connection(self.addr))
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.sendall(build_request("GET", "/static/1m.bin") * 3)
             if i % 2:
