@@ -156,6 +156,11 @@ def default_context():
     return _default_context
 
 
+def _is_eof(e):
+    """Is this SSLError the peer's TCP EOF without close_notify?"""
+    return isinstance(e, ssl.SSLEOFError) or getattr(e, "reason", None) == "UNEXPECTED_EOF_WHILE_READING"
+
+
 class TLSClosedError(ConnectionResetError):
     """The server closed the TCP connection before the handshake completed."""
 
@@ -186,6 +191,9 @@ class TLSSocket:
     def __init__(self, sock, context=None, server_hostname=TLS_HOSTNAME, session=None):
         self.raw = sock
         self.context = context or default_context()
+        # an EOF without close_notify must be an error, not b'' (which would
+        # look like close_notify): the tests tell the two apart
+        self.context.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
         self.obj = self.context.wrap_bio(self.incoming, self.outgoing, server_side=False,
@@ -231,7 +239,9 @@ class TLSSocket:
                     self.eof = "eof"
                     raise TLSClosedError("connection closed during the TLS handshake")
                 self._read_raw()
-            except ssl.SSLEOFError:
+            except ssl.SSLError as e:
+                if not _is_eof(e):
+                    raise
                 self.eof = "eof"
                 raise TLSClosedError("connection closed during the TLS handshake")
         self._flush()
@@ -249,10 +259,13 @@ class TLSSocket:
             except ssl.SSLZeroReturnError:
                 self.eof = "close_notify"
                 return
-            except ssl.SSLEOFError:
+            except ssl.SSLError as e:
+                if not _is_eof(e):
+                    raise
                 self.eof = "eof"
                 return
-            if not data:
+            if not data:   # (SSLObject.read's way of saying close_notify)
+                self.eof = "close_notify"
                 return
             self._rbuf += data
 
@@ -573,6 +586,14 @@ class Conn:
         self.buf = b""
         self.eof = False
 
+    @classmethod
+    def from_socket(cls, sock, timeout=READ_TIMEOUT):
+        """A Conn reading and writing through sock, already connected (a
+        plain socket or a TLSSocket)."""
+        c = cls.__new__(cls)
+        c.sock, c.timeout, c.buf, c.eof = sock, timeout, b"", False
+        return c
+
     def close(self):
         try:
             self.sock.close()
@@ -788,6 +809,7 @@ class ServerTestCase(unittest.TestCase):
     """One server per class: `server_args` are the extra flags."""
     server_args = ()
     server_binary = None  # default: examples/hello
+    server_tls = None     # Server(tls=...): None follows the suite's mode
     workers = 2
     stop_timeout = STOP_TIMEOUT
     maxDiff = 4000
@@ -795,7 +817,7 @@ class ServerTestCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = Server(*cls.server_args, workers=cls.workers,
-                            binary=cls.server_binary).start()
+                            binary=cls.server_binary, tls=cls.server_tls).start()
         cls.addr = cls.server.addr
 
     @classmethod
