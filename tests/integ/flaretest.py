@@ -33,6 +33,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -179,6 +180,11 @@ class TLSSocket:
     it), and the TLS 1.3 tickets the server sends after its handshake are
     consumed without being mistaken for data.
 
+    One thread may send while another reads (a test that uploads from a
+    thread and reads the answers at once): the SSL object is only touched
+    under a lock, and the socket is read and written outside it, the writes
+    under a second lock so that records leave in the order they were made.
+
     The handshake runs on the first send or receive (lazily, as TCP data
     would flow): connecting succeeds while the server's backlog holds the
     connection, as for a plain client. Raw reads and writes use the plain
@@ -202,12 +208,20 @@ class TLSSocket:
         self.eof = None
         self.sent_close_notify = False
         self._rbuf = b""
+        self._lock = threading.Lock()        # the SSL object and its BIOs
+        self._send_lock = threading.Lock()   # taking records + writing them
+        self._hs_lock = threading.Lock()     # one handshake, whoever starts it
 
     # -- plumbing ----------------------------------------------------------
     def _flush(self):
-        data = self.outgoing.read()
-        if data:
-            self.raw.sendall(data)
+        with self._lock:
+            if self.outgoing.pending == 0:
+                return
+        with self._send_lock:
+            with self._lock:
+                data = self.outgoing.read()
+            if data:
+                self.raw.sendall(data)
 
     def _read_raw(self):
         """One recv into the incoming BIO; False on EOF (the BIO is told)."""
@@ -218,10 +232,11 @@ class TLSSocket:
         except ConnectionResetError:
             self.eof = "reset"
             raise
-        if not data:
-            self.incoming.write_eof()
-            return False
-        self.incoming.write(data)
+        with self._lock:
+            if not data:
+                self.incoming.write_eof()
+                return False
+            self.incoming.write(data)
         return True
 
     def do_handshake(self):
@@ -229,9 +244,15 @@ class TLSSocket:
         (an alert), TLSClosedError when it closes the connection instead."""
         if self.handshake_done:
             return
+        with self._hs_lock:
+            if not self.handshake_done:
+                self._handshake()
+
+    def _handshake(self):
         while True:
             try:
-                self.obj.do_handshake()
+                with self._lock:
+                    self.obj.do_handshake()
                 break
             except ssl.SSLWantReadError:
                 self._flush()
@@ -252,7 +273,8 @@ class TLSSocket:
         without data, such as tickets, leave nothing); notes EOF."""
         while self.eof is None:
             try:
-                data = self.obj.read(65536)
+                with self._lock:
+                    data = self.obj.read(65536)
             except ssl.SSLWantReadError:
                 self._flush()   # e.g. the answer to a KeyUpdate
                 return
@@ -276,8 +298,11 @@ class TLSSocket:
         self.do_handshake()
         mv = memoryview(data)
         for i in range(0, len(mv), self.RECORD):
-            self.obj.write(mv[i:i + self.RECORD])
-            self._flush()
+            with self._send_lock:
+                with self._lock:
+                    self.obj.write(mv[i:i + self.RECORD])
+                    out = self.outgoing.read()
+                self.raw.sendall(out)
 
     def send(self, data):
         self.sendall(data)
@@ -319,7 +344,8 @@ class TLSSocket:
             return
         self.sent_close_notify = True
         try:
-            self.obj.unwrap()
+            with self._lock:
+                self.obj.unwrap()
         except ssl.SSLWantReadError:
             pass
         self._flush()
