@@ -17,13 +17,18 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
-test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets chromium locales)
+# openssl (the command): the TLS tests make their certificates and drive s_client; curl and
+# testssl.sh: independent TLS clients of the TLS tests (tests/integ/test_tls*.py).
+test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets chromium locales
+    openssl curl testssl.sh)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
 # clang-format: the format check; valgrind + curl: bench/guard.sh.
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
-bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl)
+# openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
+bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
+    openssl)
 
 mode=${1:-build}
 needs_locale=0

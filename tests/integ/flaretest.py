@@ -11,17 +11,29 @@
 
 The binary is $FLARE_BUILD_DIR/examples/hello (default: build/examples/hello
 relative to the repository root).
+
+TLS mode: with FLARE_TEST_TLS=1 in the environment, every Server running
+examples/hello gets --tls-cert/--tls-key (an ECDSA P-256 certificate for
+localhost and 127.0.0.1, made once per process with openssl in a temporary
+directory), and every client (Conn, client_socket()) speaks TLS through
+TLSSocket, which trusts that certificate only. The same tests then run over
+TLS: what they send and expect is the HTTP inside the records.
 """
 
+import atexit
 import email.utils
 import os
 import re
+import select
+import shutil
 import signal
 import signal as _signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -33,6 +45,8 @@ TODO_API = os.path.join(os.path.abspath(BUILD_DIR), "examples", "todo_api")
 HOST = "127.0.0.1"
 READ_TIMEOUT = 5.0     # generous: the machine may be loaded (2 cores, ASan builds)
 STOP_TIMEOUT = 5.0     # SIGTERM -> exit, for an idle server
+TLS = os.environ.get("FLARE_TEST_TLS") == "1"   # run the suite over TLS (see above)
+TLS_HOSTNAME = "localhost"   # the name clients ask for (SNI) and verify
 
 DATE_RE = re.compile(
     r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
@@ -66,13 +80,364 @@ def free_port():
 
 
 # --------------------------------------------------------------------------
+# TLS: certificates made at test time, and a client connection
+
+_tmpdirs = []
+
+
+def _cleanup_tmpdirs():
+    for d in _tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup_tmpdirs)
+
+
+def make_cert(directory, name, san, cn=None, days=2):
+    """A self-signed ECDSA P-256 certificate and its key in DIRECTORY:
+    (NAME.pem, NAME.key). san: the subjectAltName value, e.g.
+    "DNS:localhost,IP:127.0.0.1". Never stored in the repository."""
+    cert = os.path.join(directory, name + ".pem")
+    key = os.path.join(directory, name + ".key")
+    subj = "/CN=%s" % (cn or san.split(",")[0].split(":", 1)[1])
+    p = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec",
+                        "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-sha256",
+                        "-days", str(days), "-subj", subj, "-addext", "subjectAltName=" + san,
+                        "-keyout", key, "-out", cert],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        raise RuntimeError("openssl req failed: %s" % p.stdout.decode("utf-8", "replace"))
+    return cert, key
+
+
+def temp_dir(prefix="flare-tls-"):
+    """A temporary directory removed when the process exits."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _tmpdirs.append(d)
+    return d
+
+
+_tls_files = None
+
+
+def tls_files():
+    """(cert, key) of the suite's certificate for localhost and 127.0.0.1,
+    made on the first call of the process."""
+    global _tls_files
+    if _tls_files is None:
+        _tls_files = make_cert(temp_dir(), "localhost", "DNS:localhost,IP:127.0.0.1")
+    return _tls_files
+
+
+def tls_args():
+    """The server flags of TLS mode ([] when the suite runs in plain mode)."""
+    if not TLS:
+        return []
+    cert, key = tls_files()
+    return ["--tls-cert", cert, "--tls-key", key]
+
+
+def client_context(cafile=None, alpn=("http/1.1",)):
+    """A client context like a browser's: certificate and name verified
+    (against cafile only: default the suite's certificate), ALPN offered."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile or tls_files()[0])
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+_default_context = None
+
+
+def default_context():
+    global _default_context
+    if _default_context is None:
+        _default_context = client_context()
+    return _default_context
+
+
+def _is_eof(e):
+    """Is this SSLError the peer's TCP EOF without close_notify?"""
+    return isinstance(e, ssl.SSLEOFError) or getattr(e, "reason", None) == "UNEXPECTED_EOF_WHILE_READING"
+
+
+class TLSClosedError(ConnectionResetError):
+    """The server closed the TCP connection before the handshake completed."""
+
+
+class TLSSocket:
+    """A client TLS connection over a connected plain socket, with the
+    socket methods the tests use (send, sendall, recv, shutdown, close,
+    settimeout, setsockopt, fileno, ...), so that a test written for a plain
+    socket runs unchanged over TLS.
+
+    Records go through ssl.SSLObject and memory BIOs rather than
+    ssl.SSLSocket, so that this side controls what reaches the wire:
+    shutdown(SHUT_WR) is a real half-close (close_notify, then FIN, and the
+    responses can still be read), close() is a TCP close without
+    close_notify (like the plain socket's; close_notify() and unwrap() send
+    it), and the TLS 1.3 tickets the server sends after its handshake are
+    consumed without being mistaken for data.
+
+    One thread may send while another reads (a test that uploads from a
+    thread and reads the answers at once): the SSL object is only touched
+    under a lock, and the socket is read and written outside it, the writes
+    under a second lock so that records leave in the order they were made.
+
+    The handshake runs on the first send or receive (lazily, as TCP data
+    would flow): connecting succeeds while the server's backlog holds the
+    connection, as for a plain client. Raw reads and writes use the plain
+    socket's timeout. After EOF, `eof` says how the server ended:
+    "close_notify" (clean), "eof" (TCP FIN without close_notify) or
+    "reset"."""
+
+    RECORD = 16384
+
+    def __init__(self, sock, context=None, server_hostname=TLS_HOSTNAME, session=None):
+        self.raw = sock
+        self.context = context or default_context()
+        # an EOF without close_notify must be an error, not b'' (which would
+        # look like close_notify): the tests tell the two apart
+        self.context.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.obj = self.context.wrap_bio(self.incoming, self.outgoing, server_side=False,
+                                         server_hostname=server_hostname, session=session)
+        self.handshake_done = False
+        self.eof = None
+        self.sent_close_notify = False
+        self._rbuf = b""
+        self._lock = threading.Lock()        # the SSL object and its BIOs
+        self._send_lock = threading.Lock()   # taking records + writing them
+        self._hs_lock = threading.Lock()     # one handshake, whoever starts it
+
+    # -- plumbing ----------------------------------------------------------
+    def _flush(self):
+        with self._lock:
+            if self.outgoing.pending == 0:
+                return
+        with self._send_lock:
+            with self._lock:
+                data = self.outgoing.read()
+            if data:
+                self.raw.sendall(data)
+
+    def _read_raw(self):
+        """One recv into the incoming BIO; False on EOF (the BIO is told)."""
+        if self.incoming.eof:
+            return False
+        try:
+            data = self.raw.recv(65536)
+        except ConnectionResetError:
+            self.eof = "reset"
+            raise
+        with self._lock:
+            if not data:
+                self.incoming.write_eof()
+                return False
+            self.incoming.write(data)
+        return True
+
+    def do_handshake(self):
+        """Completes the handshake; ssl.SSLError when the server refuses it
+        (an alert), TLSClosedError when it closes the connection instead."""
+        if self.handshake_done:
+            return
+        with self._hs_lock:
+            if not self.handshake_done:
+                self._handshake()
+
+    def _handshake(self):
+        while True:
+            try:
+                with self._lock:
+                    self.obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                if self.incoming.eof:
+                    self.eof = "eof"
+                    raise TLSClosedError("connection closed during the TLS handshake")
+                self._read_raw()
+            except ssl.SSLError as e:
+                if not _is_eof(e):
+                    raise
+                self.eof = "eof"
+                raise TLSClosedError("connection closed during the TLS handshake")
+        self._flush()
+        self.handshake_done = True
+
+    def _pull(self):
+        """Decrypts what the incoming BIO holds into self._rbuf (records
+        without data, such as tickets, leave nothing); notes EOF."""
+        while self.eof is None:
+            try:
+                with self._lock:
+                    data = self.obj.read(65536)
+            except ssl.SSLWantReadError:
+                self._flush()   # e.g. the answer to a KeyUpdate
+                return
+            except ssl.SSLZeroReturnError:
+                self.eof = "close_notify"
+                return
+            except ssl.SSLError as e:
+                if not _is_eof(e):
+                    raise
+                self.eof = "eof"
+                return
+            if not data:   # (SSLObject.read's way of saying close_notify)
+                self.eof = "close_notify"
+                return
+            self._rbuf += data
+
+    # -- the socket interface ------------------------------------------------
+    def sendall(self, data):
+        if isinstance(data, str):
+            data = data.encode("latin-1")
+        self.do_handshake()
+        mv = memoryview(data)
+        for i in range(0, len(mv), self.RECORD):
+            with self._send_lock:
+                with self._lock:
+                    self.obj.write(mv[i:i + self.RECORD])
+                    out = self.outgoing.read()
+                self.raw.sendall(out)
+
+    def send(self, data):
+        self.sendall(data)
+        return len(data)
+
+    def recv(self, n=65536):
+        """Application bytes (at most n); b'' at EOF (see `eof`)."""
+        self.do_handshake()
+        while not self._rbuf and self.eof is None:
+            self._pull()
+            if self._rbuf or self.eof is not None:
+                break
+            self._read_raw()
+        out, self._rbuf = self._rbuf[:n], self._rbuf[n:]
+        return out
+
+    def pending(self):
+        """Decrypted bytes waiting to be read without touching the socket."""
+        self._pull()
+        return len(self._rbuf)
+
+    def readable(self, timeout):
+        """True when application bytes (or EOF) can be read now, waiting up
+        to `timeout` seconds. Records without data (tickets) do not count."""
+        deadline = time.monotonic() + timeout
+        self.do_handshake()
+        while True:
+            self._pull()
+            if self._rbuf or self.eof is not None:
+                return True
+            r, _, _ = select.select([self.raw], [], [], max(deadline - time.monotonic(), 0))
+            if not r:
+                return False
+            self._read_raw()
+
+    def close_notify(self):
+        """Sends close_notify (once) without waiting for the server's."""
+        if self.sent_close_notify or not self.handshake_done:
+            return
+        self.sent_close_notify = True
+        try:
+            with self._lock:
+                self.obj.unwrap()
+        except ssl.SSLWantReadError:
+            pass
+        self._flush()
+
+    def unwrap(self):
+        """The clean close both ways: close_notify, then the server's; any
+        data still coming before it is returned. Raises ssl.SSLError if the
+        server ends without close_notify."""
+        self.do_handshake()
+        rest = b""
+        while self.eof is None:
+            rest += self.recv(65536)
+        if self.eof != "close_notify":
+            raise ssl.SSLEOFError("the server closed without close_notify (%s)" % self.eof)
+        self.close_notify()
+        return rest
+
+    def shutdown(self, how):
+        if how == socket.SHUT_WR:
+            # TLS 1.3 half-close: close_notify, then FIN; reading goes on
+            self.close_notify()
+        self.raw.shutdown(how)
+
+    def close(self):
+        self.raw.close()
+
+    def fileno(self):
+        return self.raw.fileno()
+
+    def settimeout(self, t):
+        self.raw.settimeout(t)
+
+    def gettimeout(self):
+        return self.raw.gettimeout()
+
+    def setsockopt(self, *a):
+        return self.raw.setsockopt(*a)
+
+    def getsockopt(self, *a):
+        return self.raw.getsockopt(*a)
+
+    def getsockname(self):
+        return self.raw.getsockname()
+
+    def getpeername(self):
+        return self.raw.getpeername()
+
+    # -- what TLS says about the connection ------------------------------------
+    def version(self):
+        return self.obj.version()
+
+    def cipher(self):
+        return self.obj.cipher()
+
+    def selected_alpn_protocol(self):
+        return self.obj.selected_alpn_protocol()
+
+    def getpeercert(self, binary_form=False):
+        return self.obj.getpeercert(binary_form)
+
+    @property
+    def session(self):
+        return self.obj.session
+
+    @property
+    def session_reused(self):
+        return self.obj.session_reused
+
+
+def client_socket(sock, tls=None, **kw):
+    """sock (connected), as the suite's clients use it: wrapped in a
+    TLSSocket in TLS mode (or when tls=True), unchanged otherwise."""
+    if tls is None:
+        tls = TLS
+    return TLSSocket(sock, **kw) if tls else sock
+
+
+# --------------------------------------------------------------------------
 # server process
 
 class Server:
-    def __init__(self, *extra_args, workers=2, binary=None):
+    """tls: None follows the suite's mode (TLS only for examples/hello, the
+    one example with TLS flags); True adds the suite's certificate; False
+    never. With extra TLS flags of its own in extra_args, pass tls=False."""
+
+    def __init__(self, *extra_args, workers=2, binary=None, tls=None):
         self.binary = binary or HELLO
         self.extra_args = [str(a) for a in extra_args]
         self.workers = workers
+        if tls is None:
+            tls = TLS and self.binary == HELLO
+        self.tls = tls
         self.proc = None
         self.port = None
         self.log = None
@@ -94,6 +459,9 @@ class Server:
             self.log = tempfile.TemporaryFile()
             args = [self.binary, "--listen", "%s:%d" % (HOST, self.port),
                     "--workers", str(self.workers)] + self.extra_args
+            if self.tls:
+                cert, key = tls_files()
+                args += ["--tls-cert", cert, "--tls-key", key]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                          stdout=self.log, stderr=self.log)
             deadline = time.monotonic() + timeout
@@ -231,13 +599,26 @@ def _parse_head(raw):
 # client connection
 
 class Conn:
-    def __init__(self, addr, timeout=READ_TIMEOUT, nodelay=True):
-        self.sock = socket.create_connection(addr, timeout=timeout)
+    """tls: None follows the suite's mode; True/False force it. In TLS mode
+    self.sock is a TLSSocket (same interface; the handshake happens with
+    the first send or read)."""
+
+    def __init__(self, addr, timeout=READ_TIMEOUT, nodelay=True, tls=None, **tls_kw):
+        sock = socket.create_connection(addr, timeout=timeout)
         if nodelay:
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = client_socket(sock, tls, **tls_kw)
         self.timeout = timeout
         self.buf = b""
         self.eof = False
+
+    @classmethod
+    def from_socket(cls, sock, timeout=READ_TIMEOUT):
+        """A Conn reading and writing through sock, already connected (a
+        plain socket or a TLSSocket)."""
+        c = cls.__new__(cls)
+        c.sock, c.timeout, c.buf, c.eof = sock, timeout, b"", False
+        return c
 
     def close(self):
         try:
@@ -285,13 +666,24 @@ class Conn:
             data = self.sock.recv(65536)
         except socket.timeout:
             raise socket.timeout("timed out waiting for the server (buffered %r)" % self.buf[:300])
-        except ConnectionResetError:
+        except ConnectionResetError:   # (TLS: also a close during the handshake)
             data = b""
         if not data:
             self.eof = True
             return False
         self.buf += data
         return True
+
+    def readable(self, timeout):
+        """True when the server has sent something (bytes or EOF) within
+        timeout seconds: select() on a plain socket; over TLS, records that
+        carry no data (session tickets) do not count."""
+        if self.buf or self.eof:
+            return True
+        if isinstance(self.sock, TLSSocket):
+            return self.sock.readable(timeout)
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        return bool(r)
 
     def _read_until(self, marker, deadline, limit=1 << 20):
         while True:
@@ -443,6 +835,7 @@ class ServerTestCase(unittest.TestCase):
     """One server per class: `server_args` are the extra flags."""
     server_args = ()
     server_binary = None  # default: examples/hello
+    server_tls = None     # Server(tls=...): None follows the suite's mode
     workers = 2
     stop_timeout = STOP_TIMEOUT
     maxDiff = 4000
@@ -450,7 +843,7 @@ class ServerTestCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = Server(*cls.server_args, workers=cls.workers,
-                            binary=cls.server_binary).start()
+                            binary=cls.server_binary, tls=cls.server_tls).start()
         cls.addr = cls.server.addr
 
     @classmethod
@@ -477,7 +870,8 @@ class ServerTestCase(unittest.TestCase):
 
     # -- helpers ---------------------------------------------------------
     def connect(self, timeout=READ_TIMEOUT, addr=None):
-        c = Conn(addr or self.addr, timeout=timeout)
+        c = Conn(addr or self.addr, timeout=timeout,
+                 tls=self.server.tls if addr is None else None)
         self._conns.append(c)
         return c
 

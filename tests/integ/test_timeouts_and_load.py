@@ -5,7 +5,6 @@ pending, never reading), graceful shutdown, and --max-body."""
 
 import os
 import resource
-import select
 import signal
 import socket
 import sys
@@ -70,8 +69,7 @@ class Timeouts(ServerTestCase):
                 c.send(head[i:i + 1])
             except (BrokenPipeError, ConnectionResetError):
                 break
-            r, _, _ = select.select([c.sock], [], [], 0.2)
-            if r:
+            if c.readable(0.2):
                 break
             if time.monotonic() - t0 > 8:
                 break
@@ -344,7 +342,8 @@ class DescriptorExhaustion(unittest.TestCase):
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         port = flaretest.free_port()
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([flaretest.HELLO, "--listen", "127.0.0.1:%d" % port, "--workers", "2"],
+        proc = subprocess.Popen([flaretest.HELLO, "--listen", "127.0.0.1:%d" % port, "--workers", "2"]
+                                + flaretest.tls_args(),
                                 preexec_fn=low_limit, stdout=log, stderr=log)
         conns = []
         try:
