@@ -306,7 +306,8 @@ static void sweep_timer(void *ud)
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     flare__worker_update_date(w, ts.tv_sec);
     flare__conn_sweep(w);
-    if (w->draining && ((w->nconns == 0 && w->nextra == 0) || w->loop.now >= w->drain_deadline)) {
+    if (w->draining &&
+        ((w->nconns == 0 && w->nmodule_conns == 0) || w->loop.now >= w->drain_deadline)) {
         w->loop.stop = true; /* past the deadline, worker_main closes the rest */
         return;
     }
@@ -319,7 +320,7 @@ static void after_events(void *ud)
     flare__conn_free_dead(w);
     if (w->dead_watches != NULL)
         flare__watch_free_dead(w);
-    if (w->draining && w->nconns == 0 && w->nextra == 0)
+    if (w->draining && w->nconns == 0 && w->nmodule_conns == 0)
         w->loop.stop = true;
 }
 
@@ -338,10 +339,9 @@ static void worker_stop_task(void *ud)
         }
     }
     flare__conn_drain(w);
-    if (w->app->ws_drain != NULL)
-        w->app->ws_drain(w);
+    flare__modules_drain_worker(w);
     flare__timer_start(&w->loop, &w->sweep_timer, 100); /* check progress often */
-    if (w->nconns == 0 && w->nextra == 0)
+    if (w->nconns == 0 && w->nmodule_conns == 0)
         w->loop.stop = true;
 }
 
@@ -354,8 +354,7 @@ static void *worker_main(void *arg)
     while (w->conns != NULL)
         flare__conn_close(w->conns);
     flare__conn_free_dead(w);
-    if (w->app->ws_dispose != NULL)
-        w->app->ws_dispose(w);
+    flare__modules_dispose_worker(w);
     flare__handles_dispose(w); /* what the user left: stopped, freed, not called */
     return NULL;
 }
@@ -385,7 +384,9 @@ static void worker_dispose(flare_worker_t *w, bool inited)
         return;
     flare__timer_stop(&w->loop, &w->sweep_timer);
     flare__timer_stop(&w->loop, &w->resume_timer);
-    flare__handles_dispose(w); /* again, for a worker whose thread never ran */
+    /* again, for a worker whose thread never ran */
+    flare__modules_dispose_worker(w);
+    flare__handles_dispose(w);
     flare__loop_dispose(&w->loop);
     /* Exchanges orphaned by connections closed at shutdown and still owed a
      * response: the timer or watcher that would have completed them was
@@ -478,7 +479,7 @@ static int worker_setup(flare_worker_t *w, bool *inited)
         if (flare__loop_add(&w->loop, &w->lios[i].io, FLARE_IO_READ) != 0)
             return flare__fail(FLARE_ESYS, errno, "watching the listener");
     }
-    return 0;
+    return flare__modules_init_worker(w);
 }
 
 /* ---- signals ----
@@ -802,8 +803,7 @@ void flare_app_free(flare_app_t *app)
         o->free_fn(o->ptr);
         free(o);
     }
-    if (app->ws_free != NULL)
-        app->ws_free(app);
+    flare__modules_free_app(app);
     flare__router_free(app->router);
     flare__chains_free(app);
     for (unsigned i = 0; i < app->nlisteners; i++) {

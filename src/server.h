@@ -18,6 +18,7 @@
 #include "flare/flare.h"
 #include "http1/parser.h"
 #include "loop/loop.h"
+#include "module.h"
 #include "net/listen.h"
 #include "net/stream.h"
 #include "net/tls.h"
@@ -107,14 +108,13 @@ struct flare_app {
     flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
     bool mws_have_after;
     char **mw_names; /* by middleware id */
-    /* set by the WebSocket layer when it is used: called on each worker
-     * when draining starts and when the worker ends */
-    void (*ws_drain)(flare_worker_t *w);
-    void (*ws_dispose)(flare_worker_t *w);
-    /* the WebSocket layer's app-wide state (routes, hub settings), and
-     * what frees it: flare_app_free must call ws_free(app) when set */
-    void *ws_app;
-    void (*ws_free)(flare_app_t *app);
+    /* the modules (module.h: WebSocket, ...) in registration order, with
+     * their app-wide state; written only while the app is not running */
+    struct flare_module_reg {
+        const flare_module_t *m;
+        void *state;
+    } modules[FLARE__MODULES_MAX];
+    unsigned nmodules;
     struct flare_owned *owned; /* objects freed with the app (middleware state) */
     unsigned nmw;
 };
@@ -150,10 +150,11 @@ struct flare_worker {
     unsigned nfree_ex;
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
-    /* connections owned by another layer after an upgrade (WebSocket):
-     * draining waits for them too */
-    unsigned nextra;
-    void *ws; /* the WebSocket layer's per-worker state */
+    /* connections a module holds (flare__worker_conn_hold: an upgraded
+     * WebSocket...): draining waits for them too */
+    unsigned nmodule_conns;
+    unsigned nmodules_up; /* modules whose init_worker ran this run (dispose is owed) */
+    void *module_state[FLARE__MODULES_MAX]; /* by module slot */
     /* public handles (src/watch.c): every live one, for shutdown to free */
     struct flare_timer *utimers;
     struct flare_watch *watches;

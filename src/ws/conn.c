@@ -45,9 +45,10 @@ static inline uint64_t now_ms(const flare_ws_t *ws)
 
 ws_worker_t *flare__ws_worker_get(flare_worker_t *w, ws_app_t *wapp)
 {
-    if (w->ws != NULL)
-        return w->ws;
-    ws_worker_t *ww = calloc(1, sizeof(*ww));
+    ws_worker_t *ww = flare__ws_worker(w, wapp);
+    if (ww != NULL)
+        return ww;
+    ww = calloc(1, sizeof(*ww));
     if (ww == NULL)
         return NULL;
     ww->w = w;
@@ -57,7 +58,7 @@ ws_worker_t *flare__ws_worker_get(flare_worker_t *w, ws_app_t *wapp)
     flare__timer_init(&ww->reap_timer, reap_cb, ww);
     flare__timer_init(&ww->flush_timer, flush_cb, ww);
     flare__timer_start(&w->loop, &ww->sweep_timer, wapp->sweep_ms);
-    w->ws = ww;
+    flare__worker_module_set(w, wapp->slot, ww);
     flare__ws_tls = ww;
     return ww;
 }
@@ -115,8 +116,7 @@ void flare__ws_go_dead(flare_ws_t *ws)
     ws->state = WS_DEAD;
     if (ws->flags & WF_COUNTED) {
         ws->flags &= ~(uint32_t)WF_COUNTED;
-        w->nextra--;
-        w->loop.deferred = true; /* a draining worker may stop now */
+        flare__worker_conn_release(w); /* a draining worker may stop now */
     }
     ws->flags |= WF_REAPING;
     ws->reap_next = ww->reap;
@@ -242,7 +242,7 @@ void flare__ws_handoff(flare_worker_t *w, flare_stream_t *s, void *ud)
     }
     ws->state = WS_OPEN;
     ws->flags |= WF_COUNTED;
-    w->nextra++;
+    flare__worker_conn_hold(w);
     ws->t_progress = ws->t_ping = w->loop.now;
     if (ws->flags & WF_CLOSE_SENT) /* on_open closed: the reply clock starts now */
         ws->deadline = ws->route->cfg.close_timeout_ms != 0
@@ -681,9 +681,9 @@ static void sweep_cb(void *ud)
 
 /* ---- shutdown ---- */
 
-void flare__ws_drain(flare_worker_t *w)
+void flare__ws_drain(flare_worker_t *w, void *wapp)
 {
-    ws_worker_t *ww = w->ws;
+    ws_worker_t *ww = flare__ws_worker(w, wapp);
     if (ww == NULL)
         return;
     for (flare_ws_t *ws = ww->conns; ws != NULL; ws = ws->next) {
@@ -692,9 +692,10 @@ void flare__ws_drain(flare_worker_t *w)
     }
 }
 
-void flare__ws_dispose(flare_worker_t *w)
+void flare__ws_dispose(flare_worker_t *w, void *wapp)
 {
-    ws_worker_t *ww = w->ws;
+    const ws_app_t *wa = wapp;
+    ws_worker_t *ww = flare__ws_worker(w, wa);
     if (ww == NULL)
         return;
     for (flare_ws_t *ws = ww->conns; ws != NULL; ws = ws->next)
@@ -716,7 +717,7 @@ void flare__ws_dispose(flare_worker_t *w)
     flare__timer_stop(&w->loop, &ww->reap_timer);
     flare__timer_stop(&w->loop, &ww->flush_timer);
     free(ww);
-    w->ws = NULL;
+    flare__worker_module_set(w, wa->slot, NULL);
     if (flare__ws_tls == ww)
         flare__ws_tls = NULL;
 }

@@ -276,6 +276,7 @@ static void deliver_local(ws_worker_t *ww, flare_str_t room, ws_shared_t *plain,
 
 typedef struct bcast_task {
     flare_worker_t *w;
+    const ws_app_t *wa;
     ws_shared_t *plain, *packed;
     uint64_t except;
     size_t rlen;
@@ -285,7 +286,7 @@ typedef struct bcast_task {
 static void bcast_run(void *ud)
 {
     bcast_task_t *t = ud;
-    ws_worker_t *ww = t->w->ws; /* on t->w's thread (or after it ended) */
+    ws_worker_t *ww = flare__ws_worker(t->w, t->wa); /* on t->w's thread (or after it ended) */
     if (ww != NULL)
         deliver_local(ww, (flare_str_t){ t->room, t->rlen }, t->plain, t->packed, t->except);
     flare__ws_shared_unref(t->plain);
@@ -339,7 +340,7 @@ int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
         return FLARE_EINVAL;
     if (op == FLARE_WS_TEXT && !flare__utf8_valid(payload.ptr, payload.len))
         return FLARE_EINVAL;
-    ws_app_t *wa = app->ws_app;
+    ws_app_t *wa = flare__ws_app_state(app);
     if (wa == NULL)
         return FLARE_ESTATE;
     int rc = flare__app_enter(app); /* the workers stay while we are inside */
@@ -373,6 +374,7 @@ static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_
             continue;
         }
         t->w = w;
+        t->wa = wa;
         t->plain = plain;
         t->packed = packed;
         t->except = except;
@@ -396,6 +398,7 @@ static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_
 
 typedef struct sendto_task {
     flare_worker_t *w;
+    const ws_app_t *wa;
     uint64_t id;
     flare_ws_opcode_t op;
     size_t len;
@@ -405,14 +408,15 @@ typedef struct sendto_task {
 static void sendto_run(void *ud)
 {
     sendto_task_t *t = ud;
-    ws_worker_t *ww = t->w->ws;
+    ws_worker_t *ww = flare__ws_worker(t->w, t->wa);
     flare_ws_t *ws = ww != NULL ? id_find(ww, t->id) : NULL;
     if (ws != NULL && (ws->flags & WF_OPENED))
         flare_ws_send(ws, t->op, (flare_str_t){ t->data, t->len });
     free(t);
 }
 
-static int send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload);
+static int send_to(flare_app_t *app, const ws_app_t *wa, uint64_t id, flare_ws_opcode_t op,
+                   flare_str_t payload);
 
 int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload)
 {
@@ -421,17 +425,19 @@ int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_
         return FLARE_EINVAL;
     if (op == FLARE_WS_TEXT && !flare__utf8_valid(payload.ptr, payload.len))
         return FLARE_EINVAL;
-    if (app->ws_app == NULL)
+    const ws_app_t *wa = flare__ws_app_state(app);
+    if (wa == NULL)
         return FLARE_ESTATE;
     int rc = flare__app_enter(app); /* the workers stay while we are inside */
     if (rc != 0)
         return rc;
-    rc = send_to(app, id, op, payload);
+    rc = send_to(app, wa, id, op, payload);
     flare__app_leave(app);
     return rc;
 }
 
-static int send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_str_t payload)
+static int send_to(flare_app_t *app, const ws_app_t *wa, uint64_t id, flare_ws_opcode_t op,
+                   flare_str_t payload)
 {
     unsigned wid = (unsigned)(id & ((1u << WORKER_BITS) - 1));
     if ((id >> WORKER_BITS) == 0 || wid >= app->nworkers)
@@ -448,6 +454,7 @@ static int send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op, flare_st
     if (t == NULL)
         return FLARE_ENOMEM;
     t->w = w;
+    t->wa = wa;
     t->id = id;
     t->op = op;
     t->len = payload.len;

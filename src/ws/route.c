@@ -8,7 +8,8 @@
 #include "ws/ws_int.h"
 
 /* The app-wide states, reachable from here as long as they exist: until
- * flare_app_free calls app->ws_free they are not leaks, only long-lived. */
+ * flare_app_free calls the module's free_app they are not leaks, only
+ * long-lived. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static ws_app_t *registry;
 
@@ -20,11 +21,10 @@ static void route_free(ws_route_t *r)
     free(r);
 }
 
-static void wapp_free(flare_app_t *app)
+static void wapp_free(flare_app_t *app, void *state)
 {
-    ws_app_t *wa = app->ws_app;
-    if (wa == NULL)
-        return;
+    (void)app;
+    ws_app_t *wa = state;
     pthread_mutex_lock(&registry_lock);
     for (ws_app_t **p = &registry; *p != NULL; p = &(*p)->reg_next) {
         if (*p == wa) {
@@ -39,26 +39,35 @@ static void wapp_free(flare_app_t *app)
         route_free(r);
     }
     free(wa);
-    app->ws_app = NULL;
 }
+
+/* Per-worker state is made on a worker's first handshake (no init_worker):
+ * a worker that never upgrades pays nothing. */
+const flare_module_t flare__ws_module = {
+    .name = "websocket",
+    .drain_worker = flare__ws_drain,
+    .dispose_worker = flare__ws_dispose,
+    .free_app = wapp_free,
+};
 
 static ws_app_t *wapp_get(flare_app_t *app)
 {
-    if (app->ws_app != NULL)
-        return app->ws_app;
-    ws_app_t *wa = calloc(1, sizeof(*wa));
+    ws_app_t *wa = flare__ws_app_state(app);
+    if (wa != NULL)
+        return wa;
+    wa = calloc(1, sizeof(*wa));
     if (wa == NULL)
         return NULL;
     wa->app = app;
     wa->sweep_ms = 1000;
+    if (flare__app_module(app, &flare__ws_module, wa, &wa->slot) != 0) {
+        free(wa);
+        return NULL;
+    }
     pthread_mutex_lock(&registry_lock);
     wa->reg_next = registry;
     registry = wa;
     pthread_mutex_unlock(&registry_lock);
-    app->ws_app = wa;
-    app->ws_free = wapp_free;
-    app->ws_drain = flare__ws_drain;
-    app->ws_dispose = flare__ws_dispose;
     return wa;
 }
 

@@ -29,9 +29,11 @@ typedef struct ws_route {
     struct ws_route *next;
 } ws_route_t;
 
-/* App-wide state (app->ws_app). Read-only once the app runs. */
+/* App-wide state: the WebSocket module's (flare__ws_app_state). Read-only
+ * once the app runs. */
 struct ws_app {
     flare_app_t *app;
+    unsigned slot; /* of the per-worker state (flare__ws_worker) */
     ws_route_t *routes;
     unsigned sweep_ms; /* per-worker timer period: heartbeats, timeouts */
     /* broadcasts are compressed once with these when some route shares
@@ -76,7 +78,7 @@ enum {
     WF_BACKPRESSED = 1u << 5,
     WF_OPENED = 1u << 6,      /* on_open accepted: on_close is owed */
     WF_PING_OUT = 1u << 7,    /* a heartbeat ping awaits its pong */
-    WF_COUNTED = 1u << 8,     /* counted in w->nextra */
+    WF_COUNTED = 1u << 8,     /* held: flare__worker_conn_hold */
     WF_REAPING = 1u << 9,     /* on the reap list */
     WF_IN_MESSAGE = 1u << 10, /* a split/fragmented message is being assembled in msg */
     WF_DIRTY = 1u << 11       /* on the worker's flush list (hub deliveries) */
@@ -123,7 +125,7 @@ struct flare_ws {
     struct flare_ws *dirty_next;
 };
 
-/* Per-worker state (w->ws), made on the first WebSocket handshake. */
+/* Per-worker state (flare__ws_worker), made on the first WebSocket handshake. */
 struct ws_worker {
     flare_worker_t *w;
     ws_app_t *wapp;
@@ -161,8 +163,8 @@ void flare__ws_free_pending(flare_ws_t *ws); /* refused in on_open: no on_close 
 void flare__ws_handoff(flare_worker_t *w, flare_stream_t *s, void *ud);
 void flare__ws_abort(flare_ws_t *ws, uint16_t code);
 int flare__ws_send_shared(flare_ws_t *ws, ws_shared_t *plain, ws_shared_t *packed);
-void flare__ws_drain(flare_worker_t *w);
-void flare__ws_dispose(flare_worker_t *w);
+void flare__ws_drain(flare_worker_t *w, void *wapp);   /* the module's drain_worker */
+void flare__ws_dispose(flare_worker_t *w, void *wapp); /* the module's dispose_worker */
 z_stream *flare__ws_shared_deflater(ws_worker_t *ww, unsigned bits, unsigned mem, int level);
 
 /* hub.c */
@@ -173,5 +175,21 @@ void flare__ws_hub_dispose(ws_worker_t *ww);
 
 /* the calling thread's worker state, if it is a worker with WebSocket state */
 extern _Thread_local ws_worker_t *flare__ws_tls;
+
+/* route.c: the WebSocket module (module.h), registered by the first route */
+extern const flare_module_t flare__ws_module;
+
+/* The app's WebSocket state, NULL when it has no WebSocket route. */
+static inline ws_app_t *flare__ws_app_state(const flare_app_t *app)
+{
+    return flare__app_module_state(app, &flare__ws_module);
+}
+
+/* Worker w's WebSocket state, NULL before its first handshake (and after
+ * it ended). On w's thread. */
+static inline ws_worker_t *flare__ws_worker(const flare_worker_t *w, const ws_app_t *wa)
+{
+    return flare__worker_module_state(w, wa->slot);
+}
 
 #endif
