@@ -237,4 +237,3 @@ void flare_next(flare_req_t *req)
     }
     run_chain(ex);
 }
-

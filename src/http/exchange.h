@@ -126,9 +126,9 @@ struct flare_req {
     flare_str_t body;
     const char *raw; /* start of the head in the read buffer */
     size_t raw_len;
-    flare_route_match_t match;  /* route, params, allowed */
+    flare_route_match_t match;       /* route, params, allowed */
     const struct flare_mw_rt *chain; /* middlewares of this request */
-    uint32_t nchain, mw_pos;    /* next before hook to run */
+    uint32_t nchain, mw_pos;         /* next before hook to run */
     /* HTTP/1.1's per-exchange state (body decoding, out-of-order output) */
     flare_chunked_t chunked;
     uint64_t body_need;  /* Content-Length still to receive */
@@ -151,7 +151,6 @@ static inline struct flare_req *flare__res_ex(flare_res_t *res)
     return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
 }
 _Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
-
 
 /* ---- src/http/exchange.c ---- */
 
