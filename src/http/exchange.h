@@ -45,13 +45,14 @@ typedef struct flare_release {
  * FLARE_E* code (nothing was queued then). The HEAD and no-body statuses
  * (1xx, 204, 304) are the protocol's to honour (EX_HEAD_ONLY). */
 typedef struct flare_proto_ops {
-    /* head (status: ex->res.status) + body, copied; borrowed instead when
-     * ref is set (ref->fn(ref->ud) once the bytes are out or dropped: on
-     * every path, also on failure). On success the op also marks the
-     * exchange sent (flare__ex_sent). Six register arguments and the last
-     * thing flare_res_send does: a tail call on every response's path. */
-    int (*respond)(struct flare_req *ex, flare_str_t ctype, flare_str_t body,
-                   const struct flare_release *ref);
+    /* head + body, copied. On success the op also marks the exchange sent
+     * (flare__ex_sent). Six register arguments and the last thing
+     * flare_res_send does: a tail call on every response's path. */
+    int (*respond)(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body);
+    /* the same with the body borrowed: ref->fn(ref->ud) once the bytes are
+     * out or dropped, on every path, also on failure */
+    int (*respond_ref)(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                       const struct flare_release *ref);
     /* head + len bytes of fd from off; takes fd (closed on every path) */
     int (*respond_file)(struct flare_req *ex, int status, flare_str_t ctype, int fd, uint64_t off,
                         uint64_t len);

@@ -152,12 +152,10 @@ static int head_out(struct flare_req *ex, flare_buf_t *out, int status, flare_st
     return serialize_head(ex, out, status, ctype, clen, chunked);
 }
 
-static int respond(struct flare_req *ex, flare_str_t ctype, flare_str_t body,
-                   const flare_release_t *ref)
+static inline __attribute__((always_inline)) int respond_body(struct flare_req *ex, int status,
+                                                              flare_str_t ctype, flare_str_t body,
+                                                              flare_task_fn release, void *ud)
 {
-    int status = ex->res.status;
-    flare_task_fn release = ref != NULL ? ref->fn : NULL;
-    void *ud = ref != NULL ? ref->ud : NULL;
     flare_buf_t *out = out_buf(ex);
     size_t mark = out->len;
     if (serialize_head(ex, out, status, ctype, body.len, false) != 0)
@@ -185,6 +183,17 @@ nomem:
     if (release != NULL)
         release(ud);
     return FLARE_ENOMEM;
+}
+
+static int respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
+{
+    return respond_body(ex, status, ctype, body, NULL, NULL);
+}
+
+static int respond_ref(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                       const flare_release_t *ref)
+{
+    return respond_body(ex, status, ctype, body, ref->fn, ref->ud);
 }
 
 /* Files up to this size are read into the response: one write with the
@@ -341,6 +350,7 @@ static int peer(const struct flare_req *ex, uint8_t addr[16])
 
 const flare_proto_ops_t flare__http1_ops = {
     .respond = respond,
+    .respond_ref = respond_ref,
     .respond_file = respond_file,
     .stream_begin = stream_begin,
     .stream_write = stream_write,

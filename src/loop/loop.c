@@ -225,29 +225,37 @@ static void wake_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     run_posts(l);
 }
 
+static void run_ready(flare_loop_t *l)
+{
+    while (l->ready != NULL) {
+        flare_io_t *io = l->ready;
+        l->ready = NULL;
+        while (io != FLARE__IO_READY_END) {
+            flare_io_t *next = io->ready_next;
+            io->ready_next = NULL;
+            io->cb(l, io, FLARE_IO_READ);
+            io = next;
+        }
+    }
+}
+
 void flare__loop_run(flare_loop_t *l)
 {
+    run_ready(l); /* marked before the loop ran */
     while (!l->stop) {
         int timeout = -1;
         if (l->timers != NULL) {
             uint64_t when = l->timers->when;
             timeout = when <= l->now ? 0 : (int)(when - l->now < 60000 ? when - l->now : 60000);
         }
-        if (flare__unlikely(l->ready != NULL))
-            timeout = 0;
         flare__backend_poll(l, timeout);
-        while (flare__unlikely(l->ready != NULL)) {
-            flare_io_t *io = l->ready;
-            l->ready = NULL;
-            while (io != FLARE__IO_READY_END) {
-                flare_io_t *next = io->ready_next;
-                io->ready_next = NULL;
-                io->cb(l, io, FLARE_IO_READ);
-                io = next;
-            }
-        }
         if (l->timers != NULL)
             run_timers(l);
+        /* what events and timers marked ready runs now, until none is left:
+         * nothing is on the list when the next wait starts (after_events
+         * marks nothing), and nothing on it has been freed yet */
+        if (flare__unlikely(l->ready != NULL))
+            run_ready(l);
         if (l->deferred) {
             l->deferred = false;
             l->after_events(l->after_events_ud);

@@ -76,8 +76,8 @@ struct flare_loop {
     void *after_events_ud;
     bool deferred; /* set by whoever needs after_events to run this time */
     /* ios readable without the poller knowing (bytes a TLS library holds):
-     * called with FLARE_IO_READ after this batch's events, before
-     * after_events; ends with FLARE__IO_READY_END */
+     * called with FLARE_IO_READ after this iteration's events and timers,
+     * before after_events; ends with FLARE__IO_READY_END */
     flare_io_t *ready;
     /* written by other threads: on its own cache line */
     _Alignas(64) _Atomic(flare_post_node_t *) posts;
@@ -112,8 +112,9 @@ static inline int flare__loop_mod(flare_loop_t *l, flare_io_t *io, uint32_t even
 #define FLARE__IO_READY_END ((flare_io_t *)(uintptr_t)1)
 
 /* io has input the poller cannot see (a TLS library holds decrypted bytes):
- * its callback runs with FLARE_IO_READ after the current batch of events,
- * before after_events, whatever the socket does. Idempotent. The owner
+ * its callback runs with FLARE_IO_READ after the current iteration's events
+ * and timers (before after_events; marked before the loop runs: when it
+ * starts), whatever the socket does. Idempotent. The owner
  * must not free io before that (objects closed in a batch are freed by
  * after_events, which runs later). */
 static inline void flare__loop_ready(flare_loop_t *l, flare_io_t *io)
