@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "flare/tls.h"
-#include "server.h"
+#include "app.h"
+#include "http1/conn.h"
 
 void flare_config_init(flare_config_t *cfg)
 {
@@ -607,6 +608,7 @@ static int listeners_begin(flare_app_t *app, const char *listen_addr)
         return flare__fail(FLARE_EADDR, 0,
                            "flare_app_run: no listen address (pass one, or call flare_app_listen)");
     for (unsigned i = 0; i < app->nactive; i++) {
+        app->active[i]->on_accept = flare__conn_open; /* every listener speaks HTTP/1.1 */
         int port = -1;
         int rc = flare__listen_probe(app->active[i]->name, &port);
         if (rc != 0)

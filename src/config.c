@@ -16,7 +16,7 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "server.h"
+#include "app.h"
 
 #define MAX_WORKERS     1024u
 #define MAX_JOB_THREADS 1024u

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "server.h"
+#include "app.h"
 
 typedef struct job {
     struct job *next;

@@ -1,7 +1,7 @@
 /* Module registration and the lifecycle hooks (module.h). */
 #include "module.h"
 
-#include "server.h"
+#include "app.h"
 
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "app.h"
 
 struct flare_req *flare__ex_get(flare_worker_t *w)
 {

@@ -194,7 +194,9 @@ int flare__res_error(struct flare_req *ex, int status, const char *msg);
 int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
 /* Switches protocols after this response (HTTP/1.1: 101 Switching
  * Protocols, Upgrade: <token>, Connection: Upgrade, plus headers added with
- * flare_res_header); once everything before it is out, fn gets the stream. */
+ * flare_res_header); once everything before it is out, fn gets the stream.
+ * On 0, fn is called exactly once: with the stream, or with NULL when the
+ * connection closes first. FLARE_ECLOSED: the client is gone already. */
 int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud);
 /* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
  * checked, not copied; valid until the response head is serialized, which

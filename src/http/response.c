@@ -9,7 +9,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "server.h"
+#include "app.h"
 
 int flare__res_orphan_done(struct flare_req *ex)
 {
@@ -275,8 +275,10 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
     struct flare_req *ex = flare__res_ex(res);
     if (ex->flags & (EX_SENT | EX_STREAM))
         return FLARE_ESTATE;
-    if (ex->flags & EX_ORPHAN)
-        return flare__res_orphan_done(ex);
+    if (ex->flags & EX_ORPHAN) {
+        flare__res_orphan_done(ex);
+        return FLARE_ECLOSED; /* fn will never be called: the caller releases its state */
+    }
     if (fn == NULL || token.len == 0 || !ctype_ok(token))
         return FLARE_EINVAL;
     if (ex->ops->upgrade == NULL)

@@ -26,7 +26,7 @@
 #include "core/sys.h"
 #include "net/tls.h"
 #include "http1/http1.h"
-#include "server.h"
+#include "http1/conn.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
 #define MAX_INFLIGHT 64         /* pipelined requests in flight before we stop reading */

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "http1/http1.h"
-#include "server.h"
+#include "http1/conn.h"
 
 #define STATUS_LINE_MAX 48
 

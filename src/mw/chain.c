@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server.h"
+#include "app.h"
 
 int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw)
 {

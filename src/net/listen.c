@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server.h"
+#include "app.h"
 
 /* "HOST:PORT", "[v6]:PORT", "*:PORT", ":PORT". */
 static int parse_addr(const char *addr, int port_override, struct sockaddr_storage *ss,
@@ -204,6 +204,6 @@ void flare__worker_accept_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        flare__conn_open(w, fd, (const struct sockaddr *)&ss, lio->l);
+        lio->l->on_accept(w, fd, (const struct sockaddr *)&ss, lio->l);
     }
 }

@@ -4,6 +4,7 @@
 #define FLARE_NET_LISTEN_H
 
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #include "loop/loop.h"
 #include "net/tls.h"
@@ -16,6 +17,10 @@ typedef struct flare_listener {
     const char *name; /* addr, or the address flare_app_run was given */
     flare_tls_t *tls; /* NULL: plain TCP */
     _Atomic int port; /* bound port of the current run, 0 before */
+    /* who takes an accepted socket (the protocol above: app.c installs
+     * HTTP/1.1's flare__conn_open); it owns fd from the call on */
+    void (*on_accept)(struct flare_worker *w, int fd, const struct sockaddr *sa,
+                      const struct flare_listener *l);
 } flare_listener_t;
 
 /* A worker's socket for one listener. */

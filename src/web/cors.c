@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "flare/middleware.h"
-#include "server.h"
+#include "app.h"
 
 typedef struct cors {
     char **origins; /* exact, owned */

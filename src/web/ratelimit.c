@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "flare/middleware.h"
-#include "server.h"
+#include "app.h"
 
 #define SHARDS      64
 #define PROBE       8

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "flare/middleware.h"
-#include "server.h"
+#include "app.h"
 #include "web/random.h"
 
 static bool id_ok(flare_str_t v)

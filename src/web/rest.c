@@ -4,7 +4,7 @@
 #include "core/core.h"
 #include "flare/cookie.h"
 #include "flare/rest.h"
-#include "server.h"
+#include "app.h"
 
 typedef struct resjson {
     flare_json_t w; /* first: flare_json_end casts back */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "flare/middleware.h"
-#include "server.h"
+#include "app.h"
 
 typedef struct sec {
     char *frame, *referrer, *hsts, *csp;

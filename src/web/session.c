@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "flare/session.h"
-#include "server.h"
+#include "app.h"
 #include "web/random.h"
 
 #define SID_LEN FLARE__SESSION_ID_HEX_LEN

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "flare/session.h"
-#include "server.h"
+#include "app.h"
 
 #define SHARDS       16
 #define ID_MAX       64

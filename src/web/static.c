@@ -18,7 +18,7 @@
 #include "core/core.h"
 #include "flare/flare.h"
 #include "flare/static.h"
-#include "server.h"
+#include "app.h"
 #include "web/static_parse.h"
 
 /* ---- pure parts ------------------------------------------------------------ */

@@ -27,7 +27,6 @@
 #include "ws/ws_int.h"
 
 #define KEEP_MSG_BUF 65536 /* reassembly buffers up to this are kept between messages */
-#define PENDING_MS   5000  /* re-check an upgrade the HTTP layer has not handed over */
 
 _Thread_local ws_worker_t *flare__ws_tls;
 
@@ -210,7 +209,7 @@ flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route)
     ws->parser.max_compressed = route->cfg.max_message <= UINT64_MAX - slack
                                     ? route->cfg.max_message + slack
                                     : UINT64_MAX; /* a huge max_message must not wrap */
-    ws->deadline = ww->w->loop.now + PENDING_MS;
+    ws->deadline = 0;
     ws->t_progress = ws->t_ping = ww->w->loop.now;
     if (flare__ws_id_assign(ww, ws) == 0) {
         free(ws);
@@ -615,27 +614,13 @@ static void io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 
 /* ---- the per-worker sweep: heartbeats and timeouts ---- */
 
-/* Is the HTTP connection that owes us this socket still there? */
-static bool upgrade_alive(flare_worker_t *w, const flare_ws_t *ws)
-{
-    for (flare_conn_t *c = w->conns; c != NULL; c = c->next) {
-        if ((c->flags & C_UPGRADE) && c->upgrade_ud == ws)
-            return true;
-    }
-    return false;
-}
-
 static void sweep_one(flare_ws_t *ws, uint64_t now)
 {
     const flare_ws_config_t *c = &ws->route->cfg;
     switch (ws->state) {
     case WS_PENDING:
-        if (now >= ws->deadline) {
-            if (upgrade_alive(ws->ww->w, ws))
-                ws->deadline = now + PENDING_MS;
-            else
-                flare__ws_go_dead(ws); /* the client left before the 101 was out */
-        }
+        /* nothing to time: the HTTP connection hands the stream over, or
+         * reports with none that it closed first (flare__ws_handoff), once */
         break;
     case WS_OPEN:
         if ((ws->flags & WF_CLOSE_SENT) && ws->deadline != 0 && now >= ws->deadline) {

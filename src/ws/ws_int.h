@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "flare/ws.h"
-#include "server.h"
+#include "app.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
 #include "ws/handshake.h"

@@ -19,7 +19,8 @@
 
 #include <flare/flare.h>
 
-#include "server.h" /* flare__res_upgrade: the hand-off the WebSocket layer uses */
+#include "http/exchange.h" /* flare__res_upgrade: the hand-off the WebSocket layer uses */
+#include "net/stream.h"
 
 static flare_app_t *app;
 static pthread_t server;

@@ -18,7 +18,7 @@
 #include <flare/static.h>
 
 #include "harness.h"
-#include "server.h"
+#include "app.h"
 
 static void assert_defaults(const flare_config_t *c)
 {

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "module.h"
-#include "server.h"
+#include "app.h"
 
 /* ---- an event log: "init a 0", "drain b 1", ... ---- */
 

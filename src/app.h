@@ -1,73 +1,28 @@
-/* Internal structures shared by app.c, net/ and http1/: the app, workers,
- * connections and exchanges (one request + its response). */
-#ifndef FLARE_SERVER_H
-#define FLARE_SERVER_H
+/* The app and its workers: what app.c wires together (lifecycle, the
+ * listeners, the module table, the job pool) and what every layer reaches
+ * through a worker (its loop, buffer pool, recycled exchanges). */
+#ifndef FLARE_APP_H
+#define FLARE_APP_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
+#include <time.h>
 
-#include "core/arena.h"
-#include "core/buf.h"
 #include "core/clock.h"
 #include "core/core.h"
 #include "flare/flare.h"
-#include "http1/parser.h"
+#include "http/exchange.h"
 #include "loop/loop.h"
 #include "module.h"
+#include "mw/chain.h"
 #include "net/listen.h"
 #include "net/stream.h"
 #include "net/tls.h"
 #include "router/router.h"
 
 typedef struct flare_conn flare_conn_t;
-
-typedef struct flare_route flare_route_t;
-
-/* A middleware as the request path sees it: hooks + the slot of its
- * statistics. Chains are flattened per route when the app starts, so the
- * request path walks one array. */
-typedef struct flare_mw_rt {
-    flare_before_fn before;
-    flare_after_fn after;
-    void *ud;
-    unsigned id;
-} flare_mw_rt_t;
-
-typedef struct flare_mw_list {
-    flare_mw_rt_t *v;
-    size_t n, cap;
-} flare_mw_list_t;
-
-/* per worker, per middleware; written by the worker, read by anyone */
-typedef struct flare_mw_stat {
-    _Atomic uint64_t count, total_ns, max_ns;
-} flare_mw_stat_t;
-
-struct flare_route {
-    flare_handler_fn fn;
-    void *ud;
-    flare_method_t method;
-    struct flare_group *group;
-    flare_mw_list_t own;  /* route-level middlewares */
-    flare_mw_rt_t *chain; /* app + groups + own, built at start */
-    uint32_t nchain;
-    bool has_after;
-};
-
-struct flare_group {
-    flare_app_t *app;
-    char *prefix; /* owned */
-    struct flare_group *next;
-    struct flare_group *parent;
-    flare_mw_list_t mws;
-};
-
-#include "http/exchange.h"
 
 typedef struct flare_job_pool flare_job_pool_t;
 
@@ -162,35 +117,6 @@ struct flare_worker {
     bool handles_open;                /* the loop runs: handles can be made */
 };
 
-/* Connection flags (the stream has its own: FLARE_S_*) */
-enum {
-    C_CLOSING = 1u << 0,  /* close once the output is flushed */
-    C_IN_BATCH = 1u << 2, /* inside on_read processing: flush at the end */
-    C_DEAD = 1u << 4,
-    C_READ_PAUSED = 1u << 6,
-    C_HAD_REQUEST = 1u << 7,
-    C_LINE_SEEN = 1u << 8, /* the partial head has its request line */
-    C_UPGRADE = 1u << 9,   /* 101 sent: hand the socket over once flushed */
-};
-
-struct flare_conn {
-    flare_stream_t s; /* first: the loop hands us &s.io */
-    uint32_t flags;
-    uint32_t nqueue;
-    flare_worker_t *w;
-    uint32_t scan;                   /* head bytes already scanned for a line end */
-    struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
-    struct flare_req *recv;          /* exchange whose body is still arriving */
-    flare_upgrade_fn upgrade_fn;     /* C_UPGRADE: who takes the stream */
-    void *upgrade_ud;
-    const struct flare_listener *listener;
-    uint8_t peer[16]; /* client address (IPv4 in the first 4 bytes) */
-    uint8_t peer_family;
-    uint64_t t_head; /* first byte of the current head (ms) */
-    uint64_t t_open; /* accept (ms): the TLS handshake deadline counts from here */
-    flare_conn_t *prev, *next;
-};
-
 /* app.c: the window in which other threads may reach the workers (see
  * flare_app_t.gate). enter: 0, or FLARE_ESTATE when the workers are not up
  * (not started yet, or stopped); every 0 is paired with one leave. */
@@ -201,23 +127,6 @@ void flare__app_leave(flare_app_t *app);
  * its default, then checked. 0, or FLARE_EINVAL with flare_last_error()
  * naming the field and its bound. */
 int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
-
-/* http1/conn.c */
-struct flare_listener;
-void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
-                      const struct flare_listener *l);
-void flare__conn_close(flare_conn_t *c);
-void flare__conn_flush(flare_conn_t *c);
-void flare__conn_sweep(flare_worker_t *w);
-void flare__conn_free_dead(flare_worker_t *w);
-void flare__conn_drain(flare_worker_t *w);
-
-/* mw/chain.c */
-int flare__chain_run(struct flare_req *ex);
-void flare__chain_after(struct flare_req *ex);
-int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw);
-int flare__chains_build(flare_app_t *app);
-void flare__chains_free(flare_app_t *app);
 
 /* src/watch.c: frees the watchers freed during this batch; at shutdown,
  * stops and frees every timer and watcher their owner left (no callback)
