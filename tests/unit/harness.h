@@ -28,6 +28,11 @@ static void *harness_main(void *arg)
     return NULL;
 }
 
+static void harness_noop(void *ud)
+{
+    (void)ud;
+}
+
 static int harness_start(harness_t *h)
 {
     if (pthread_create(&h->thread, NULL, harness_main, h) != 0)
@@ -35,7 +40,12 @@ static int harness_start(harness_t *h)
     for (int i = 0; i < 500 && flare_app_port(h->app) == 0; i++)
         usleep(10000);
     h->port = flare_app_port(h->app);
-    usleep(20000);
+    /* the port is known once the listeners are bound; the workers take
+     * cross-thread calls once every one of them has started: wait for that
+     * too (a fixed sleep lost the race under ThreadSanitizer on a loaded
+     * machine) */
+    for (int i = 0; i < 500 && flare_app_post(h->app, 0, harness_noop, NULL) == FLARE_ESTATE; i++)
+        usleep(10000);
     return h->port > 0 ? 0 : -1;
 }
 
