@@ -443,8 +443,10 @@ int flare__stream_flush_slow(flare_stream_t *s)
         }
         if (s->wsent >= COMPACT_MIN)
             compact(s);
-        if ((size_t)wr < total) {
-            blocked(s, false); /* a short write: the socket is full */
+        /* a short write: the socket is full. Not so through a transport: TLS
+         * takes one record per call, and only -EAGAIN says it would block */
+        if ((size_t)wr < total && s->tr == NULL) {
+            blocked(s, false);
             return 0;
         }
     }
@@ -493,6 +495,14 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
     if (!(s->sflags & FLARE_S_ATTACHED) || (s->sflags & FLARE_S_WANT_WRITE) ||
         flare__stream_has_output(s) || n > MAX_IOV)
         return queue_rest(s, iov, n, 0, 0, release, ud);
+    if (s->tr != NULL) {
+        /* a transport writes a record per call: queue, then write until the
+         * socket would block */
+        int rc = queue_rest(s, iov, n, 0, 0, release, ud);
+        if (rc == 0 && flare__stream_flush_slow(s) < 0)
+            rc = FLARE_ECLOSED;
+        return rc;
+    }
     ssize_t wr = tx_writev(s, iov, n, false);
     if (wr < 0 && wr != -EAGAIN) {
         if (release != NULL)
