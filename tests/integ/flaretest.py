@@ -462,6 +462,12 @@ class Server:
             if self.tls:
                 cert, key = tls_files()
                 args += ["--tls-cert", cert, "--tls-key", key]
+                if "--tls-handshake-timeout" not in self.extra_args:
+                    # the suites open many connections before their clients
+                    # handshake (lazily, one after another): under ASan on a
+                    # loaded machine the last ones would pass the 10 s
+                    # deadline counted from accept, which test_tls checks
+                    args += ["--tls-handshake-timeout", "120"]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                          stdout=self.log, stderr=self.log)
             deadline = time.monotonic() + timeout
