@@ -985,17 +985,28 @@ static ssize_t tls_sendfile(flare_transport_t *t, int fd, uint64_t off, size_t l
         r = io_error(c, -1);
         return r == 0 ? -EPIPE : r;
     }
-    /* read the range into one record; a retry reads the same bytes again
-     * (the record is already sealed, but the contract is the same bytes) */
-    size_t n = c->wpending != 0 ? c->wpending : (len < TLS_RECORD ? len : TLS_RECORD);
-    if (len < n)
-        return -EINVAL;
     char *rec = record_buf(c);
     if (rec == NULL)
         return -ENOMEM;
-    if (flare__pread_all(fd, rec, off, n) != 0)
-        return -EIO;
-    return write_record(c, rec, n);
+    /* record after record until the range is done or the socket is full:
+     * the stream takes a short count for a full socket and waits for
+     * EPOLLOUT, so returning after one record cost an epoll_wait per 16 KiB */
+    size_t done = 0;
+    while (done < len) {
+        /* a retry reads the same bytes again (the record is already sealed,
+         * but the contract is the same bytes) */
+        size_t n =
+            c->wpending != 0 ? c->wpending : (len - done < TLS_RECORD ? len - done : TLS_RECORD);
+        if (len - done < n)
+            return done > 0 ? (ssize_t)done : -EINVAL;
+        if (flare__pread_all(fd, rec, off + done, n) != 0)
+            return done > 0 ? (ssize_t)done : -EIO;
+        r = write_record(c, rec, n);
+        if (r <= 0)
+            return done > 0 ? (ssize_t)done : r;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
 }
 
 static int tls_shutdown(flare_transport_t *t)
