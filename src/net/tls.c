@@ -34,7 +34,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/core_names.h>
 #include <openssl/err.h>
@@ -461,6 +464,31 @@ static char *cert_names(X509 *x)
 
 /* ---- contexts ----------------------------------------------------------- */
 
+/* Whether the kernel has the TLS ULP, asked once per process. Without it
+ * SSL_OP_ENABLE_KTLS costs every handshake two failing setsockopt(2) calls
+ * (TCP_ULP, then SOL_TLS). On an unconnected socket the kernel still looks
+ * the ULP up (loading the module if it can) before refusing: ENOENT means
+ * there is none. */
+static bool ktls_yes;
+static pthread_once_t ktls_once = PTHREAD_ONCE_INIT;
+
+static void ktls_probe(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        ktls_yes = true; /* cannot tell: let OpenSSL try */
+        return;
+    }
+    ktls_yes = setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) == 0 || errno != ENOENT;
+    close(fd);
+}
+
+static bool ktls_available(void)
+{
+    pthread_once(&ktls_once, ktls_probe);
+    return ktls_yes;
+}
+
 /* Every context of a listener gets the same settings: OpenSSL reads some
  * from the connection's first context (options, versions), some from its
  * current one (ciphers, ALPN and SNI callbacks), some from the session
@@ -468,8 +496,9 @@ static char *cert_names(X509 *x)
 static int ctx_configure(flare_tls_t *t, SSL_CTX *ctx)
 {
     uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
-                    SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_ENABLE_KTLS |
-                    SSL_OP_IGNORE_UNEXPECTED_EOF;
+                    SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF;
+    if (ktls_available())
+        opts |= SSL_OP_ENABLE_KTLS;
     if (t->no_tickets)
         opts |= SSL_OP_NO_TICKET;
     SSL_CTX_set_options(ctx, opts);
