@@ -1015,6 +1015,7 @@ static const char plain_http_400[] = "HTTP/1.1 400 Bad Request\r\n"
                                      "Connection: close\r\n"
                                      "\r\n"
                                      "The plain HTTP request was sent to the HTTPS port\n";
+#define PLAIN_HTTP_400_HEAD (sizeof(plain_http_400) - 1 - 50)
 
 _Static_assert(sizeof("The plain HTTP request was sent to the HTTPS port\n") - 1 == 50,
                "Content-Length of the plain-HTTP answer");
@@ -1051,9 +1052,13 @@ static ssize_t peek_first(tls_conn_t *c)
         /* take what has arrived, so closing does not reset the connection
          * (and the answer with it) for unread bytes */
         char sink[4096];
-        while (recv(c->base.fd, sink, sizeof(sink), MSG_DONTWAIT) == (ssize_t)sizeof(sink))
-            ;
-        (void)send(c->base.fd, plain_http_400, sizeof(plain_http_400) - 1,
+        ssize_t got = recv(c->base.fd, sink, sizeof(sink), MSG_DONTWAIT);
+        /* a HEAD request gets the head alone (RFC 9110 section 9.3.2) */
+        bool head = got >= 5 && memcmp(sink, "HEAD ", 5) == 0;
+        while (got == (ssize_t)sizeof(sink))
+            got = recv(c->base.fd, sink, sizeof(sink), MSG_DONTWAIT);
+        (void)send(c->base.fd, plain_http_400,
+                   head ? PLAIN_HTTP_400_HEAD : sizeof(plain_http_400) - 1,
                    MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
         bump(&c->ctr->handshake_errors);
