@@ -948,6 +948,19 @@ static void test_plaintext_and_garbage(void **state)
     assert_int_equal(get(&ctr.plaintext_http), 1);
     assert_int_equal(get(&ctr.handshake_errors), 0);
 
+    /* HEAD: the same head, no body */
+    conn_open(&c, t, &ctr, cc, NULL, NULL, 0, NULL);
+    static const char head_req[] = "HEAD / HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(write(c.cfd, head_req, sizeof(head_req) - 1), sizeof(head_req) - 1);
+    assert_int_equal(c.tr->ops->read(c.tr, buf, sizeof(buf)), -EPROTO);
+    n = read(c.cfd, buf, sizeof(buf) - 1);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_int_equal((size_t)n, sizeof(want) - 1 - 50);
+    assert_memory_equal(buf, want, (size_t)n);
+    conn_close(&c);
+    assert_int_equal(get(&ctr.plaintext_http), 2);
+
     /* garbage */
     conn_open(&c, t, &ctr, cc, NULL, NULL, 0, NULL);
     assert_int_equal(write(c.cfd, "\x00\x01\x02\x03garbage", 11), 11);
