@@ -24,6 +24,7 @@
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
