@@ -129,6 +129,15 @@ FLARE_API int flare_db_open(flare_app_t *app, const char *url, const flare_db_co
 /* "postgresql" or "sqlite". */
 FLARE_API const char *flare_db_driver(const flare_db_t *db);
 
+/* Runs sql (one or more statements separated by ';', no parameters) once,
+ * blocking the calling thread until done: for creating tables and other
+ * setup before flare_app_run. Never on a worker (it blocks). PostgreSQL:
+ * over a connection of its own, closed afterwards; SQLite: on the writer
+ * connection (so sqlite::memory: sees it). 0, or FLARE_EINVAL, FLARE_ESTATE
+ * (the app is running), FLARE_EUNAVAIL (cannot connect), FLARE_EDB (the
+ * database refused it); flare_last_error() has the database's message. */
+FLARE_API int flare_db_exec_setup(flare_db_t *db, const char *sql);
+
 /* ---- parameters ------------------------------------------------------------- */
 
 typedef enum flare_db_type {

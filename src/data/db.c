@@ -208,6 +208,15 @@ const char *flare_db_driver(const flare_db_t *db)
     return db != NULL ? db->drv->name : "";
 }
 
+int flare_db_exec_setup(flare_db_t *db, const char *sql)
+{
+    if (db == NULL || sql == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_db_exec_setup: NULL argument");
+    if (flare__app_running(db->app))
+        return flare__fail(FLARE_ESTATE, 0, "flare_db_exec_setup: the app is running");
+    return db->drv->exec_setup(db, sql);
+}
+
 /* ---- queries ---- */
 
 static int check_params(const flare_db_val_t *params, size_t n)

@@ -88,6 +88,8 @@ typedef struct flare_db_driver {
                  size_t nparams, flare_db_fn cb, void *ud);
     int (*begin)(void *ws, flare_req_t *owner, flare_db_tx_fn cb, void *ud);
     int (*tx_end)(flare_db_tx_t *tx, bool commit, flare_db_fn cb, void *ud);
+    /* flare_db_exec_setup, on the caller's thread, not running */
+    int (*exec_setup)(flare_db_t *db, const char *sql);
     /* flare_db_listen, before the run; NULL: not supported (FLARE_EINVAL) */
     int (*listen)(flare_db_t *db, unsigned worker, const char *channel, flare_db_notify_fn cb,
                   void *ud);
