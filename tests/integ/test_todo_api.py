@@ -1,16 +1,22 @@
 """The todo_api example over real sockets: sessions, validation, CORS,
 every status, header and body of its contract."""
 import json
+import os
 import re
+import sqlite3
+import subprocess
+import tempfile
 
 import flaretest
 from flaretest import Conn, ServerTestCase, build_request
 
 ORIGIN = "http://localhost:3000"
+DB_DIR = tempfile.mkdtemp(prefix="flare-todo-")
 
 
 class TodoApi(ServerTestCase):
     server_binary = flaretest.TODO_API
+    server_args = ("--db", "sqlite:" + os.path.join(DB_DIR, "todo.db"))
 
     # -- helpers -----------------------------------------------------------
     def call(self, method, path, body=None, cookie=None, headers=None, raw=None):
@@ -202,6 +208,72 @@ class TodoApi(ServerTestCase):
             self.assertRegex(r.get("X-Request-Id", ""), r"^[0-9a-f]{16}$")
         r = self.call("GET", "/nowhere", headers=[("X-Request-Id", "trace-42")])
         self.assertEqual(r.get("X-Request-Id"), "trace-42")
+
+
+class TodoApiDatabase(ServerTestCase):
+    """The todos live in the database: they survive a restart, the ids are
+    never reused, and what the API says is what the table holds."""
+    server_binary = flaretest.TODO_API
+    path = os.path.join(DB_DIR, "restart.db")
+    server_args = ("--db", "sqlite:" + path)
+
+    def call(self, method, path, body=None, cookie=None, addr=None):
+        hdrs = [("Cookie", "todo_sid=" + cookie)] if cookie else []
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.append(("Content-Type", "application/json"))
+        c = self.connect(addr=addr)
+        c.send(build_request(method, path, hdrs, data))
+        return c.read_response()
+
+    def login(self, addr=None):
+        r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"},
+                      addr=addr)
+        self.assertEqual(r.status, 200, r)
+        return re.match(r"todo_sid=([0-9a-f]{32});", r.get("Set-Cookie")).group(1)
+
+    def test_survives_a_restart(self):
+        sid = self.login()
+        made = []
+        for title in ("one", "two", "'; DROP TABLE todos; --"):
+            r = self.call("POST", "/api/todos", {"title": title, "done": title == "two"}, sid)
+            self.assertEqual(r.status, 201, r)
+            made.append(json.loads(r.body))
+        r = self.call("DELETE", "/api/todos/%d" % made[0]["id"], cookie=sid)
+        self.assertEqual(r.status, 204)
+        con = sqlite3.connect(self.path, timeout=10)
+        rows = con.execute("SELECT id, title, done FROM todos ORDER BY id").fetchall()
+        con.close()
+        self.assertEqual(rows, [(t["id"], t["title"], int(t["done"])) for t in made[1:]])
+        # a second server on the same file: the same todos, after the first is gone
+        rc, _ = self.server.stop()
+        self.assertEqual(rc, 0, self.server.output())
+        self.server.close_log()
+        again = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            sid = self.login(addr=again.addr)
+            r = self.call("GET", "/api/todos", cookie=sid, addr=again.addr)
+            self.assertEqual((r.status, json.loads(r.body)), (200, made[1:]))
+            r = self.call("POST", "/api/todos", {"title": "three", "done": False}, sid,
+                          addr=again.addr)
+            self.assertGreater(json.loads(r.body)["id"], made[2]["id"], "ids are not reused")
+        finally:
+            rc, _ = again.stop()
+            again.close_log()
+        self.assertEqual(rc, 0)
+        # the class's server is stopped: start a fresh one for tearDownClass
+        type(self).server = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        type(self).addr = self.server.addr
+
+    def test_bad_database_url(self):
+        for url, why in (("mysql://x", "unknown URL scheme"),
+                         ("sqlite:/nonexistent-dir/x/todo.db", "")):
+            p = subprocess.run([flaretest.TODO_API, "--listen", "127.0.0.1:%d" % flaretest.free_port(),
+                                "--workers", "1", "--db", url], capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 1, p)
+            self.assertIn(b"--db", p.stderr)
+            self.assertIn(why.encode(), p.stderr)
 
 
 if __name__ == "__main__":
