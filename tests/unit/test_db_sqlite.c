@@ -199,8 +199,8 @@ static rec_t *q1(size_t at, const char *sql, const flare_db_val_t *p, size_t n)
     return &recs[at];
 }
 
-#define Q(at, sql, ...)                                                                        \
-    q1((at), (sql), (flare_db_val_t[]){ __VA_ARGS__ },                                        \
+#define Q(at, sql, ...)                                \
+    q1((at), (sql), (flare_db_val_t[]){ __VA_ARGS__ }, \
        sizeof((flare_db_val_t[]){ __VA_ARGS__ }) / sizeof(flare_db_val_t))
 #define Q0(at, sql) q1((at), (sql), NULL, 0)
 
@@ -266,7 +266,8 @@ static void test_types(void **state)
 {
     (void)state;
     start("sqlite::memory:", NULL, 1);
-    expect_ok(Q0(0, "CREATE TABLE t (k INTEGER PRIMARY KEY, i INTEGER, d REAL, s TEXT, b BLOB, n)"));
+    expect_ok(
+        Q0(0, "CREATE TABLE t (k INTEGER PRIMARY KEY, i INTEGER, d REAL, s TEXT, b BLOB, n)"));
     static const char blob[] = { 'a', 0, 'b', 0, (char)0xff };
     static const char quoted[] = "O'Reilly said \"hi\"; --";
     rec_t *r = Q(1, "INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6)", FLARE_DB_INT(1),
@@ -337,8 +338,8 @@ static void test_params_and_injection(void **state)
     static const char evil[] = "x'); DROP TABLE users; --";
     expect_ok(Q(1, "INSERT INTO users (name) VALUES ($1)", FLARE_DB_TEXTV(evil, strlen(evil))));
     static const char evil2[] = "' OR '1'='1";
-    rec_t *r = Q(2, "SELECT count(*) FROM users WHERE name = $1",
-                 FLARE_DB_TEXTV(evil2, strlen(evil2)));
+    rec_t *r =
+        Q(2, "SELECT count(*) FROM users WHERE name = $1", FLARE_DB_TEXTV(evil2, strlen(evil2)));
     expect_ok(r);
     assert_int_equal(r->cells[0].i, 0);
     r = Q0(3, "SELECT name, count(*) OVER () FROM users");
@@ -402,7 +403,8 @@ static void test_errors_and_batch(void **state)
     /* 20 in one go, the 8th bad: the others are unaffected */
     qspec_t qs[20];
     for (int i = 0; i < 20; i++)
-        qs[i] = (qspec_t){ .sql = i == 7 ? "SELECT nope FROM k" : "SELECT $1 * 10", .n = i == 7 ? 0 : 1,
+        qs[i] = (qspec_t){ .sql = i == 7 ? "SELECT nope FROM k" : "SELECT $1 * 10",
+                           .n = i == 7 ? 0 : 1,
                            .p = { FLARE_DB_INT(i) } };
     reset_recs();
     run_batch_at(0, qs, 20);
@@ -418,8 +420,8 @@ static void test_errors_and_batch(void **state)
 }
 
 /* A read that runs for a while: a recursive CTE. */
-#define SLOW_READ(n)                                                                                \
-    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < " #n              \
+#define SLOW_READ(n)                                                               \
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < " #n \
     ") SELECT count(*) FROM c"
 
 static void test_wal_readers_beside_writer(void **state)
@@ -606,8 +608,8 @@ static void tx_left_open(flare_db_tx_t *tx, flare_db_res_t *r, void *ud)
 {
     if (tx != NULL) {
         flare_db_val_t v = FLARE_DB_TEXTV("never", 5);
-        int rc = flare_db_tx_query(tx, "INSERT INTO acct (name) VALUES ($1)", &v, 1, rec_cb,
-                                   &recs[41]);
+        int rc =
+            flare_db_tx_query(tx, "INSERT INTO acct (name) VALUES ($1)", &v, 1, rec_cb, &recs[41]);
         if (rc != 0)
             call_failed(&recs[41], rc);
     }
