@@ -11,10 +11,14 @@
  * Threads: min(cfg.threads, connections), started by open, joined by close;
  * each takes a job and a free connection that can run it.
  *
+ * This file: the pool, the jobs and the worker side. sqlite_conn.c opens
+ * connections and keeps their statement caches; sqlite_res.c builds and
+ * reads the result blocks.
+ *
  * One mutex (sq->mu) guards the queues, which connection is busy, which
  * transaction holds the writer, and each worker's queued/in-flight counts.
- * Handing a statement to another thread takes it once each way; the rest of
- * the request path stays lock-free. Three queues, FIFO each:
+ * A worker takes it once per statement, to queue it; the reply comes back
+ * through the lock-free post queue. Three queues, FIFO each:
  *   rq   statements that only read, as far as we know: the same text was
  *        seen read-only before, or never seen. A free reader takes one,
  *        checks sqlite3_stmt_readonly on its prepared statement, and hands a
@@ -28,7 +32,10 @@
  *   job     one malloc on the worker (record, parameters, SQL and the bytes
  *           of text and blob values copied in), freed on the worker after
  *           its callback. A transaction's BEGIN and end are embedded in it.
- *   result  one malloc on the pool thread, freed after the callback.
+ *   result  one malloc on the pool thread when the statement has columns
+ *           or failed with SQLite's message (none for a plain INSERT),
+ *           freed after the callback. Rows are gathered in a scratch each
+ *           pool thread keeps, then copied into the block at its size.
  *   ws      the per-worker state: freed by dispose, or after it by the last
  *           reply still in the worker's post queue (those run in the loop's
  *           dispose, on the thread running flare_app_run); `refs` counts
@@ -48,7 +55,7 @@
 #include "app.h"
 #include "core/clock.h"
 #include "core/core.h"
-#include "data/db_int.h"
+#include "data/sqlite_int.h"
 
 #define STMT_CACHE_MAX   64         /* prepared statements kept per connection (LRU) */
 #define PROGRESS_OPS     4096       /* VM steps between two looks at the clock */
@@ -65,7 +72,6 @@ enum { TX_BEGINNING, TX_OPEN, TX_ENDING, TX_ENDED };
 typedef struct sq_db sq_db_t;
 typedef struct sq_ws sq_ws_t;
 typedef struct sq_tx sq_tx_t;
-typedef struct sq_res sq_res_t;
 
 typedef struct job {
     struct job *next; /* in a queue (under mu) or a local list */
@@ -97,31 +103,6 @@ typedef struct job {
 typedef struct jobq {
     job_t *head, *tail;
 } jobq_t;
-
-typedef struct sq_stmt {
-    sqlite3_stmt *st;
-    uint64_t hash, used;
-    char *sql; /* owned, with map in the same block */
-    size_t len;
-    uint16_t *map; /* parameter index k (1-based) -> $N; 0: not positional */
-    unsigned nmap, maxpos;
-    bool ro;
-} sq_stmt_t;
-
-typedef struct sq_conn {
-    sqlite3 *db;
-    bool writer;
-    bool busy;  /* under mu */
-    job_t *job; /* under mu: what runs on it */
-    /* written and read by the thread holding the connection */
-    uint64_t deadline, busy_since;
-    bool timed_out;
-    unsigned busy_timeout_ms;
-    _Atomic bool *cancel;
-    uint64_t tick;
-    unsigned ncache;
-    sq_stmt_t cache[STMT_CACHE_MAX];
-} sq_conn_t;
 
 struct sq_db {
     flare_db_t *db;
@@ -165,40 +146,6 @@ struct sq_tx {
     job_t job;         /* BEGIN, then COMMIT / ROLLBACK */
 };
 
-/* ---- results: one block, cells then bytes ---- */
-
-typedef struct cell {
-    uint8_t type; /* FLARE_DB_NULL ... FLARE_DB_BYTES */
-    uint32_t len;
-    union {
-        int64_t i;
-        double d;
-        size_t off; /* text, blob: into bytes, NUL-terminated */
-    };
-} cell_t;
-
-typedef struct conv {
-    struct conv *next;
-    size_t used, cap;
-    char buf[];
-} conv_t;
-
-struct sq_res {
-    size_t nrows, ncols;
-    uint64_t affected;
-    const char *msg;
-    conv_t *conv; /* numbers read as text, formatted on the worker */
-    char *bytes;
-    cell_t cells[]; /* ncols names, then nrows * ncols values */
-};
-
-typedef struct scratch {
-    cell_t *cells;
-    size_t ncells, capcells;
-    char *bytes;
-    size_t nbytes, capbytes;
-} scratch_t;
-
 static uint64_t hash_sql(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -206,198 +153,6 @@ static uint64_t hash_sql(const char *s, size_t n)
         h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h;
 }
-
-static int sc_grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (q == NULL)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
-static int sc_cell(scratch_t *sc, cell_t c)
-{
-    if (sc_grow((void **)&sc->cells, &sc->capcells, sc->ncells + 1, sizeof(cell_t)) != 0)
-        return -1;
-    sc->cells[sc->ncells++] = c;
-    return 0;
-}
-
-static int sc_text(scratch_t *sc, uint8_t type, const void *p, size_t n)
-{
-    if (n > UINT32_MAX || sc_grow((void **)&sc->bytes, &sc->capbytes, sc->nbytes + n + 1, 1) != 0)
-        return -1;
-    if (n > 0)
-        memcpy(sc->bytes + sc->nbytes, p, n);
-    sc->bytes[sc->nbytes + n] = '\0';
-    cell_t c = { .type = type, .len = (uint32_t)n, .off = sc->nbytes };
-    sc->nbytes += n + 1;
-    return sc_cell(sc, c);
-}
-
-static sq_res_t *res_build(const scratch_t *sc, size_t nrows, size_t ncols, uint64_t affected,
-                           const char *msg)
-{
-    size_t ncells = sc != NULL ? sc->ncells : 0, nbytes = sc != NULL ? sc->nbytes : 0;
-    size_t mlen = strlen(msg);
-    sq_res_t *r = malloc(sizeof(*r) + ncells * sizeof(cell_t) + nbytes + mlen + 1);
-    if (r == NULL)
-        return NULL;
-    *r = (sq_res_t){ .nrows = nrows, .ncols = ncols, .affected = affected };
-    r->bytes = (char *)&r->cells[ncells];
-    if (ncells > 0)
-        memcpy(r->cells, sc->cells, ncells * sizeof(cell_t));
-    if (nbytes > 0)
-        memcpy(r->bytes, sc->bytes, nbytes);
-    memcpy(r->bytes + nbytes, msg, mlen + 1);
-    r->msg = r->bytes + nbytes;
-    return r;
-}
-
-static void res_free(sq_res_t *r)
-{
-    if (r == NULL)
-        return;
-    while (r->conv != NULL) {
-        conv_t *c = r->conv;
-        r->conv = c->next;
-        free(c);
-    }
-    free(r);
-}
-
-static const cell_t *res_cell(const flare_db_res_t *r, size_t row, size_t col)
-{
-    const sq_res_t *s = r->impl;
-    return &s->cells[s->ncols + row * s->ncols + col];
-}
-
-static const char *op_col_name(const flare_db_res_t *r, size_t col)
-{
-    const sq_res_t *s = r->impl;
-    return s->bytes + s->cells[col].off;
-}
-
-static bool op_is_null(const flare_db_res_t *r, size_t row, size_t col)
-{
-    return res_cell(r, row, col)->type == FLARE_DB_NULL;
-}
-
-static int64_t dbl_to_i64(double d)
-{
-    if (!(d == d))
-        return 0;
-    if (d >= 9223372036854775807.0)
-        return INT64_MAX;
-    if (d <= -9223372036854775808.0)
-        return INT64_MIN;
-    return (int64_t)d;
-}
-
-/* Text is NUL-terminated in the block; what is not a number gives 0. */
-static int64_t op_get_int64(const flare_db_res_t *r, size_t row, size_t col)
-{
-    const cell_t *c = res_cell(r, row, col);
-    const sq_res_t *s = r->impl;
-    switch (c->type) {
-    case FLARE_DB_INT64:
-        return c->i;
-    case FLARE_DB_DOUBLE:
-        return dbl_to_i64(c->d);
-    case FLARE_DB_TEXT:
-    case FLARE_DB_BYTES: {
-        const char *p = s->bytes + c->off;
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (*end == '.' || *end == 'e' || *end == 'E')
-            return dbl_to_i64(strtod(p, NULL));
-        return end == p ? 0 : v;
-    }
-    default:
-        return 0;
-    }
-}
-
-static double op_get_double(const flare_db_res_t *r, size_t row, size_t col)
-{
-    const cell_t *c = res_cell(r, row, col);
-    const sq_res_t *s = r->impl;
-    switch (c->type) {
-    case FLARE_DB_INT64:
-        return (double)c->i;
-    case FLARE_DB_DOUBLE:
-        return c->d;
-    case FLARE_DB_TEXT:
-    case FLARE_DB_BYTES:
-        return strtod(s->bytes + c->off, NULL);
-    default:
-        return 0.0;
-    }
-}
-
-/* Room for a number's text in the result (freed with it). */
-static char *res_conv(sq_res_t *s, size_t n)
-{
-    if (s->conv == NULL || s->conv->cap - s->conv->used < n) {
-        size_t cap = n > 1024 ? n : 1024;
-        conv_t *c = malloc(sizeof(*c) + cap);
-        if (c == NULL)
-            return NULL;
-        *c = (conv_t){ .next = s->conv, .cap = cap };
-        s->conv = c;
-    }
-    char *p = s->conv->buf + s->conv->used;
-    s->conv->used += n;
-    return p;
-}
-
-/* Numbers as SQLite prints them: digits, or "%!.15g" (1.0 stays "1.0"). */
-static flare_str_t op_get_text(const flare_db_res_t *r, size_t row, size_t col)
-{
-    const cell_t *c = res_cell(r, row, col);
-    sq_res_t *s = r->impl;
-    if (c->type == FLARE_DB_TEXT || c->type == FLARE_DB_BYTES)
-        return (flare_str_t){ s->bytes + c->off, c->len };
-    if (c->type == FLARE_DB_NULL)
-        return (flare_str_t){ "", 0 };
-    char *p = res_conv(s, 32);
-    if (p == NULL)
-        return (flare_str_t){ "", 0 };
-    if (c->type == FLARE_DB_INT64) {
-        size_t n = 0;
-        uint64_t u = (uint64_t)c->i;
-        if (c->i < 0) {
-            p[n++] = '-';
-            u = 0 - u;
-        }
-        n += flare__u64toa(p + n, u);
-        p[n] = '\0';
-        return (flare_str_t){ p, n };
-    }
-    sqlite3_snprintf(32, p, "%!.15g", c->d);
-    return (flare_str_t){ p, strlen(p) };
-}
-
-static flare_str_t op_get_bytes(const flare_db_res_t *r, size_t row, size_t col)
-{
-    return op_get_text(r, row, col);
-}
-
-static const flare_db_res_ops_t res_ops = {
-    .col_name = op_col_name,
-    .is_null = op_is_null,
-    .get_int64 = op_get_int64,
-    .get_double = op_get_double,
-    .get_text = op_get_text,
-    .get_bytes = op_get_bytes,
-};
 
 /* ---- queues (under mu) ---- */
 
@@ -470,187 +225,13 @@ static unsigned hint_slot(uint64_t h)
     return (unsigned)(h ^ (h >> 32)) & (HINTS - 1);
 }
 
-/* ---- connections ---- */
-
-/* Query timeout and shutdown: SQLite asks every PROGRESS_OPS steps. */
-static int on_progress(void *ud)
-{
-    sq_conn_t *c = ud;
-    if (c->cancel != NULL && atomic_load_explicit(c->cancel, memory_order_relaxed))
-        return 1;
-    if (flare__now_ms() >= c->deadline) {
-        c->timed_out = true;
-        return 1;
-    }
-    return 0;
-}
-
-/* The busy timeout, also cut short by the query deadline and shutdown. */
-static int on_busy(void *ud, int n)
-{
-    static const unsigned delay_ms[] = { 1, 2, 5, 10, 20, 50 };
-    sq_conn_t *c = ud;
-    uint64_t now = flare__now_ms();
-    if (n == 0)
-        c->busy_since = now;
-    if (c->cancel != NULL && atomic_load_explicit(c->cancel, memory_order_relaxed))
-        return 0;
-    if (now >= c->deadline) {
-        c->timed_out = true;
-        return 0;
-    }
-    if (now - c->busy_since >= c->busy_timeout_ms)
-        return 0;
-    unsigned d = delay_ms[n < 5 ? n : 5];
-    struct timespec ts = { 0, (long)d * 1000000L };
-    nanosleep(&ts, NULL);
-    return 1;
-}
-
-static int conn_open(sq_db_t *sq, sq_conn_t *c, const char *path, bool writer)
-{
-    int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
-                (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
-    c->writer = writer;
-    c->busy_timeout_ms = sq->db->cfg.busy_timeout_ms;
-    int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
-    const char *what = "open";
-    if (rc == SQLITE_OK && writer && !sq->memory) {
-        what = "PRAGMA journal_mode=WAL";
-        rc = sqlite3_exec(c->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
-        if (rc == SQLITE_OK) {
-            what = "PRAGMA synchronous=NORMAL";
-            rc = sqlite3_exec(c->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
-        }
-    }
-    if (rc == SQLITE_OK && !writer) {
-        /* a read-only connection reads the schema at its first statement:
-         * do it now, so a bad file fails the open and not a query */
-        what = "reading the schema";
-        rc = sqlite3_exec(c->db, "SELECT count(*) FROM sqlite_schema", NULL, NULL, NULL);
-    }
-    if (rc != SQLITE_OK) {
-        rc = flare__fail(FLARE_EDB, 0, "sqlite: %s \"%s\": %s", what, path,
-                         c->db != NULL ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
-        sqlite3_close_v2(c->db);
-        c->db = NULL;
-        return rc;
-    }
-    sqlite3_progress_handler(c->db, PROGRESS_OPS, on_progress, c);
-    sqlite3_busy_handler(c->db, on_busy, c);
-    return 0;
-}
-
-static void conn_close(sq_conn_t *c)
-{
-    for (unsigned i = 0; i < c->ncache; i++) {
-        sqlite3_finalize(c->cache[i].st);
-        free(c->cache[i].sql);
-    }
-    c->ncache = 0;
-    sqlite3_close_v2(c->db);
-    c->db = NULL;
-}
-
-/* $N (and ?N) -> N; 0 for any other name. */
-static unsigned param_pos(const char *name)
-{
-    if (name[0] != '$' && name[0] != '?')
-        return 0;
-    unsigned v = 0;
-    const char *p = name + 1;
-    if (*p < '1' || *p > '9')
-        return 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (unsigned)(*p - '0');
-        if (v > 65535)
-            return 0;
-    }
-    return *p == '\0' ? v : 0;
-}
-
-/* The cached statement for sql on c, prepared on first use. SQLITE_OK or
- * an error code: *why says why when it is the driver's refusal, else the
- * connection's message does. */
-static int stmt_get(sq_conn_t *c, const char *sql, size_t len, uint64_t h, sq_stmt_t **out,
-                    const char **why)
-{
-    c->tick++;
-    for (unsigned i = 0; i < c->ncache; i++) {
-        sq_stmt_t *s = &c->cache[i];
-        if (s->hash == h && s->len == len && memcmp(s->sql, sql, len) == 0) {
-            s->used = c->tick;
-            *out = s;
-            return SQLITE_OK;
-        }
-    }
-    if (len > INT32_MAX) {
-        *why = "statement too long";
-        return SQLITE_TOOBIG;
-    }
-    sqlite3_stmt *st = NULL;
-    const char *tail = NULL;
-    int rc = sqlite3_prepare_v3(c->db, sql, (int)len, SQLITE_PREPARE_PERSISTENT, &st, &tail);
-    if (rc != SQLITE_OK)
-        return rc;
-    if (st == NULL) {
-        *why = "empty statement";
-        return SQLITE_MISUSE;
-    }
-    /* one statement per call: what follows may only be comments and ';' */
-    if (tail != NULL && tail < sql + len) {
-        sqlite3_stmt *more = NULL;
-        int rc2 = sqlite3_prepare_v2(c->db, tail, (int)(sql + len - tail), &more, NULL);
-        bool extra = rc2 != SQLITE_OK || more != NULL;
-        sqlite3_finalize(more);
-        if (extra) {
-            sqlite3_finalize(st);
-            *why = "one statement per query (text follows the first one)";
-            return SQLITE_MISUSE;
-        }
-    }
-    unsigned n = (unsigned)sqlite3_bind_parameter_count(st);
-    sq_stmt_t s = { .st = st, .hash = h, .used = c->tick, .len = len, .nmap = n };
-    s.sql = malloc(len + 1 + n * sizeof(uint16_t) + sizeof(uint16_t));
-    if (s.sql == NULL) {
-        sqlite3_finalize(st);
-        *why = "out of memory";
-        return SQLITE_NOMEM;
-    }
-    memcpy(s.sql, sql, len);
-    s.sql[len] = '\0';
-    s.map = (uint16_t *)(void *)(s.sql + ((len + 2) & ~(size_t)1));
-    for (unsigned k = 1; k <= n; k++) {
-        const char *name = sqlite3_bind_parameter_name(st, (int)k);
-        unsigned pos = name == NULL ? k : param_pos(name);
-        s.map[k - 1] = (uint16_t)pos;
-        if (pos > s.maxpos)
-            s.maxpos = pos;
-    }
-    s.ro = sqlite3_stmt_readonly(st) != 0;
-    unsigned slot = c->ncache;
-    if (slot == STMT_CACHE_MAX) {
-        slot = 0;
-        for (unsigned i = 1; i < c->ncache; i++)
-            if (c->cache[i].used < c->cache[slot].used)
-                slot = i;
-        sqlite3_finalize(c->cache[slot].st);
-        free(c->cache[slot].sql);
-    } else {
-        c->ncache++;
-    }
-    c->cache[slot] = s;
-    *out = &c->cache[slot];
-    return SQLITE_OK;
-}
-
 /* ---- running a statement: on a pool thread holding connection c ---- */
 
 static void set_error(job_t *j, int err, int code, const char *msg)
 {
     j->err = err;
     j->code = code;
-    j->res = res_build(NULL, 0, 0, 0, msg);
+    j->res = flare__sq_res_build(NULL, 0, 0, 0, msg);
     if (j->res == NULL)
         j->msg = "database: out of memory";
 }
@@ -724,67 +305,6 @@ static int bind_params(const sq_stmt_t *s, const job_t *j, char *buf, size_t n, 
     return SQLITE_OK;
 }
 
-/* Steps st to the end, materialising its rows into sc. */
-static int step_all(sqlite3_stmt *st, scratch_t *sc, size_t *nrows, size_t *ncols, const char **why)
-{
-    sc->ncells = sc->nbytes = 0;
-    int nc = sqlite3_column_count(st);
-    *ncols = (size_t)nc;
-    *nrows = 0;
-    for (int i = 0; i < nc; i++) {
-        const char *name = sqlite3_column_name(st, i);
-        if (name == NULL || sc_text(sc, FLARE_DB_TEXT, name, strlen(name)) != 0)
-            goto nomem;
-    }
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        for (int i = 0; i < nc; i++) {
-            int r = 0;
-            switch (sqlite3_column_type(st, i)) {
-            case SQLITE_INTEGER:
-                r = sc_cell(sc,
-                            (cell_t){ .type = FLARE_DB_INT64, .i = sqlite3_column_int64(st, i) });
-                break;
-            case SQLITE_FLOAT:
-                r = sc_cell(sc,
-                            (cell_t){ .type = FLARE_DB_DOUBLE, .d = sqlite3_column_double(st, i) });
-                break;
-            case SQLITE_TEXT: {
-                const unsigned char *p = sqlite3_column_text(st, i);
-                size_t n = (size_t)sqlite3_column_bytes(st, i);
-                r = p == NULL ? -1 : sc_text(sc, FLARE_DB_TEXT, p, n);
-                break;
-            }
-            case SQLITE_BLOB: {
-                const void *p = sqlite3_column_blob(st, i);
-                size_t n = (size_t)sqlite3_column_bytes(st, i);
-                r = p == NULL && n > 0 ? -1 : sc_text(sc, FLARE_DB_BYTES, p, n);
-                break;
-            }
-            default:
-                r = sc_cell(sc, (cell_t){ .type = FLARE_DB_NULL });
-                break;
-            }
-            if (r != 0)
-                goto nomem;
-        }
-        (*nrows)++;
-    }
-    return rc;
-nomem:
-    *why = "database: out of memory for the result";
-    return SQLITE_NOMEM;
-}
-
-static void scratch_trim(scratch_t *sc)
-{
-    if (sc->capbytes > SCRATCH_KEEP || sc->capcells * sizeof(cell_t) > SCRATCH_KEEP) {
-        free(sc->cells);
-        free(sc->bytes);
-        *sc = (scratch_t){ 0 };
-    }
-}
-
 /* Runs j on c and records its outcome in j. Returns true, without running
  * it, when c is a reader and the statement writes: it belongs on the
  * writer. */
@@ -796,7 +316,7 @@ static bool run(const sq_db_t *sq, sq_conn_t *c, job_t *j, scratch_t *sc)
     c->deadline = flare__now_ms() + sq->db->cfg.query_timeout_ms;
     c->timed_out = false;
     c->cancel = j->kind == J_END ? NULL : &j->cancel; /* an end always runs */
-    int rc = stmt_get(c, j->sql, j->sqllen, j->hash, &s, &why);
+    int rc = flare__sq_stmt_get(c, j->sql, j->sqllen, j->hash, &s, &why);
     if (rc != SQLITE_OK) {
         fail_stmt(sq, c, j, rc, why);
         return false;
@@ -810,13 +330,13 @@ static bool run(const sq_db_t *sq, sq_conn_t *c, job_t *j, scratch_t *sc)
     int64_t before = sqlite3_total_changes64(c->db);
     rc = bind_params(s, j, buf, sizeof(buf), &why);
     if (rc == SQLITE_OK)
-        rc = step_all(s->st, sc, &nrows, &ncols, &why);
+        rc = flare__sq_step_all(s->st, sc, &nrows, &ncols, &why);
     if (rc == SQLITE_DONE) {
         j->err = j->code = 0;
         if (sqlite3_total_changes64(c->db) != before)
             j->affected = (uint64_t)sqlite3_changes64(c->db);
         if (ncols > 0) {
-            j->res = res_build(sc, nrows, ncols, j->affected, "");
+            j->res = flare__sq_res_build(sc, nrows, ncols, j->affected, "");
             if (j->res == NULL)
                 set_error(j, FLARE_EDB, SQLITE_NOMEM, "database: out of memory for the result");
         }
@@ -825,14 +345,14 @@ static bool run(const sq_db_t *sq, sq_conn_t *c, job_t *j, scratch_t *sc)
     }
     sqlite3_reset(s->st);
     sqlite3_clear_bindings(s->st); /* they point into j, freed soon */
-    scratch_trim(sc);
+    flare__sq_scratch_trim(sc);
     if (sqlite3_get_autocommit(c->db) == 0 && (j->kind == J_QUERY || j->kind == J_END)) {
         /* a statement outside flare_db_begin opened a transaction (BEGIN
          * passes for read-only, so a reader could run it), or COMMIT failed
          * and left this one open: end it, or the connection stays stuck */
         sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
         if (j->kind == J_QUERY && j->err == 0) {
-            res_free(j->res);
+            flare__sq_res_free(j->res);
             set_error(j, FLARE_EDB, SQLITE_MISUSE,
                       "transaction statements outside flare_db_begin (rolled back)");
         }
@@ -1110,7 +630,7 @@ static void job_reply(void *ud)
     if (res != NULL && res->ncols > 0) {
         r.nrows = res->nrows;
         r.ncols = res->ncols;
-        r.ops = &res_ops;
+        r.ops = &flare__sq_res_ops;
         r.impl = res;
     }
     if (!j->embedded)
@@ -1148,7 +668,7 @@ static void job_reply(void *ud)
     default:
         break;
     }
-    res_free(res);
+    flare__sq_res_free(res);
     if (tx != NULL) {
         tx->pending--;
         tx_maybe_free(tx);
@@ -1321,8 +841,11 @@ static void wdispose(flare_db_t *db, flare_worker_t *w, void *p)
     jobq_t late = ws->late;
     ws->late = (jobq_t){ 0 };
     pthread_mutex_unlock(&sq->mu);
-    while (ws->txs != NULL)
-        tx_set_ended(ws->txs);
+    while (ws->txs != NULL) {
+        sq_tx_t *tx = ws->txs;
+        tx_set_ended(tx);
+        tx_maybe_free(tx); /* else by its last reply, or its owner's cleanup */
+    }
     job_t *j;
     while ((j = q_pop(&dead)) != NULL) {
         j->err = FLARE_EUNAVAIL;
@@ -1339,7 +862,7 @@ static void sq_free(sq_db_t *sq)
 {
     for (unsigned i = 0; i < sq->nconns; i++)
         if (sq->conns[i].db != NULL)
-            conn_close(&sq->conns[i]);
+            flare__sq_conn_close(&sq->conns[i]);
     free(sq->conns);
     free(sq->threads);
     free(sq);
@@ -1401,7 +924,8 @@ static int open_(flare_db_t *db, const char *url)
         return flare__fail(FLARE_ENOMEM, 0, "sqlite: out of memory");
     }
     for (sq->nconns = 0; sq->nconns < n; sq->nconns++) {
-        int rc = conn_open(sq, &sq->conns[sq->nconns], path, sq->nconns == 0);
+        int rc = flare__sq_conn_open(&sq->conns[sq->nconns], path, sq->nconns == 0, sq->memory,
+                                     db->cfg.busy_timeout_ms);
         if (rc != 0) {
             sq_free(sq);
             return rc;
