@@ -162,7 +162,7 @@ static void batch_task(void *ud)
         char text[6][128];
         for (size_t k = 0; k < b->qs[i].n; k++) {
             p[k] = b->qs[i].p[k];
-            if ((p[k].type == FLARE_DB_TEXT || p[k].type == FLARE_DB_BYTES) &&
+            if ((p[k].type == FLARE_DB_TEXT || p[k].type == FLARE_DB_BYTES) && p[k].s.ptr != NULL &&
                 p[k].s.len <= sizeof(text[k])) {
                 memcpy(text[k], p[k].s.ptr, p[k].s.len);
                 p[k].s.ptr = text[k];
