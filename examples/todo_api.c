@@ -186,8 +186,8 @@ static void answer_one(flare_db_res_t *r, void *ud)
     }
     if (c->status == 201) {
         char loc[48];
-        int n = snprintf(loc, sizeof(loc), "/api/todos/%lld",
-                         (long long)flare_db_get_int64(r, 0, 0));
+        int n =
+            snprintf(loc, sizeof(loc), "/api/todos/%lld", (long long)flare_db_get_int64(r, 0, 0));
         flare_res_header(c->res, FLARE_STR("Location"), (flare_str_t){ loc, (size_t)n });
     }
     flare_json_t *j = flare_res_json(c->res, c->status);
@@ -223,8 +223,7 @@ static int ask(flare_req_t *req, flare_res_t *res, int status, const char *sql,
 static int list_todos(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
-    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos ORDER BY id", NULL, 0,
-               answer_list);
+    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos ORDER BY id", NULL, 0, answer_list);
 }
 
 static int create_todo(flare_req_t *req, flare_res_t *res, void *ud)
@@ -247,8 +246,7 @@ static int get_todo(flare_req_t *req, flare_res_t *res, void *ud)
     if (!parse_id(req, &id))
         return json_error(res, 404, "no such todo");
     flare_db_val_t p = FLARE_DB_INT(id);
-    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos WHERE id = $1", &p, 1,
-               answer_one);
+    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos WHERE id = $1", &p, 1, answer_one);
 }
 
 static int patch_todo(flare_req_t *req, flare_res_t *res, void *ud)

@@ -157,11 +157,11 @@ typedef struct flare_db_val {
     };
 } flare_db_val_t;
 
-#define FLARE_DB_NULLV         ((flare_db_val_t){ .type = FLARE_DB_NULL })
-#define FLARE_DB_INT(v)        ((flare_db_val_t){ .type = FLARE_DB_INT64, .i = (v) })
-#define FLARE_DB_DBL(v)        ((flare_db_val_t){ .type = FLARE_DB_DOUBLE, .d = (v) })
-#define FLARE_DB_TEXTV(p, n)   ((flare_db_val_t){ .type = FLARE_DB_TEXT, .s = { (p), (n) } })
-#define FLARE_DB_BYTESV(p, n)  ((flare_db_val_t){ .type = FLARE_DB_BYTES, .s = { (p), (n) } })
+#define FLARE_DB_NULLV        ((flare_db_val_t){ .type = FLARE_DB_NULL })
+#define FLARE_DB_INT(v)       ((flare_db_val_t){ .type = FLARE_DB_INT64, .i = (v) })
+#define FLARE_DB_DBL(v)       ((flare_db_val_t){ .type = FLARE_DB_DOUBLE, .d = (v) })
+#define FLARE_DB_TEXTV(p, n)  ((flare_db_val_t){ .type = FLARE_DB_TEXT, .s = { (p), (n) } })
+#define FLARE_DB_BYTESV(p, n) ((flare_db_val_t){ .type = FLARE_DB_BYTES, .s = { (p), (n) } })
 
 /* ---- queries ---------------------------------------------------------------- */
 
@@ -270,14 +270,14 @@ FLARE_API int flare_db_listen(flare_db_t *db, unsigned worker, const char *chann
 /* ---- statistics ------------------------------------------------------------------ */
 
 typedef struct flare_db_stats {
-    uint64_t conns_open;  /* connections up now */
-    uint64_t conns_busy;  /* of those, with a query in flight or in a transaction */
-    uint64_t queue_len;   /* queries waiting for a connection now */
-    uint64_t queries;     /* statements completed, successfully or not */
-    uint64_t errors;      /* of those, with an error (any of the three) */
-    uint64_t timeouts;    /* of those, FLARE_ETIMEDOUT */
-    uint64_t rejected;    /* of those, FLARE_EUNAVAIL (down, queue full, waited too long) */
-    uint64_t reconnects;  /* connections remade after being lost */
+    uint64_t conns_open; /* connections up now */
+    uint64_t conns_busy; /* of those, with a query in flight or in a transaction */
+    uint64_t queue_len;  /* queries waiting for a connection now */
+    uint64_t queries;    /* statements completed, successfully or not */
+    uint64_t errors;     /* of those, with an error (any of the three) */
+    uint64_t timeouts;   /* of those, FLARE_ETIMEDOUT */
+    uint64_t rejected;   /* of those, FLARE_EUNAVAIL (down, queue full, waited too long) */
+    uint64_t reconnects; /* connections remade after being lost */
 } flare_db_stats_t;
 
 /* Worker `worker`'s figures (worker == UINT32_MAX: summed over all). Safe

@@ -957,6 +957,35 @@ static int open_(flare_db_t *db, const char *url)
     return 0;
 }
 
+/* flare_db_exec_setup: on the writer, on the caller's thread, the app not
+ * running; under mu with the writer marked busy, so a pool thread never
+ * shares the connection (none has work before the run anyway). */
+static int exec_setup(flare_db_t *db, const char *sql)
+{
+    sq_db_t *sq = db->impl;
+    sq_conn_t *c = &sq->conns[0];
+    pthread_mutex_lock(&sq->mu);
+    bool busy = c->busy || sq->writer_tx != NULL;
+    if (!busy)
+        c->busy = true;
+    pthread_mutex_unlock(&sq->mu);
+    if (busy)
+        return flare__fail(FLARE_ESTATE, 0, "flare_db_exec_setup: the writer is in use");
+    char *msg = NULL;
+    int rc = sqlite3_exec(c->db, sql, NULL, NULL, &msg);
+    int ext = sqlite3_extended_errcode(c->db);
+    pthread_mutex_lock(&sq->mu);
+    c->busy = false;
+    pthread_mutex_unlock(&sq->mu);
+    if (rc != SQLITE_OK) {
+        int r = flare__fail(FLARE_EDB, 0, "sqlite: %s (extended code %d)",
+                            msg != NULL ? msg : sqlite3_errstr(rc), ext);
+        sqlite3_free(msg);
+        return r;
+    }
+    return 0;
+}
+
 const flare_db_driver_t flare__db_sqlite = {
     .name = "sqlite",
     .open = open_,
@@ -966,5 +995,6 @@ const flare_db_driver_t flare__db_sqlite = {
     .query = query,
     .begin = begin,
     .tx_end = tx_end,
+    .exec_setup = exec_setup,
     .listen = NULL, /* no LISTEN/NOTIFY: flare_db_listen answers FLARE_EINVAL */
 };
