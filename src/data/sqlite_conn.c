@@ -183,4 +183,3 @@ int flare__sq_stmt_get(sq_conn_t *c, const char *sql, size_t len, uint64_t h, sq
     *out = &c->cache[slot];
     return SQLITE_OK;
 }
-

@@ -27,7 +27,7 @@ typedef struct sq_stmt {
 typedef struct sq_conn {
     sqlite3 *db;
     bool writer;
-    bool busy;  /* under mu */
+    bool busy;       /* under mu */
     struct job *job; /* under mu (sqlite.c): what runs on it */
     /* written and read by the thread holding the connection */
     uint64_t deadline, busy_since;
@@ -38,7 +38,6 @@ typedef struct sq_conn {
     unsigned ncache;
     sq_stmt_t cache[FLARE__SQ_STMT_CACHE];
 } sq_conn_t;
-
 
 /* Opens c on path: the writer (read-write, created when missing; WAL and
  * synchronous=NORMAL unless `memory`) or a reader (read-only, schema read
@@ -93,7 +92,6 @@ typedef struct scratch {
     char *bytes;
     size_t nbytes, capbytes;
 } scratch_t;
-
 
 /* Steps st to its end, materialising the column names and rows into sc
  * (reset first). The last sqlite3_step code (SQLITE_DONE on success), or

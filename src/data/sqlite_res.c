@@ -46,7 +46,7 @@ static int sc_text(scratch_t *sc, uint8_t type, const void *p, size_t n)
 }
 
 sq_res_t *flare__sq_res_build(const scratch_t *sc, size_t nrows, size_t ncols, uint64_t affected,
-                           const char *msg)
+                              const char *msg)
 {
     size_t ncells = sc != NULL ? sc->ncells : 0, nbytes = sc != NULL ? sc->nbytes : 0;
     size_t mlen = strlen(msg);
@@ -202,9 +202,9 @@ const flare_db_res_ops_t flare__sq_res_ops = {
     .get_bytes = op_get_bytes,
 };
 
-
 /* Steps st to the end, materialising its rows into sc. */
-int flare__sq_step_all(sqlite3_stmt *st, scratch_t *sc, size_t *nrows, size_t *ncols, const char **why)
+int flare__sq_step_all(sqlite3_stmt *st, scratch_t *sc, size_t *nrows, size_t *ncols,
+                       const char **why)
 {
     sc->ncells = sc->nbytes = 0;
     int nc = sqlite3_column_count(st);
@@ -263,4 +263,3 @@ void flare__sq_scratch_trim(scratch_t *sc)
         *sc = (scratch_t){ 0 };
     }
 }
-
