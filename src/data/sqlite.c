@@ -321,11 +321,10 @@ static bool run(const sq_db_t *sq, sq_conn_t *c, job_t *j, scratch_t *sc)
         fail_stmt(sq, c, j, rc, why);
         return false;
     }
-    if (!c->writer) {
+    if (j->kind == J_QUERY || j->kind == J_TXQ)
         j->learned = s->ro ? C_READ : C_WRITE;
-        if (!s->ro)
-            return true;
-    }
+    if (!c->writer && !s->ro)
+        return true;
     size_t nrows = 0, ncols = 0;
     int64_t before = sqlite3_total_changes64(c->db);
     rc = bind_params(s, j, buf, sizeof(buf), &why);
@@ -381,6 +380,13 @@ static job_t *pick(sq_db_t *sq, sq_conn_t **out)
                 c = &sq->conns[i];
                 j = q_pop(&sq->rq);
             }
+        }
+        /* a statement never seen before need not wait for a reader (all
+         * busy with long reads) to be told where it goes: an idle writer
+         * runs anything */
+        if (j == NULL && !wr->busy && sq->writer_tx == NULL && sq->rq.head->cls == C_ANY) {
+            c = wr;
+            j = q_pop(&sq->rq);
         }
     }
     if (j == NULL)
@@ -827,7 +833,7 @@ static void wdispose(flare_db_t *db, flare_worker_t *w, void *p)
     atomic_store_explicit(&ws->st->queue_len, 0, memory_order_relaxed);
     for (unsigned i = 0; i < sq->nconns; i++) {
         job_t *j = sq->conns[i].job;
-        if (j != NULL && j->ws == ws)
+        if (j != NULL && j->ws == ws && j->kind != J_END) /* an end always runs */
             atomic_store_explicit(&j->cancel, true, memory_order_relaxed);
     }
     while (ws->inflight > 0)

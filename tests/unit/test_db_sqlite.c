@@ -207,7 +207,8 @@ static rec_t *q1(size_t at, const char *sql, const flare_db_val_t *p, size_t n)
 static void expect_ok(const rec_t *r)
 {
     if (r->err != 0 || r->rc != 0)
-        fprintf(stderr, "unexpected error %d/%d (code %d): %s\n", r->rc, r->err, r->code, r->msg);
+        fprintf(stderr, "unexpected error in rec %d: %d/%d (code %d): %s\n", (int)(r - recs), r->rc,
+                r->err, r->code, r->msg);
     assert_int_equal(r->rc, 0);
     assert_int_equal(r->err, 0);
 }
@@ -429,7 +430,10 @@ static void test_wal_readers_beside_writer(void **state)
     (void)state;
     make_path();
     remove_db();
-    flare_db_config_t cfg = { .pool_size = 2, .threads = 3 };
+    /* one reader: the long read holds it, so the first INSERT (never seen,
+     * not known to write yet) must be told apart on the idle writer; a
+     * generous queue deadline, as a sanitizer on a loaded machine is slow */
+    flare_db_config_t cfg = { .pool_size = 1, .threads = 3, .queue_timeout_ms = 60000 };
     char url[96];
     snprintf(url, sizeof(url), "sqlite:%s", dbpath);
     start(url, &cfg, 2);
@@ -456,7 +460,7 @@ static void test_wal_readers_beside_writer(void **state)
     assert_int_equal(r->cells[1].i, 15);
     flare_db_stats_t st;
     assert_int_equal(flare_db_stats(db, UINT32_MAX, &st), 0);
-    assert_int_equal(st.conns_open, 3);
+    assert_int_equal(st.conns_open, 2);
     assert_int_equal(st.conns_busy, 0);
     assert_int_equal(st.queue_len, 0);
     assert_int_equal(st.queries, 9);
