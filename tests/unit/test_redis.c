@@ -640,6 +640,250 @@ static void test_host_name(void **state)
     stop_app();
 }
 
+/* ---- the session store ---- */
+
+/* A command on a connection of the test's own (inline protocol), its
+ * first reply line in out. */
+static void redis_raw(const char *cmd, char *out, size_t cap)
+{
+    int port = atoi(env_or_die("FLARE_TEST_REDIS_PORT"));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char line[512];
+    int n = snprintf(line, sizeof(line), "%s\r\n", cmd);
+    assert_int_equal(write(fd, line, (size_t)n), n);
+    ssize_t got = read(fd, out, cap - 1);
+    out[got > 0 ? got : 0] = '\0';
+    close(fd);
+}
+
+typedef struct sop {
+    waiter_t wt;
+    int rc;
+    char data[64];
+    size_t len;
+    flare_session_store_t *st;
+    const char *id, *val;
+    unsigned ttl;
+    int what; /* 0 save, 1 load, 2 remove */
+} sop_t;
+
+static void sop_loaded(void *ctx, int rc, flare_str_t data)
+{
+    sop_t *o = ctx;
+    o->rc = rc;
+    o->len = data.len < sizeof(o->data) ? data.len : sizeof(o->data);
+    if (o->len > 0)
+        memcpy(o->data, data.ptr, o->len);
+    bump(&o->wt);
+}
+
+static void sop_done(void *ctx, int rc)
+{
+    sop_t *o = ctx;
+    o->rc = rc;
+    bump(&o->wt);
+}
+
+static void sop_task(void *ud)
+{
+    sop_t *o = ud;
+    flare_worker_t *w = flare_app_worker(h.app, 0);
+    flare_str_t id = flare_str(o->id);
+    if (o->what == 0)
+        o->st->save(o->st->self, w, id, flare_str(o->val), o->ttl, sop_done, o);
+    else if (o->what == 1)
+        o->st->load(o->st->self, w, id, o->ttl, sop_loaded, o);
+    else
+        o->st->remove(o->st->self, w, id, sop_done, o);
+}
+
+static sop_t sop_run(flare_session_store_t *st, int what, const char *id, const char *val,
+                     unsigned ttl)
+{
+    sop_t o = { .wt = { 0, 1 }, .rc = 1, .st = st, .id = id, .val = val, .ttl = ttl, .what = what };
+    assert_int_equal(flare_app_post(h.app, 0, sop_task, &o), 0);
+    wait_for(&o.wt, 5000);
+    assert_int_equal(o.wt.done, 1);
+    return o;
+}
+
+static void test_session_store(void **state)
+{
+    (void)state;
+    start_app(NULL, NULL);
+    flare_session_store_t st;
+    assert_int_equal(flare_session_redis_store(R, "t:sess:", &st), 0);
+    sop_t o = sop_run(&st, 1, "abc", NULL, 60);
+    assert_int_equal(o.rc, FLARE_ENOTFOUND);
+    o = sop_run(&st, 0, "abc", "1\n3 1\nkeyv", 60);
+    assert_int_equal(o.rc, 0);
+    char buf[256];
+    redis_raw("TTL t:sess:abc", buf, sizeof(buf));
+    assert_true(atoi(buf + 1) > 50 && atoi(buf + 1) <= 60);
+    o = sop_run(&st, 1, "abc", NULL, 120); /* the idle time slides */
+    assert_int_equal(o.rc, 0);
+    assert_int_equal(o.len, 10);
+    assert_memory_equal(o.data, "1\n3 1\nkeyv", 10);
+    redis_raw("TTL t:sess:abc", buf, sizeof(buf));
+    assert_true(atoi(buf + 1) > 110);
+    o = sop_run(&st, 2, "abc", NULL, 0);
+    assert_int_equal(o.rc, 0);
+    o = sop_run(&st, 1, "abc", NULL, 60);
+    assert_int_equal(o.rc, FLARE_ENOTFOUND);
+    /* expiry: EX */
+    o = sop_run(&st, 0, "short", "x", 1);
+    assert_int_equal(o.rc, 0);
+    usleep(2100000);
+    o = sop_run(&st, 1, "short", NULL, 60);
+    assert_int_equal(o.rc, FLARE_ENOTFOUND);
+    st.destroy(st.self);
+    stop_app();
+}
+
+static int h_login(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_session_regenerate(req);
+    flare_session_set(req, "user", flare_req_body(req));
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("in"));
+}
+
+static int h_me(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t u = flare_session_get(req, "user");
+    if (u.ptr == NULL)
+        return flare_res_send(res, 401, FLARE_STR("text/plain"), FLARE_STR("anonymous"));
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), u);
+}
+
+static int h_logout(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_session_destroy(req);
+    return flare_res_send(res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+}
+
+static void sessions_before_run(void)
+{
+    flare_session_config_t sc = { .cookie_name = "sid", .idle_timeout = 600 };
+    assert_int_equal(flare_session_redis_store(R, "t:web:", &sc.store), 0);
+    flare_middleware_t m;
+    assert_int_equal(flare_sessions(h.app, &sc, &m), 0);
+    assert_int_equal(flare_use(h.app, &m), 0);
+    assert_int_equal(flare_post(h.app, "/login", h_login, NULL), 0);
+    assert_int_equal(flare_get(h.app, "/me", h_me, NULL), 0);
+    assert_int_equal(flare_post(h.app, "/logout", h_logout, NULL), 0);
+}
+
+static char *http(const char *method, const char *path, const char *sid, const char *body)
+{
+    char buf[512];
+    snprintf(
+        buf, sizeof(buf),
+        "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
+        method, path, sid ? "Cookie: sid=" : "", sid ? sid : "", sid ? "\r\n" : "", strlen(body),
+        body);
+    return harness_roundtrip(&h, buf);
+}
+
+static bool sid_of(const char *resp, char *out)
+{
+    const char *p = strstr(resp, "Set-Cookie: sid=");
+    if (p == NULL || strcspn(p + 16, ";\r") != 32)
+        return false;
+    memcpy(out, p + 16, 32);
+    out[32] = '\0';
+    return true;
+}
+
+static void test_session_http(void **state)
+{
+    (void)state;
+    flare_redis_config_t cfg = { .command_timeout_ms = 3000,
+                                 .reconnect_min_ms = 50,
+                                 .reconnect_max_ms = 100 };
+    start_app(&cfg, sessions_before_run);
+    char sid[33], key[64], buf[256];
+    char *r = http("POST", "/login", NULL, "alice");
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_true(sid_of(r, sid));
+    free(r);
+    snprintf(key, sizeof(key), "EXISTS t:web:%s", sid);
+    redis_raw(key, buf, sizeof(buf));
+    assert_string_equal(buf, ":1\r\n");
+    r = http("GET", "/me", sid, "");
+    assert_non_null(strstr(r, "\r\n\r\nalice"));
+    free(r);
+
+    /* the response waits for the save: with Redis's writes paused for
+     * 600 ms, the login answers after them, and the session is stored by
+     * the time the client sees its cookie */
+    redis_raw("CLIENT PAUSE 600 WRITE", buf, sizeof(buf));
+    assert_string_equal(buf, "+OK\r\n");
+    uint64_t t0 = now_ms();
+    r = http("POST", "/login", sid, "bob");
+    uint64_t took = now_ms() - t0;
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    char sid2[33];
+    assert_true(sid_of(r, sid2));
+    free(r);
+    assert_true(took >= 450);
+    snprintf(key, sizeof(key), "EXISTS t:web:%s", sid2);
+    redis_raw(key, buf, sizeof(buf));
+    assert_string_equal(buf, ":1\r\n");
+    snprintf(key, sizeof(key), "EXISTS t:web:%s", sid);
+    redis_raw(key, buf, sizeof(buf));
+    assert_string_equal(buf, ":0\r\n"); /* regenerated: the old one removed */
+
+    r = http("POST", "/logout", sid2, "");
+    assert_non_null(strstr(r, "HTTP/1.1 204"));
+    assert_non_null(strstr(r, "Set-Cookie: sid=; Path=/; Max-Age=0"));
+    free(r);
+    snprintf(key, sizeof(key), "EXISTS t:web:%s", sid2);
+    redis_raw(key, buf, sizeof(buf));
+    assert_string_equal(buf, ":0\r\n");
+
+    /* Redis down: a login is not handed a session that was never stored */
+    r = http("POST", "/login", NULL, "carol");
+    assert_true(sid_of(r, sid));
+    free(r);
+    redis_kill();
+    usleep(200000);
+    r = http("POST", "/login", NULL, "dave");
+    assert_non_null(strstr(r, "HTTP/1.1 503"));
+    assert_non_null(strstr(r, "session store unavailable"));
+    assert_null(strstr(r, "Set-Cookie"));
+    free(r);
+    r = http("GET", "/me", sid, ""); /* cannot be loaded: not "logged out" */
+    assert_non_null(strstr(r, "HTTP/1.1 503"));
+    free(r);
+    r = http("GET", "/me", NULL, ""); /* no session: no store needed */
+    assert_non_null(strstr(r, "HTTP/1.1 401"));
+    free(r);
+
+    redis_restart(); /* empty: no persistence */
+    uint64_t t1 = now_ms();
+    for (;;) {
+        r = http("POST", "/login", NULL, "erin");
+        bool ok = strstr(r, "HTTP/1.1 200") != NULL;
+        if (ok)
+            assert_true(sid_of(r, sid));
+        free(r);
+        if (ok)
+            break;
+        assert_true(now_ms() - t1 < 5000);
+        usleep(50000);
+    }
+    r = http("GET", "/me", sid, "");
+    assert_non_null(strstr(r, "\r\n\r\nerin"));
+    free(r);
+    stop_app();
+}
+
 /* ---- the reply tree, without a server ---- */
 
 static void test_reply_tree(void **state)
@@ -685,7 +929,6 @@ static void test_reply_tree(void **state)
 
 int main(void)
 {
-    (void)harness_roundtrip;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reply_tree),
         cmocka_unit_test(test_open_errors),
@@ -696,6 +939,8 @@ int main(void)
         cmocka_unit_test(test_shutdown_callbacks),
         cmocka_unit_test(test_host_name),
         cmocka_unit_test(test_pubsub),
+        cmocka_unit_test(test_session_store),
+        cmocka_unit_test(test_session_http),
         cmocka_unit_test(test_outage_reconnect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
