@@ -98,7 +98,8 @@ static int fill(const redisReply *r, flare_redis_reply_t *out, flare_redis_reply
 #endif
     {
         flare_redis_reply_t *kids = *pool;
-        *pool += r->elements;
+        if (r->elements > 0) /* the pool is NULL for an empty tree */
+            *pool += r->elements;
         out->n = r->elements;
         out->elem = r->elements > 0 ? kids : NULL;
         for (size_t i = 0; i < r->elements; i++) {
