@@ -1,12 +1,15 @@
 /* A small JSON REST service: sessions, route groups, CORS, validation and
  * middleware, with the todos in a database (flare/db.h).
  *
- *   todo_api --listen HOST:PORT --workers N [--db URL]
+ *   todo_api --listen HOST:PORT --workers N [--db URL] [--sessions redis://HOST:PORT]
  *
  * --db: sqlite:PATH (default sqlite:todo.db in the working directory) or
  * postgresql://user:pass@host:port/dbname; the table is created when
  * missing, so the todos survive a restart. A database that is down or
  * slow answers 503, a query error 500, both as {"error": ...}.
+ * --sessions: sessions in Redis (they survive a restart, and instances on
+ * the same Redis share them); while Redis is down a login answers 503
+ * rather than handing out a session that was never stored.
  *
  *   POST   /api/session      {"user":"alice","password":"wonderland"} -> 200 + cookie; else 401
  *   DELETE /api/session      logs out (204)
@@ -24,6 +27,7 @@
 
 #include <flare/db.h>
 #include <flare/flare.h>
+#include <flare/redis.h>
 
 /* ---- the store: a database (flare/db.h), asked asynchronously ---- */
 
@@ -285,7 +289,7 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
 
 /* ---- main ---- */
 
-static int setup(flare_app_t *app)
+static int setup(flare_app_t *app, const flare_session_store_t *store)
 {
     flare_middleware_t m;
     int rc;
@@ -303,6 +307,8 @@ static int setup(flare_app_t *app)
     if ((rc = flare_cors(app, &cors, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     flare_session_config_t sc = { .cookie_name = "todo_sid" };
+    if (store != NULL)
+        sc.store = *store;
     if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     if ((rc = flare_group_route(api, FLARE_METHOD_POST, "/session", login, NULL)) != 0 ||
@@ -336,15 +342,16 @@ static const char SCHEMA_PG[] = "CREATE TABLE IF NOT EXISTS todos ("
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s --listen HOST:PORT --workers N [--db URL]\n"
-            "  --db   where the todos live [sqlite:todo.db, in the working directory]:\n"
-            "         sqlite:PATH or postgresql://user:pass@host:port/dbname\n",
+            "usage: %s --listen HOST:PORT --workers N [--db URL] [--sessions redis://HOST:PORT]\n"
+            "  --db        where the todos live [sqlite:todo.db, in the working directory]:\n"
+            "              sqlite:PATH or postgresql://user:pass@host:port/dbname\n"
+            "  --sessions  keep sessions in Redis [in memory, lost at exit]\n",
             argv0);
 }
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:8080", *url = "sqlite:todo.db";
+    const char *listen = "127.0.0.1:8080", *url = "sqlite:todo.db", *sessions = NULL;
     flare_config_t cfg;
     flare_config_init(&cfg);
     if (argc % 2 == 0) {
@@ -356,6 +363,8 @@ int main(int argc, char **argv)
             listen = argv[i + 1];
         } else if (strcmp(argv[i], "--db") == 0) {
             url = argv[i + 1];
+        } else if (strcmp(argv[i], "--sessions") == 0) {
+            sessions = argv[i + 1];
         } else if (strcmp(argv[i], "--workers") == 0) {
             char *end;
             errno = 0;
@@ -385,7 +394,22 @@ int main(int argc, char **argv)
         flare_app_free(app);
         return 1;
     }
-    rc = setup(app);
+    flare_session_store_t store;
+    if (sessions != NULL) {
+        /* sessions in Redis: they survive a restart and are shared by every
+         * instance on that Redis; while it is down a login answers 503 */
+        flare_redis_t *r;
+        rc = flare_redis_open(app, sessions, NULL, &r);
+        if (rc == 0)
+            rc = flare_session_redis_store(r, "todo:sess:", &store);
+        if (rc != 0) {
+            fprintf(stderr, "todo_api: --sessions: %s: %s\n", flare_strerror(rc),
+                    flare_last_error());
+            flare_app_free(app);
+            return 1;
+        }
+    }
+    rc = setup(app, sessions != NULL ? &store : NULL);
     if (rc == 0)
         rc = flare_app_run(app, listen);
     if (rc != 0)

@@ -6,9 +6,15 @@ import re
 import sqlite3
 import subprocess
 import tempfile
+import time
+
+import sys
 
 import flaretest
 from flaretest import Conn, ServerTestCase, build_request
+
+sys.path.insert(0, os.path.join(flaretest.REPO_ROOT, "tests"))
+import services_redis  # noqa: E402  (tests/services_redis.py: a private redis-server)
 
 ORIGIN = "http://localhost:3000"
 DB_DIR = tempfile.mkdtemp(prefix="flare-todo-")
@@ -274,6 +280,94 @@ class TodoApiDatabase(ServerTestCase):
             self.assertEqual(p.returncode, 1, p)
             self.assertIn(b"--db", p.stderr)
             self.assertIn(why.encode(), p.stderr)
+
+
+class TodoApiRedisSessions(ServerTestCase):
+    """--sessions redis://: a session survives a restart of the server, two
+    instances on the same Redis share it, and while Redis is down a login
+    answers 503 rather than handing out a session that was never stored."""
+    server_binary = flaretest.TODO_API
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = services_redis.Redis().start()
+        cls.server_args = ("--db", "sqlite:" + os.path.join(DB_DIR, "redis.db"),
+                           "--sessions", cls.redis.url)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.redis.stop()
+
+    def call(self, method, path, body=None, cookie=None, addr=None):
+        hdrs = [("Cookie", "todo_sid=" + cookie)] if cookie else []
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.append(("Content-Type", "application/json"))
+        c = self.connect(addr=addr)
+        c.send(build_request(method, path, hdrs, data))
+        return c.read_response()
+
+    def login(self, addr=None):
+        r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"},
+                      addr=addr)
+        self.assertEqual(r.status, 200, r)
+        return re.match(r"todo_sid=([0-9a-f]{32});", r.get("Set-Cookie")).group(1)
+
+    def test_shared_and_survives_a_restart(self):
+        sid = self.login()
+        self.assertEqual(self.call("GET", "/api/todos", cookie=sid).status, 200)
+        other = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            # the second instance knows the session the first one made
+            r = self.call("GET", "/api/todos", cookie=sid, addr=other.addr)
+            self.assertEqual(r.status, 200, r)
+            # and the other way round
+            sid2 = self.login(addr=other.addr)
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid2).status, 200)
+            # logout on one ends it on both
+            self.assertEqual(self.call("DELETE", "/api/session", cookie=sid2,
+                                       addr=other.addr).status, 204)
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid2).status, 401)
+        finally:
+            rc, _ = other.stop()
+            other.close_log()
+        self.assertEqual(rc, 0)
+        # a restart: the first session still works on a new process
+        again = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid, addr=again.addr).status,
+                             200)
+        finally:
+            again.stop()
+            again.close_log()
+
+    def test_redis_down(self):
+        sid = self.login()
+        self.redis.stop()
+        try:
+            r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"})
+            self.assertEqual(r.status, 503, r)
+            self.assertFalse(r.has("Set-Cookie"), "no cookie for a session never stored")
+            # a request with a session cookie cannot be told apart from a
+            # logged-out one: 503, not 401
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid).status, 503)
+        finally:
+            self.redis.start()
+        # back by itself (reconnect with backoff)
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:
+            status = self.call("POST", "/api/session",
+                               {"user": "alice", "password": "wonderland"}).status
+            if status == 200:
+                break
+            time.sleep(0.2)
+        self.assertEqual(status, 200)
 
 
 if __name__ == "__main__":
