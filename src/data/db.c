@@ -115,13 +115,13 @@ static void db_free_app(flare_app_t *app, void *state)
 /* Defaults and bounds, in one place. */
 static int db_config(flare_db_config_t *c)
 {
-#define DB_FIELD(f, def, max)                                                              \
-    do {                                                                                   \
-        if (c->f == 0)                                                                     \
-            c->f = (def);                                                                  \
-        else if (c->f > (max))                                                             \
+#define DB_FIELD(f, def, max)                                                                 \
+    do {                                                                                      \
+        if (c->f == 0)                                                                        \
+            c->f = (def);                                                                     \
+        else if (c->f > (max))                                                                \
             return flare__fail(FLARE_EINVAL, 0, "flare_db_config_t." #f " is %u, at most %u", \
-                               c->f, (unsigned)(max));                                     \
+                               c->f, (unsigned)(max));                                        \
     } while (0)
     DB_FIELD(pool_size, 0, 64); /* the default depends on the driver */
     DB_FIELD(pipeline_depth, 256, 65536);
@@ -312,10 +312,14 @@ static const char *const err_text[] = {
 static unsigned err_index(int err)
 {
     switch (err) {
-    case 0: return 0;
-    case FLARE_EUNAVAIL: return 2;
-    case FLARE_ETIMEDOUT: return 3;
-    default: return 1;
+    case 0:
+        return 0;
+    case FLARE_EUNAVAIL:
+        return 2;
+    case FLARE_ETIMEDOUT:
+        return 3;
+    default:
+        return 1;
     }
 }
 
