@@ -204,8 +204,9 @@ static void test_types(void **state)
         FLARE_DB_INT(INT64_MAX),
     };
     qres_t r;
-    q(&x, &r, "SELECT $1::bigint AS a, $2::float8 AS b, $3::text AS c, $4::bytea AS d, "
-              "$5::text AS e, $6::bigint AS f",
+    q(&x, &r,
+      "SELECT $1::bigint AS a, $2::float8 AS b, $3::text AS c, $4::bytea AS d, "
+      "$5::text AS e, $6::bigint AS f",
       p, 6);
     assert_int_equal(r.err, 0);
     assert_int_equal(r.rows, 1);
@@ -219,7 +220,7 @@ static void test_types(void **state)
     assert_true(r.null[0][4]);
     assert_false(r.null[0][0]);
     /* the same text again: prepared once, reused */
-    flare_db_val_t p2[] = { FLARE_DB_INT(-7), FLARE_DB_DBL(-1e300), FLARE_DB_TEXTV("", 0),
+    flare_db_val_t p2[] = { FLARE_DB_INT(-7),       FLARE_DB_DBL(-1e300),   FLARE_DB_TEXTV("", 0),
                             FLARE_DB_BYTESV("", 0), FLARE_DB_TEXTV("x", 1), FLARE_DB_NULLV };
     q(&x, &r,
       "SELECT $1::bigint AS a, $2::float8 AS b, $3::text AS c, $4::bytea AS d, "
@@ -673,6 +674,46 @@ static void test_server_down(void **state)
     ctx_stop(&x);
 }
 
+/* ---- shutdown with work pending ---- */
+
+static atomic_int shut_tx;
+
+static void shut_begun(flare_db_tx_t *tx, flare_db_res_t *r, void *ud)
+{
+    (void)r, (void)ud;
+    atomic_store(&shut_tx, tx != NULL ? 1 : -1); /* left open: shutdown rolls it back */
+}
+
+static void shut_task(void *ud)
+{
+    batch_t *b = ud;
+    assert_int_equal(flare_db_begin(b->x->db, w0(b->x), NULL, shut_begun, NULL), 0);
+    batch_run(b); /* on the other connection */
+}
+
+static void test_shutdown(void **state)
+{
+    (void)state;
+    ctx_t x;
+    start_default(&x);
+    static batch_t b;
+    memset(&b, 0, sizeof(b));
+    b.x = &x;
+    b.nq = 5;
+    b.bad = -1;
+    b.sql = "SELECT pg_sleep(3), $1::int";
+    assert_int_equal(flare_app_post(x.h.app, 0, shut_task, &b), 0);
+    for (int i = 0; i < 200 && atomic_load(&shut_tx) == 0; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&shut_tx), 1);
+    uint64_t t0 = now_ms();
+    ctx_stop(&x); /* the callbacks run during the worker's shutdown */
+    assert_true(now_ms() - t0 < 2500);
+    assert_int_equal(atomic_load(&b.n), 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(b.r[i].err, FLARE_EUNAVAIL);
+}
+
 /* ---- URLs ---- */
 
 static void test_urls(void **state)
@@ -700,7 +741,8 @@ static void test_urls(void **state)
     /* bad URLs fail at open */
     flare_app_t *app = flare_app_new(NULL);
     flare_db_t *db = NULL;
-    assert_int_equal(flare_db_open(app, "postgresql://h/db?nosuchoption=1", NULL, &db), FLARE_EINVAL);
+    assert_int_equal(flare_db_open(app, "postgresql://h/db?nosuchoption=1", NULL, &db),
+                     FLARE_EINVAL);
     assert_non_null(strstr(flare_last_error(), "nosuchoption"));
     assert_int_equal(flare_db_open(app, "postgresql://a,b/db", NULL, &db), FLARE_EINVAL);
     assert_null(db);
@@ -711,11 +753,11 @@ int main(void)
 {
     pg_url();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_types),       cmocka_unit_test(test_injection_and_errors),
-        cmocka_unit_test(test_batch),       cmocka_unit_test(test_queue),
-        cmocka_unit_test(test_timeout),     cmocka_unit_test(test_tx),
-        cmocka_unit_test(test_notify),      cmocka_unit_test(test_urls),
-        cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_types),    cmocka_unit_test(test_injection_and_errors),
+        cmocka_unit_test(test_batch),    cmocka_unit_test(test_queue),
+        cmocka_unit_test(test_timeout),  cmocka_unit_test(test_tx),
+        cmocka_unit_test(test_notify),   cmocka_unit_test(test_urls),
+        cmocka_unit_test(test_shutdown), cmocka_unit_test(test_server_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
