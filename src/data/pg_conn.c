@@ -245,8 +245,8 @@ static flare_str_t res_bytes(const flare_db_res_t *r, size_t row, size_t col)
     if (PQftype(pr->r, (int)col) != 17)
         return res_text(r, row, col);
     size_t n = 0;
-    unsigned char *p = PQunescapeBytea((const unsigned char *)PQgetvalue(pr->r, (int)row, (int)col),
-                                       &n);
+    unsigned char *p =
+        PQunescapeBytea((const unsigned char *)PQgetvalue(pr->r, (int)row, (int)col), &n);
     pg_bytes_t *b = p != NULL ? malloc(sizeof(*b)) : NULL;
     if (b == NULL) {
         PQfreemem(p);
@@ -297,8 +297,8 @@ static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
     flare_db_res_t res = { .sqlstate = "", .message = "" };
     char buf[PG_MSG_MAX];
     ExecStatusType st = PQresultStatus(r);
-    bool prep_failed = c->prep_err.stmt == q->stmt && q->stmt != PG_NO_STMT &&
-                       c->prep_err.msg != NULL;
+    bool prep_failed =
+        c->prep_err.stmt == q->stmt && q->stmt != PG_NO_STMT && c->prep_err.msg != NULL;
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_SINGLE_TUPLE) {
         res.nrows = (size_t)PQntuples(r);
         res.ncols = (size_t)PQnfields(r);
@@ -520,7 +520,9 @@ static void connect_step(pg_conn_t *c)
         else
             conn_up(c);
         break;
-    default: flare__pg_conn_down(c, PQerrorMessage(c->pg)); break;
+    default:
+        flare__pg_conn_down(c, PQerrorMessage(c->pg));
+        break;
     }
 }
 
@@ -680,8 +682,8 @@ static void conn_connect(pg_conn_t *c)
     unsigned n = 0;
     for (; n < pd->nkw; n++) {
         pw->ckw[n] = pd->kw[n];
-        pw->cval[n] = c->hostaddr[0] != '\0' && strcmp(pd->kw[n], "host") == 0 ? c->hostrep
-                                                                               : pd->val[n];
+        pw->cval[n] =
+            c->hostaddr[0] != '\0' && strcmp(pd->kw[n], "host") == 0 ? c->hostrep : pd->val[n];
     }
     if (c->hostaddr[0] != '\0') {
         pw->ckw[n] = "hostaddr";
@@ -756,12 +758,16 @@ static void conn_timer(void *ud)
     pg_conn_t *c = ud;
     switch (c->state) {
     case C_IDLE:
-    case C_BACKOFF: conn_connect(c); break;
+    case C_BACKOFF:
+        conn_connect(c);
+        break;
     case C_RESOLVING:
     case C_CONNECTING:
         flare__pg_conn_down(c, "connecting took longer than connect_timeout_ms");
         break;
-    case C_UP: check_timeouts(c); break;
+    case C_UP:
+        check_timeouts(c);
+        break;
     }
 }
 

@@ -46,16 +46,16 @@ struct pg_query {
     pg_query_t *next; /* wait queue, deferred list, free list */
     flare_db_fn cb;
     void *ud;
-    const char *sql;  /* unprepared text (static or owned by pg_db_t), or NULL */
-    uint32_t stmt;    /* prepared statement id, PG_NO_STMT with sql */
+    const char *sql; /* unprepared text (static or owned by pg_db_t), or NULL */
+    uint32_t stmt;   /* prepared statement id, PG_NO_STMT with sql */
     uint32_t nparams;
-    char *params;     /* rendered parameters while queued (malloc'd), else NULL */
-    uint64_t t;       /* when queued (wait queue) or sent (in flight), loop ms */
-    int err;          /* deferred completion */
+    char *params; /* rendered parameters while queued (malloc'd), else NULL */
+    uint64_t t;   /* when queued (wait queue) or sent (in flight), loop ms */
+    int err;      /* deferred completion */
     const char *msg;
-    bool counted;     /* a statement the user asked for: in the statistics */
-    bool commit;      /* a COMMIT: the server answering ROLLBACK is an error */
-    bool timed_out;   /* past query_timeout_ms: a cancel was asked for it */
+    bool counted;   /* a statement the user asked for: in the statistics */
+    bool commit;    /* a COMMIT: the server answering ROLLBACK is an error */
+    bool timed_out; /* past query_timeout_ms: a cancel was asked for it */
 };
 
 /* What a connection has sent and waits the results of, in order. */
@@ -80,15 +80,15 @@ struct pg_conn {
     bool busy;     /* counted in stats.conns_busy */
     bool ever_up;  /* a later connect counts as a reconnect */
     bool want_write;
-    bool need_flush; /* sent since the last flush: flushed from the ready callback */
-    bool got_result; /* the op at the head has had its result (its NULL is next) */
+    bool need_flush;   /* sent since the last flush: flushed from the ready callback */
+    bool got_result;   /* the op at the head has had its result (its NULL is next) */
     unsigned inflight; /* OP_QUERY entries in ops */
     pg_tx_t *tx;       /* the transaction it is pinned to */
     pg_op_t *ops;      /* ring: ohead, olen of ocap (a power of two) */
     uint32_t ohead, olen, ocap;
-    uint64_t *prepared; /* bit per statement id: Parse sent on this connection */
-    uint32_t nprepared; /* words */
-    uint64_t backoff;   /* next reconnect delay, ms (0: none yet) */
+    uint64_t *prepared;   /* bit per statement id: Parse sent on this connection */
+    uint32_t nprepared;   /* words */
+    uint64_t backoff;     /* next reconnect delay, ms (0: none yet) */
     flare__timer_t timer; /* connect timeout, reconnect, query timeouts */
     pg_query_t *cancel_q; /* the query a cancel was sent for */
     struct {              /* the last failed Parse: what its followers report */
@@ -162,7 +162,7 @@ typedef struct pg_listen {
 typedef struct pg_db {
     const char **kw, **val; /* the URL's options (libpq's parse), NULL-terminated */
     unsigned nkw;
-    char host[256];  /* a host name to resolve on the job pool, "" when none */
+    char host[256]; /* a host name to resolve on the job pool, "" when none */
     pg_listen_t *listens;
     unsigned nlistens;
     locale_t c_locale; /* numbers in results are parsed in the C locale */
