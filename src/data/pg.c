@@ -110,6 +110,32 @@ nomem:
     return flare__fail(FLARE_ENOMEM, 0, "postgresql: out of memory");
 }
 
+/* flare_db_exec_setup: a blocking connection of its own, on the caller's
+ * thread (never a worker: flare_db_exec_setup refuses a running app), so
+ * libpq may resolve the name itself here. */
+static int exec_setup(flare_db_t *db, const char *sql)
+{
+    pg_db_t *pd = db->impl;
+    PGconn *pg = PQconnectdbParams(pd->kw, pd->val, 0);
+    if (pg == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "postgresql: out of memory");
+    int rc = 0;
+    if (PQstatus(pg) != CONNECTION_OK) {
+        rc = flare__fail(FLARE_EUNAVAIL, 0, "postgresql: cannot connect: %s", PQerrorMessage(pg));
+    } else {
+        PGresult *res = PQexec(pg, sql);
+        ExecStatusType st = PQresultStatus(res);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            rc = flare__fail(FLARE_EDB, 0, "postgresql: %s (SQLSTATE %s)",
+                             PQresultErrorMessage(res), state != NULL ? state : "none");
+        }
+        PQclear(res);
+    }
+    PQfinish(pg);
+    return rc;
+}
+
 static void close_(flare_db_t *db)
 {
     pd_free(db->impl);
@@ -1053,5 +1079,6 @@ const flare_db_driver_t flare__db_pg = {
     .query = query,
     .begin = begin,
     .tx_end = tx_end,
+    .exec_setup = exec_setup,
     .listen = listen_,
 };
