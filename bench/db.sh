@@ -70,7 +70,7 @@ echo "time,round,driver,scenario,what,requests_s,queries_s,cpu_us_per_req,status
     echo "cpus: $(nproc)"
     psql --version
     echo "sqlite: $(sqlite3 --version)"
-    wrk --version 2>&1 | head -1
+    { wrk --version 2>&1 || true; } | head -1
     echo "DURATION=$DURATION ROUNDS=$ROUNDS CONNECTIONS=$CONNECTIONS POOL=$POOL THREADS=$THREADS N=$N"
 } >"$OUT/env.txt"
 

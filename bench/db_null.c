@@ -110,10 +110,18 @@ static int pop(conn_t *c)
 }
 
 static enum mode mode = M_DB;
+static bool sync_each; /* --sync each: a sync after every statement, not per batch */
 static unsigned nq = 20;
 static req_t *reqs;
 static unsigned *free_reqs, nfree;
 static uint64_t done_reqs, done_queries;
+
+static void sync_one(conn_t *c)
+{
+    if (!PQpipelineSync(c->pg))
+        die("PQpipelineSync", c->pg);
+    push(c, -1);
+}
 
 static void send_world(conn_t *c, int ri)
 {
@@ -123,6 +131,8 @@ static void send_world(conn_t *c, int ri)
     if (!PQsendQueryPrepared(c->pg, "w", 1, v, NULL, NULL, 0))
         die("PQsendQueryPrepared", c->pg);
     push(c, ri);
+    if (sync_each)
+        sync_one(c);
 }
 
 static void send_update(conn_t *c, int ri)
@@ -240,6 +250,8 @@ int main(int argc, char **argv)
             nq = (unsigned)atoi(v);
         else if (strcmp(k, "--duration") == 0)
             duration = atof(v);
+        else if (strcmp(k, "--sync") == 0)
+            sync_each = strcmp(v, "each") == 0;
         else if (strcmp(k, "--mode") == 0) {
             if (strcmp(v, "db") == 0)
                 mode = M_DB;

@@ -21,7 +21,7 @@ sqlite:*)
     ;;
 postgresql://* | postgres://*)
     command -v psql >/dev/null || { echo "$0: psql not found (Debian: postgresql-client)" >&2; exit 1; }
-    { echo "SET client_encoding = 'UTF8';"; echo "BEGIN;"; cat "$here/create.sql"; world_sql; echo "COMMIT;"; echo "ANALYZE;"; } |
+    { echo "SET client_encoding = 'UTF8';"; echo "BEGIN;"; cat "$here/create.sql"; world_sql; echo "COMMIT;"; echo "ANALYZE world; ANALYZE fortune;"; } |
         psql -q -v ON_ERROR_STOP=1 "$url" >/dev/null
     ;;
 *)
