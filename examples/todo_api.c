@@ -1,7 +1,15 @@
 /* A small JSON REST service: sessions, route groups, CORS, validation and
- * middleware, in memory.
+ * middleware, with the todos in a database (flare/db.h).
  *
- *   todo_api --listen HOST:PORT --workers N
+ *   todo_api --listen HOST:PORT --workers N [--db URL] [--sessions redis://HOST:PORT]
+ *
+ * --db: sqlite:PATH (default sqlite:todo.db in the working directory) or
+ * postgresql://user:pass@host:port/dbname; the table is created when
+ * missing, so the todos survive a restart. A database that is down or
+ * slow answers 503, a query error 500, both as {"error": ...}.
+ * --sessions: sessions in Redis (they survive a restart, and instances on
+ * the same Redis share them); while Redis is down a login answers 503
+ * rather than handing out a session that was never stored.
  *
  *   POST   /api/session      {"user":"alice","password":"wonderland"} -> 200 + cookie; else 401
  *   DELETE /api/session      logs out (204)
@@ -13,28 +21,36 @@
  *
  * CORS allows http://localhost:3000 with credentials. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <flare/db.h>
 #include <flare/flare.h>
+#include <flare/redis.h>
 
-/* ---- the store: shared by all workers, so behind a mutex ---- */
+/* ---- the store: a database (flare/db.h), asked asynchronously ---- */
 
-typedef struct todo {
-    struct todo *next;
-    int64_t id;
-    bool done;
-    size_t title_len;
-    char title[]; /* title_len bytes */
-} todo_t;
+static flare_db_t *db;
 
-static struct {
-    pthread_mutex_t mu;
-    todo_t *head; /* newest last: kept in creation order */
-    int64_t next_id;
-} store = { PTHREAD_MUTEX_INITIALIZER, NULL, 1 };
+/* What a query's callback needs to answer. In the request's arena: valid
+ * until the answer is sent, also when the client has gone meanwhile. */
+typedef struct call {
+    flare_req_t *req;
+    flare_res_t *res;
+    int status; /* of the answer on success */
+} call_t;
+
+static call_t *call_new(flare_req_t *req, flare_res_t *res, int status)
+{
+    call_t *c = flare_req_alloc(req, sizeof(*c));
+    if (c != NULL)
+        *c = (call_t){ req, res, status };
+    return c;
+}
+
+/* Every statement answers with these columns, in this order. */
+#define TODO_COLS "id, title, done"
 
 /* ---- request bodies, described once ---- */
 
@@ -71,13 +87,20 @@ static int json_error(flare_res_t *res, int status, const char *msg)
     return flare_json_end(j);
 }
 
-static void write_todo(flare_json_t *j, const todo_t *t)
+static void write_todo(flare_json_t *j, const flare_db_res_t *r, size_t row)
 {
     flare_json_object_begin(j);
-    flare_json_kv_int(j, "id", t->id);
-    flare_json_kv_str(j, "title", (flare_str_t){ t->title, t->title_len });
-    flare_json_kv_bool(j, "done", t->done);
+    flare_json_kv_int(j, "id", flare_db_get_int64(r, row, 0));
+    flare_json_kv_str(j, "title", flare_db_get_text(r, row, 1));
+    flare_json_kv_bool(j, "done", flare_db_get_int64(r, row, 2) != 0);
     flare_json_object_end(j);
+}
+
+/* A failed query: 503 (unavailable, timed out) or 500, as JSON. */
+static void db_error(flare_res_t *res, const flare_db_res_t *r)
+{
+    int status = flare_db_res_http_status(r);
+    json_error(res, status, status == 503 ? "database unavailable" : "database error");
 }
 
 static bool parse_id(flare_req_t *req, int64_t *id)
@@ -93,28 +116,6 @@ static bool parse_id(flare_req_t *req, int64_t *id)
     }
     *id = v;
     return true;
-}
-
-/* under store.mu */
-static todo_t **find(int64_t id)
-{
-    todo_t **pp = &store.head;
-    while (*pp != NULL && (*pp)->id != id)
-        pp = &(*pp)->next;
-    return pp;
-}
-
-static todo_t *todo_new(int64_t id, flare_str_t title, bool done)
-{
-    todo_t *t = malloc(sizeof(*t) + title.len);
-    if (t == NULL)
-        return NULL;
-    t->next = NULL;
-    t->id = id;
-    t->done = done;
-    t->title_len = title.len;
-    memcpy(t->title, title.ptr, title.len);
-    return t;
 }
 
 /* ---- middleware: the todo routes need a logged-in user ---- */
@@ -157,20 +158,76 @@ static int logout(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
 }
 
+/* The answer to a statement that returns todos: the list (status 0 in the
+ * call), or the first row with the call's status, 404 without one. */
+static void answer_list(flare_db_res_t *r, void *ud)
+{
+    call_t *c = ud;
+    if (flare_db_res_error(r) != 0) {
+        db_error(c->res, r);
+        return;
+    }
+    flare_json_t *j = flare_res_json(c->res, 200);
+    if (j == NULL)
+        return;
+    flare_json_array_begin(j);
+    for (size_t i = 0; i < flare_db_res_rows(r); i++)
+        write_todo(j, r, i);
+    flare_json_array_end(j);
+    flare_json_end(j);
+}
+
+static void answer_one(flare_db_res_t *r, void *ud)
+{
+    call_t *c = ud;
+    if (flare_db_res_error(r) != 0) {
+        db_error(c->res, r);
+        return;
+    }
+    if (flare_db_res_rows(r) == 0) {
+        json_error(c->res, 404, "no such todo");
+        return;
+    }
+    if (c->status == 201) {
+        char loc[48];
+        int n =
+            snprintf(loc, sizeof(loc), "/api/todos/%lld", (long long)flare_db_get_int64(r, 0, 0));
+        flare_res_header(c->res, FLARE_STR("Location"), (flare_str_t){ loc, (size_t)n });
+    }
+    flare_json_t *j = flare_res_json(c->res, c->status);
+    if (j == NULL)
+        return;
+    write_todo(j, r, 0);
+    flare_json_end(j);
+}
+
+static void answer_deleted(flare_db_res_t *r, void *ud)
+{
+    call_t *c = ud;
+    if (flare_db_res_error(r) != 0)
+        db_error(c->res, r);
+    else if (flare_db_res_affected(r) == 0)
+        json_error(c->res, 404, "no such todo");
+    else
+        flare_res_send(c->res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+}
+
+/* Runs sql and answers through done: FLARE_ASYNC, or an error before any
+ * query left (the handler's 500). */
+static int ask(flare_req_t *req, flare_res_t *res, int status, const char *sql,
+               const flare_db_val_t *p, size_t n, flare_db_fn done)
+{
+    call_t *c = call_new(req, res, status);
+    if (c == NULL)
+        return FLARE_ENOMEM;
+    int rc = flare_db_query(db, flare_req_worker(req), sql, p, n, done, c);
+    return rc == 0 ? FLARE_ASYNC : rc;
+}
+
 static int list_todos(flare_req_t *req, flare_res_t *res, void *ud)
 {
-    (void)req;
     (void)ud;
-    flare_json_t *j = flare_res_json(res, 200);
-    if (j == NULL)
-        return FLARE_ENOMEM;
-    flare_json_array_begin(j);
-    pthread_mutex_lock(&store.mu);
-    for (todo_t *t = store.head; t != NULL; t = t->next)
-        write_todo(j, t);
-    pthread_mutex_unlock(&store.mu);
-    flare_json_array_end(j);
-    return flare_json_end(j);
+    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos ORDER BY id", NULL, 0, answer_list);
 }
 
 static int create_todo(flare_req_t *req, flare_res_t *res, void *ud)
@@ -180,25 +237,10 @@ static int create_todo(flare_req_t *req, flare_res_t *res, void *ud)
     if (flare_req_bind(req, res, todo_fields, FLARE_MAP_N(todo_fields), &in,
                        FLARE_MAP_REJECT_UNKNOWN, NULL) != 0)
         return 0;
-    pthread_mutex_lock(&store.mu);
-    todo_t *t = todo_new(store.next_id, in.title, in.done);
-    if (t != NULL) {
-        store.next_id++;
-        *find(-1) = t; /* append: find(-1) is the tail's next pointer */
-    }
-    pthread_mutex_unlock(&store.mu);
-    if (t == NULL)
-        return FLARE_ENOMEM;
-    char loc[48];
-    int n = snprintf(loc, sizeof(loc), "/api/todos/%lld", (long long)t->id);
-    flare_res_header(res, FLARE_STR("Location"), (flare_str_t){ loc, (size_t)n });
-    flare_json_t *j = flare_res_json(res, 201);
-    if (j == NULL)
-        return FLARE_ENOMEM;
-    pthread_mutex_lock(&store.mu);
-    write_todo(j, t);
-    pthread_mutex_unlock(&store.mu);
-    return flare_json_end(j);
+    flare_db_val_t p[2] = { FLARE_DB_TEXTV(in.title.ptr, in.title.len), FLARE_DB_INT(in.done) };
+    return ask(req, res, 201,
+               "INSERT INTO todos (title, done) VALUES ($1, $2) RETURNING " TODO_COLS, p, 2,
+               answer_one);
 }
 
 static int get_todo(flare_req_t *req, flare_res_t *res, void *ud)
@@ -207,17 +249,8 @@ static int get_todo(flare_req_t *req, flare_res_t *res, void *ud)
     int64_t id;
     if (!parse_id(req, &id))
         return json_error(res, 404, "no such todo");
-    flare_json_t *j = flare_res_json(res, 200);
-    if (j == NULL)
-        return FLARE_ENOMEM;
-    pthread_mutex_lock(&store.mu);
-    todo_t *t = *find(id);
-    if (t != NULL)
-        write_todo(j, t);
-    pthread_mutex_unlock(&store.mu);
-    if (t == NULL)
-        return json_error(res, 404, "no such todo");
-    return flare_json_end(j);
+    flare_db_val_t p = FLARE_DB_INT(id);
+    return ask(req, res, 200, "SELECT " TODO_COLS " FROM todos WHERE id = $1", &p, 1, answer_one);
 }
 
 static int patch_todo(flare_req_t *req, flare_res_t *res, void *ud)
@@ -228,42 +261,20 @@ static int patch_todo(flare_req_t *req, flare_res_t *res, void *ud)
         return json_error(res, 404, "no such todo");
     todo_in_t in = { FLARE_STR_NULL, false };
     uint64_t present = 0;
-    /* PATCH: only what is present is validated and applied */
+    /* PATCH: only what is present is validated and applied (NULL keeps the
+     * column as it is) */
     if (flare_req_bind(req, res, todo_fields, FLARE_MAP_N(todo_fields), &in,
                        FLARE_MAP_PARTIAL | FLARE_MAP_REJECT_UNKNOWN, &present) != 0)
         return 0;
-    flare_json_t *j = flare_res_json(res, 200);
-    if (j == NULL)
-        return FLARE_ENOMEM;
-    int status = 200;
-    pthread_mutex_lock(&store.mu);
-    todo_t **pp = find(id);
-    if (*pp == NULL) {
-        status = 404;
-    } else {
-        todo_t *t = *pp;
-        if (present & 1u) { /* title */
-            todo_t *n = todo_new(t->id, in.title, t->done);
-            if (n == NULL) {
-                status = 500;
-            } else {
-                n->next = t->next;
-                *pp = n;
-                free(t);
-                t = n;
-            }
-        }
-        if (present & 2u) /* done */
-            t->done = in.done;
-        if (status == 200)
-            write_todo(j, t);
-    }
-    pthread_mutex_unlock(&store.mu);
-    if (status == 404)
-        return json_error(res, 404, "no such todo");
-    if (status == 500)
-        return FLARE_ENOMEM;
-    return flare_json_end(j);
+    flare_db_val_t p[3] = {
+        (present & 1u) ? FLARE_DB_TEXTV(in.title.ptr, in.title.len) : FLARE_DB_NULLV,
+        (present & 2u) ? FLARE_DB_INT(in.done) : FLARE_DB_NULLV,
+        FLARE_DB_INT(id),
+    };
+    return ask(req, res, 200,
+               "UPDATE todos SET title = COALESCE($1, title), done = COALESCE($2, done) "
+               "WHERE id = $3 RETURNING " TODO_COLS,
+               p, 3, answer_one);
 }
 
 static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
@@ -272,20 +283,13 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
     int64_t id;
     if (!parse_id(req, &id))
         return json_error(res, 404, "no such todo");
-    pthread_mutex_lock(&store.mu);
-    todo_t **pp = find(id), *t = *pp;
-    if (t != NULL)
-        *pp = t->next;
-    pthread_mutex_unlock(&store.mu);
-    if (t == NULL)
-        return json_error(res, 404, "no such todo");
-    free(t);
-    return flare_res_send(res, 204, FLARE_STR_NULL, FLARE_STR_NULL);
+    flare_db_val_t p = FLARE_DB_INT(id);
+    return ask(req, res, 204, "DELETE FROM todos WHERE id = $1", &p, 1, answer_deleted);
 }
 
 /* ---- main ---- */
 
-static int setup(flare_app_t *app)
+static int setup(flare_app_t *app, const flare_session_store_t *store)
 {
     flare_middleware_t m;
     int rc;
@@ -303,6 +307,8 @@ static int setup(flare_app_t *app)
     if ((rc = flare_cors(app, &cors, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     flare_session_config_t sc = { .cookie_name = "todo_sid" };
+    if (store != NULL)
+        sc.store = *store;
     if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     if ((rc = flare_group_route(api, FLARE_METHOD_POST, "/session", login, NULL)) != 0 ||
@@ -323,14 +329,42 @@ static int setup(flare_app_t *app)
     return 0;
 }
 
+/* The table, made when missing (so todos survive a restart). The id is
+ * never reused after a delete: SQLite's AUTOINCREMENT, PostgreSQL's
+ * identity column. */
+static const char SCHEMA_SQLITE[] = "CREATE TABLE IF NOT EXISTS todos ("
+                                    "id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                                    "title TEXT NOT NULL, done INTEGER NOT NULL)";
+static const char SCHEMA_PG[] = "CREATE TABLE IF NOT EXISTS todos ("
+                                "id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, "
+                                "title TEXT NOT NULL, done INTEGER NOT NULL)";
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s --listen HOST:PORT --workers N [--db URL] [--sessions redis://HOST:PORT]\n"
+            "  --db        where the todos live [sqlite:todo.db, in the working directory]:\n"
+            "              sqlite:PATH or postgresql://user:pass@host:port/dbname\n"
+            "  --sessions  keep sessions in Redis [in memory, lost at exit]\n",
+            argv0);
+}
+
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:8080";
+    const char *listen = "127.0.0.1:8080", *url = "sqlite:todo.db", *sessions = NULL;
     flare_config_t cfg;
     flare_config_init(&cfg);
+    if (argc % 2 == 0) {
+        usage(argv[0]);
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--listen") == 0) {
             listen = argv[i + 1];
+        } else if (strcmp(argv[i], "--db") == 0) {
+            url = argv[i + 1];
+        } else if (strcmp(argv[i], "--sessions") == 0) {
+            sessions = argv[i + 1];
         } else if (strcmp(argv[i], "--workers") == 0) {
             char *end;
             errno = 0;
@@ -341,29 +375,45 @@ int main(int argc, char **argv)
             }
             cfg.workers = (unsigned)v;
         } else {
-            fprintf(stderr, "usage: %s --listen HOST:PORT --workers N\n", argv[0]);
+            usage(argv[0]);
             return 2;
         }
-    }
-    if (argc % 2 == 0) {
-        fprintf(stderr, "usage: %s --listen HOST:PORT --workers N\n", argv[0]);
-        return 2;
     }
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
         fprintf(stderr, "todo_api: %s\n", flare_last_error());
         return 1;
     }
-    int rc = setup(app);
+    int rc = flare_db_open(app, url, NULL, &db);
+    if (rc == 0) {
+        bool pg = strcmp(flare_db_driver(db), "postgresql") == 0;
+        rc = flare_db_exec_setup(db, pg ? SCHEMA_PG : SCHEMA_SQLITE);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "todo_api: --db: %s: %s\n", flare_strerror(rc), flare_last_error());
+        flare_app_free(app);
+        return 1;
+    }
+    flare_session_store_t store;
+    if (sessions != NULL) {
+        /* sessions in Redis: they survive a restart and are shared by every
+         * instance on that Redis; while it is down a login answers 503 */
+        flare_redis_t *r;
+        rc = flare_redis_open(app, sessions, NULL, &r);
+        if (rc == 0)
+            rc = flare_session_redis_store(r, "todo:sess:", &store);
+        if (rc != 0) {
+            fprintf(stderr, "todo_api: --sessions: %s: %s\n", flare_strerror(rc),
+                    flare_last_error());
+            flare_app_free(app);
+            return 1;
+        }
+    }
+    rc = setup(app, sessions != NULL ? &store : NULL);
     if (rc == 0)
         rc = flare_app_run(app, listen);
     if (rc != 0)
         fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
-    while (store.head != NULL) {
-        todo_t *t = store.head;
-        store.head = t->next;
-        free(t);
-    }
     return rc != 0;
 }

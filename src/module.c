@@ -20,6 +20,11 @@ int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, un
     return 0;
 }
 
+bool flare__app_running(const flare_app_t *app)
+{
+    return atomic_load(&app->running);
+}
+
 void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m)
 {
     for (unsigned i = 0; i < app->nmodules; i++) {

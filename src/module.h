@@ -53,6 +53,9 @@ int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, un
  * the table is written only while the app is not running. */
 void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m);
 
+/* Whether flare_app_run is between its start and its return (any thread). */
+bool flare__app_running(const flare_app_t *app);
+
 /* Worker w's state for a slot (NULL until the module sets it), on w's thread. */
 void *flare__worker_module_state(const flare_worker_t *w, unsigned slot);
 void flare__worker_module_set(flare_worker_t *w, unsigned slot, void *state);

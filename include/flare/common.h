@@ -59,7 +59,10 @@ FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
     X(PATTERN, -11, "invalid route pattern")                        \
     X(THREAD, -12, "cannot start a thread")                         \
     X(IO, -13, "input/output error")                                \
-    X(TLS, -14, "TLS error")
+    X(TLS, -14, "TLS error")                                        \
+    X(DB, -15, "database error")                                    \
+    X(UNAVAIL, -16, "service unavailable")                          \
+    X(TIMEDOUT, -17, "timed out")
 
 enum {
     FLARE_OK = 0,

@@ -3,7 +3,8 @@
  * flare_sessions() builds the middleware. Before the handler it loads the
  * session named by the cookie (asynchronously when the store is remote:
  * the chain resumes on the same worker); after the handler it saves what
- * changed and sets or clears the cookie. Handlers use flare_session_*.
+ * changed (holding the response until the store has acknowledged it) and
+ * sets or clears the cookie. Handlers use flare_session_*.
  * Expiry: an idle timeout (sliding, refreshed on each load) and an
  * absolute timeout from creation; an expired session reads as empty. */
 #ifndef FLARE_SESSION_H
@@ -18,18 +19,32 @@
 extern "C" {
 #endif
 
+/* The end of a save or a removal: rc 0, or a negative FLARE_E* code (the
+ * store could not do it: Redis down, out of memory...). */
+typedef void (*flare_session_done_fn)(void *ctx, int rc);
+
 /* A store. Calls happen on the request's worker thread; a store shared by
- * workers synchronizes itself. `load` calls done(ctx, rc, data) exactly
- * once, either before returning or later on worker w (through
- * flare_worker_post for a remote store): rc 0 with the saved bytes (valid
- * during the call), FLARE_ENOTFOUND, or another error (treated as no
- * session). A successful load refreshes the idle time-to-live. */
+ * workers synchronizes itself. Every call completes through its callback,
+ * exactly once, either before returning (an in-memory store) or later on
+ * worker w (a remote one: from a callback of its client on w's loop, or
+ * through flare_worker_post), so no call ever blocks a worker.
+ * - load: done(ctx, rc, data) with rc 0 and the saved bytes (valid during
+ *   the call), FLARE_ENOTFOUND, or another error (the store is unreachable:
+ *   the request is answered 503). A successful load refreshes the idle
+ *   time-to-live to ttl_seconds.
+ * - save: stores data under id for ttl_seconds, then done(ctx, rc).
+ * - remove: deletes id (a missing one is not an error), then done(ctx, rc).
+ * For save and remove, done may be NULL: nobody waits for the outcome
+ * (then ctx is NULL too). The session middleware waits: a response that
+ * saves or removes a session leaves only once the store has answered, and
+ * is replaced by a 503 when it failed (see flare_sessions). */
 typedef struct flare_session_store {
-    void (*load)(void *self, flare_worker_t *w, flare_str_t id,
+    void (*load)(void *self, flare_worker_t *w, flare_str_t id, unsigned ttl_seconds,
                  void (*done)(void *ctx, int rc, flare_str_t data), void *ctx);
-    int (*save)(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data,
-                unsigned ttl_seconds);
-    void (*remove)(void *self, flare_worker_t *w, flare_str_t id);
+    void (*save)(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data,
+                 unsigned ttl_seconds, flare_session_done_fn done, void *ctx);
+    void (*remove)(void *self, flare_worker_t *w, flare_str_t id, flare_session_done_fn done,
+                   void *ctx);
     void (*destroy)(void *self); /* called by flare_app_free */
     void *self;
 } flare_session_store_t;
@@ -56,7 +71,19 @@ typedef struct flare_session_config {
 
 /* Fills *out with the session middleware; its state (and the store) belong
  * to the app. FLARE_EINVAL for an invalid cookie name or path
- * (flare_last_error() says which). */
+ * (flare_last_error() says which).
+ *
+ * Saving is asynchronous and never silent: when a response changes the
+ * session (set, unset, regenerate, destroy), the middleware's after hook
+ * asks the store and holds the response until the store has answered. On
+ * success the response goes out as the handler made it, with its
+ * Set-Cookie; when the store failed (Redis down, timed out), the client
+ * gets "503 session store unavailable" instead, with no cookie, so no
+ * client is ever handed a session that was not stored. The same 503
+ * answers a request whose session cannot be loaded. A streamed response
+ * (flare_res_begin) cannot be held: its save is sent without waiting and
+ * its cookie goes out with the head (a failure then only shows in the
+ * store's statistics). */
 FLARE_API int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg,
                              flare_middleware_t *out);
 

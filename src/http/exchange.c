@@ -200,8 +200,10 @@ static void run_chain(struct flare_req *ex)
         return;
     }
     if (!(ex->flags & EX_SENT)) {
-        if (rc == FLARE_ASYNC) {
-            if (flare__ex_detach(ex) != 0) {
+        if (rc == FLARE_ASYNC || (ex->flags & EX_HELD)) {
+            /* answered later, or answered and held by an after hook (the
+             * session store's save): the request must outlive the buffer */
+            if (flare__ex_detach(ex) != 0 && !(ex->flags & EX_HELD)) {
                 ex->flags |= EX_CLOSE;
                 flare__res_error(ex, 500, "out of memory");
             }
@@ -209,6 +211,8 @@ static void run_chain(struct flare_req *ex)
             ex->flags |= EX_CLOSE;
             flare__res_error(ex, 500,
                              rc < 0 ? flare_strerror(rc) : "handler returned without a response");
+            if (ex->flags & EX_HELD)
+                flare__ex_detach(ex);
         } else if (flare__ex_detach(ex) != 0) {
             flare_res_close(&ex->res);
             flare_res_end(&ex->res);
@@ -227,7 +231,7 @@ void flare__http_dispatch(struct flare_req *ex)
 void flare_next(flare_req_t *req)
 {
     struct flare_req *ex = req;
-    if (ex->flags & (EX_SENT | EX_STREAM | EX_IN_HANDLER))
+    if (ex->flags & (EX_SENT | EX_STREAM | EX_IN_HANDLER | EX_HELD))
         return;
     if (ex->flags & EX_ORPHAN) {
         /* the client is gone: nothing to resume; free the exchange */

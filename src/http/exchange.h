@@ -83,7 +83,11 @@ enum {
     EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
     EX_AFTER_DONE = 1u << 9,    /* after hooks have run */
     EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
+    EX_HELD = 1u << 11,         /* an after hook holds the response (flare__res_hold) */
+    EX_BEGINNING = 1u << 12,    /* after hooks run for flare_res_begin: cannot be held */
 };
+
+struct flare_res_hold;
 
 typedef struct flare_res_hdr {
     struct flare_res_hdr *next;
@@ -144,6 +148,7 @@ struct flare_req {
      * -1 when none: a cleanup hook closes it if it never goes out) */
     int file_fd;
     uint64_t file_off, file_len;
+    struct flare_res_hold *hold; /* read only while EX_HELD is set */
 };
 
 /* The exchange a response belongs to (container_of). */
@@ -202,6 +207,22 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
  * checked, not copied; valid until the response head is serialized, which
  * the flare_res_send* call does). For the web layer's precomputed headers. */
 int flare__res_header_block(flare_res_t *res, flare_str_t block);
+/* Holding a response until something outside has answered (the session
+ * middleware waits for its store's save): called from an after hook, it
+ * keeps the response that is being sent (status, headers, body: a copied
+ * body is copied again into the arena, a borrowed one or a file stays
+ * borrowed) instead of handing it to the protocol; the exchange stays
+ * open, as for an asynchronous handler, and the caller of flare_res_send*
+ * sees 0. flare__res_release, on the worker, later (or even before the
+ * send call has returned), lets it go: as it was produced (status 0), or
+ * replaced by a plain-text error answer `status` / `msg` (the held body is
+ * released then). Headers may still be added in between. Every 0 from hold
+ * must be paired with exactly one release. 0, FLARE_ESTATE (not inside the
+ * after hooks of a complete response: a stream cannot be held), or
+ * FLARE_ENOMEM. When the client goes meanwhile, release frees the exchange. */
+int flare__res_hold(flare_res_t *res);
+void flare__res_release(flare_res_t *res, int status, const char *msg);
+
 /* An exchange whose connection is gone: the send is a no-op that frees it. */
 int flare__res_orphan_done(struct flare_req *ex);
 

@@ -91,7 +91,7 @@ int flare_res_set_status(flare_res_t *res, int status)
     return 0;
 }
 
-enum { SEND_GO = 1, SEND_ORPHAN = 2 };
+enum { SEND_GO = 1, SEND_ORPHAN = 2, SEND_HOLD = 3 };
 
 /* What every complete response goes through first: state and argument
  * checks (invalid: the caller's own extra ones), then the after hooks,
@@ -110,10 +110,135 @@ static inline __attribute__((always_inline)) int send_prologue(struct flare_req 
         *status = run_after(ex, *status);
         if (ex->flags & EX_ORPHAN)
             return SEND_ORPHAN;
-        if (ex->flags & (EX_SENT | EX_STREAM))
-            return 0;
+        if (ex->flags & (EX_SENT | EX_STREAM | EX_HELD))
+            return ex->flags & (EX_SENT | EX_STREAM) ? 0 : SEND_HOLD;
     }
     return SEND_GO;
+}
+
+/* ---- held responses (flare__res_hold) ---- */
+
+enum { HOLD_COPY, HOLD_REF, HOLD_FILE };
+
+struct flare_res_hold {
+    unsigned count; /* holds not yet released */
+    bool stashed;   /* the response is kept below */
+    bool oom;       /* it could not be: answer 500 */
+    int kind, status;
+    flare_str_t ctype, body;
+    flare_release_t ref;
+    int fd;
+    uint64_t off, len;
+    int err_status; /* the first release with an error */
+    const char *err_msg;
+};
+
+int flare__res_hold(flare_res_t *res)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (!(ex->flags & EX_AFTER_DONE) || (ex->flags & (EX_SENT | EX_STREAM | EX_BEGINNING)))
+        return FLARE_ESTATE;
+    if (ex->flags & EX_HELD) {
+        if (ex->hold->stashed)
+            return FLARE_ESTATE; /* the after hooks are over */
+        ex->hold->count++;
+        return 0;
+    }
+    struct flare_res_hold *h = flare__arena_alloc(&ex->arena, sizeof(*h));
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    memset(h, 0, sizeof(*h));
+    h->count = 1;
+    h->fd = -1;
+    ex->hold = h;
+    ex->flags |= EX_HELD;
+    return 0;
+}
+
+static void hold_drop_body(struct flare_res_hold *h)
+{
+    if (h->kind == HOLD_REF)
+        h->ref.fn(h->ref.ud);
+    else if (h->kind == HOLD_FILE && h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+}
+
+/* Hands the kept response to the protocol, or its replacement. */
+static int hold_go(struct flare_req *ex)
+{
+    struct flare_res_hold *h = ex->hold;
+    ex->flags &= ~(uint32_t)EX_HELD;
+    if (ex->flags & EX_ORPHAN) {
+        hold_drop_body(h);
+        return flare__res_orphan_done(ex);
+    }
+    if (h->err_status != 0 || h->oom) {
+        hold_drop_body(h);
+        return flare__res_error(ex, h->oom ? 500 : h->err_status,
+                                h->oom ? "out of memory" : h->err_msg);
+    }
+    if (h->kind == HOLD_COPY)
+        return ex->ops->respond(ex, h->status, h->ctype, h->body);
+    if (h->kind == HOLD_REF)
+        return ex->ops->respond_ref(ex, h->status, h->ctype, h->body, &h->ref);
+    int rc = ex->ops->respond_file(ex, h->status, h->ctype, h->fd, h->off, h->len);
+    if (rc != 0)
+        return rc;
+    ex->flags |= EX_SENT;
+    if (!(ex->flags & EX_IN_HANDLER))
+        flare__ex_complete(ex);
+    return 0;
+}
+
+/* The send call of a held response: keeps what it needs past the call. */
+static __attribute__((noinline)) int hold_stash(struct flare_req *ex, int kind, int status,
+                                                flare_str_t ctype, flare_str_t body,
+                                                const flare_release_t *ref, int fd, uint64_t off,
+                                                uint64_t len)
+{
+    struct flare_res_hold *h = ex->hold;
+    h->kind = kind;
+    h->status = status;
+    h->ctype = FLARE_STR_NULL;
+    if (ctype.len > 0) {
+        char *c = flare__arena_dup(&ex->arena, ctype.ptr, ctype.len);
+        h->ctype = (flare_str_t){ c, ctype.len };
+        h->oom |= c == NULL;
+    }
+    h->body = body;
+    if (kind == HOLD_COPY && body.len > 0) {
+        char *b = flare__arena_dup(&ex->arena, body.ptr, body.len);
+        h->body.ptr = b;
+        h->oom |= b == NULL;
+    }
+    if (kind == HOLD_REF)
+        h->ref = *ref;
+    h->fd = fd;
+    h->off = off;
+    h->len = len;
+    h->stashed = true;
+    if (h->count == 0) /* released during the after hooks already */
+        return hold_go(ex);
+    return 0;
+}
+
+void flare__res_release(flare_res_t *res, int status, const char *msg)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (!(ex->flags & EX_HELD))
+        return;
+    struct flare_res_hold *h = ex->hold;
+    if (status != 0 && h->err_status == 0) {
+        h->err_status = status;
+        h->err_msg = msg != NULL ? msg : "unavailable";
+    }
+    if (--h->count > 0 || !h->stashed)
+        return; /* more holds, or the send call is still in its after hooks */
+    if (hold_go(ex) != 0 && !(ex->flags & EX_SENT)) {
+        ex->flags |= EX_CLOSE;
+        flare__res_error(ex, 500, "cannot send the response");
+    }
 }
 
 static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
@@ -121,6 +246,9 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
 {
     int rc = send_prologue(ex, &status, ctype, false);
     if (flare__unlikely(rc != SEND_GO)) {
+        if (rc == SEND_HOLD)
+            return hold_stash(ex, ref != NULL ? HOLD_REF : HOLD_COPY, status, ctype, body, ref, -1,
+                              0, 0);
         if (ref != NULL)
             ref->fn(ref->ud);
         return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
@@ -154,6 +282,8 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
     if (fd < 0)
         return FLARE_EINVAL;
     int rc = send_prologue(ex, &status, content_type, off > INT64_MAX || len > INT64_MAX - off);
+    if (rc == SEND_HOLD)
+        return hold_stash(ex, HOLD_FILE, status, content_type, FLARE_STR_NULL, NULL, fd, off, len);
     if (rc != SEND_GO) {
         close(fd);
         return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
@@ -177,7 +307,9 @@ int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
     if (status < 200 || status > 999 || !ctype_ok(content_type))
         return FLARE_EINVAL;
     if (ex->flags & EX_HAS_AFTER) {
+        ex->flags |= EX_BEGINNING; /* a stream cannot be held */
         status = run_after(ex, status);
+        ex->flags &= ~(uint32_t)EX_BEGINNING;
         if (ex->flags & (EX_SENT | EX_STREAM | EX_ORPHAN))
             return 0;
     }

@@ -32,12 +32,21 @@ typedef struct kv {
 typedef struct sess {
     smw_t *mw;
     flare_req_t *req;
+    flare_res_t *res;
     char id[SID_LEN + 1];
     char old_id[SID_LEN + 1];
     bool has_id, exists, dirty, regen, destroyed, loading, async_wait;
+    bool skip;        /* answered 503 (load failed): nothing to save */
+    bool holding;     /* the response waits for the store (flare__res_hold) */
+    bool new_id;      /* a save under a new id: Set-Cookie once stored */
+    bool clearing;    /* a removal: clear the cookie once removed */
+    unsigned pending; /* store calls not answered yet, +1 while issuing */
+    int failed;       /* the first error among them */
     uint64_t created;
     kv_t *kvs;
 } sess_t;
+
+static const char store_down[] = "session store unavailable";
 
 static const char sess_tag[] = "flare.session";
 
@@ -117,6 +126,15 @@ static void load_done(void *ctx, int rc, flare_str_t data)
 {
     sess_t *s = ctx;
     s->loading = false;
+    if (rc != 0 && rc != FLARE_ENOTFOUND) {
+        /* the store is unreachable: not "no session" (that would log the
+         * user out, or hand out a new one over the stored one) */
+        s->skip = true;
+        if (s->async_wait)
+            flare_res_send(s->res, 503, FLARE_STR("text/plain; charset=utf-8"),
+                           FLARE_STR("session store unavailable\n"));
+        return;
+    }
     if (rc == 0) {
         s->kvs = NULL;
         if (parse(s, data) && s->created + s->mw->absolute > now_s()) {
@@ -138,7 +156,6 @@ static void load_done(void *ctx, int rc, flare_str_t data)
 
 static int session_before(flare_req_t *req, flare_res_t *res, void *ud)
 {
-    (void)res;
     smw_t *m = ud;
     sess_t *s = flare_req_alloc(req, sizeof(*s));
     if (s == NULL)
@@ -146,6 +163,7 @@ static int session_before(flare_req_t *req, flare_res_t *res, void *ud)
     memset(s, 0, sizeof(*s));
     s->mw = m;
     s->req = req;
+    s->res = res;
     s->created = now_s();
     int rc = flare_req_set_ptr(req, sess_tag, sess_tag, s);
     if (rc != 0)
@@ -160,12 +178,15 @@ static int session_before(flare_req_t *req, flare_res_t *res, void *ud)
     s->id[SID_LEN] = '\0';
     s->has_id = true;
     s->loading = true;
-    m->store.load(m->store.self, flare_req_worker(req), (flare_str_t){ s->id, SID_LEN }, load_done,
-                  s);
+    m->store.load(m->store.self, flare_req_worker(req), (flare_str_t){ s->id, SID_LEN }, m->idle,
+                  load_done, s);
     if (s->loading) {
         s->async_wait = true;
         return FLARE_ASYNC;
     }
+    if (s->skip)
+        return flare_res_send(res, 503, FLARE_STR("text/plain; charset=utf-8"),
+                              FLARE_STR("session store unavailable\n"));
     return 0;
 }
 
@@ -208,37 +229,89 @@ static flare_str_t serialize(sess_t *s)
     return (flare_str_t){ b, n };
 }
 
+static void set_id_cookie(sess_t *s)
+{
+    smw_t *m = s->mw;
+    uint64_t age = now_s() - s->created;
+    int64_t left = age < m->absolute ? (int64_t)(m->absolute - age) : 0;
+    set_cookie(s->res, m, (flare_str_t){ s->id, SID_LEN }, left);
+}
+
+/* Every store call has answered: the cookie goes on the response, which
+ * is let go; or, if one failed, the response becomes a 503 without it. */
+static void store_answered(sess_t *s)
+{
+    if (s->failed == 0) {
+        if (s->clearing)
+            set_cookie(s->res, s->mw, FLARE_STR(""), 0);
+        else if (s->new_id)
+            set_id_cookie(s);
+    }
+    if (s->holding)
+        flare__res_release(s->res, s->failed != 0 ? 503 : 0, store_down);
+}
+
+static void op_done(void *ctx, int rc)
+{
+    sess_t *s = ctx;
+    if (rc != 0 && s->failed == 0)
+        s->failed = rc;
+    if (--s->pending == 0)
+        store_answered(s);
+}
+
 static void session_after(flare_req_t *req, flare_res_t *res, void *ud)
 {
     smw_t *m = ud;
     sess_t *s = get(req);
-    if (s == NULL)
+    if (s == NULL || s->skip)
         return;
     flare_worker_t *w = flare_req_worker(req);
+    bool rm_cur = false, rm_old = false, save = false;
+    flare_str_t blob = FLARE_STR_NULL;
     if (s->destroyed) {
-        if (s->has_id)
-            m->store.remove(m->store.self, w, (flare_str_t){ s->id, SID_LEN });
-        if (s->has_id || s->exists)
+        rm_cur = s->has_id;
+        s->clearing = s->has_id || s->exists;
+    } else {
+        rm_old = s->regen && s->old_id[0] != '\0';
+        if (s->dirty || s->regen) {
+            s->new_id = s->regen || !s->exists || !s->has_id;
+            if (s->new_id && flare__session_id_hex(s->id) != 0)
+                s->new_id = false; /* no id: nothing can be stored */
+            else if ((blob = serialize(s)).ptr != NULL)
+                save = true;
+        }
+    }
+    if (!rm_cur && !rm_old && !save) {
+        if (s->clearing)
             set_cookie(res, m, FLARE_STR(""), 0);
         return;
     }
-    if (s->regen && s->old_id[0] != '\0')
-        m->store.remove(m->store.self, w, (flare_str_t){ s->old_id, SID_LEN });
-    if (!s->dirty && !s->regen)
-        return;
-    bool new_id = s->regen || !s->exists || !s->has_id;
-    if (new_id && flare__session_id_hex(s->id) != 0)
-        return;
-    flare_str_t blob = serialize(s);
-    if (blob.ptr == NULL)
-        return;
-    if (m->store.save(m->store.self, w, (flare_str_t){ s->id, SID_LEN }, blob, m->idle) != 0)
-        return;
-    if (new_id) {
-        uint64_t age = now_s() - s->created;
-        int64_t left = age < m->absolute ? (int64_t)(m->absolute - age) : 0;
-        set_cookie(res, m, (flare_str_t){ s->id, SID_LEN }, left);
+    /* Hold the response until the store answers. A stream cannot be held:
+     * nobody waits then (the callbacks must not reach this request, whose
+     * memory may be gone by the time they run). */
+    int hr = flare__res_hold(res);
+    s->holding = hr == 0;
+    flare_session_done_fn done = s->holding ? op_done : NULL;
+    void *ctx = s->holding ? s : NULL;
+    s->pending = 1; /* until every call is issued: one answering at once
+                       must not finish early */
+    if (rm_cur) {
+        s->pending += s->holding;
+        m->store.remove(m->store.self, w, (flare_str_t){ s->id, SID_LEN }, done, ctx);
     }
+    if (rm_old) {
+        s->pending += s->holding;
+        m->store.remove(m->store.self, w, (flare_str_t){ s->old_id, SID_LEN }, done, ctx);
+    }
+    if (save) {
+        s->pending += s->holding;
+        m->store.save(m->store.self, w, (flare_str_t){ s->id, SID_LEN }, blob, m->idle, done, ctx);
+    }
+    if (!s->holding && hr != FLARE_ESTATE)
+        s->failed = hr; /* out of memory for the hold: no cookie */
+    if (--s->pending == 0)
+        store_answered(s);
 }
 
 static void smw_free(void *p)

@@ -149,10 +149,11 @@ static void sweep(shard_t *s, uint64_t now, size_t budget, bool make_room)
         drop(s, victim);
 }
 
-static void ms_load(void *self, flare_worker_t *w, flare_str_t id,
+static void ms_load(void *self, flare_worker_t *w, flare_str_t id, unsigned ttl,
                     void (*done)(void *ctx, int rc, flare_str_t data), void *ctx)
 {
     (void)w;
+    (void)ttl; /* the entry's own, as saved */
     memstore_t *m = self;
     if (id.len == 0 || id.len > ID_MAX) {
         done(ctx, FLARE_ENOTFOUND, FLARE_STR_NULL);
@@ -174,9 +175,8 @@ static void ms_load(void *self, flare_worker_t *w, flare_str_t id,
     pthread_rwlock_unlock(&s->lock);
 }
 
-static int ms_save(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data, unsigned ttl)
+static int ms_put(void *self, flare_str_t id, flare_str_t data, unsigned ttl)
 {
-    (void)w;
     memstore_t *m = self;
     if (id.len == 0 || id.len > ID_MAX)
         return FLARE_EINVAL;
@@ -221,19 +221,32 @@ static int ms_save(void *self, flare_worker_t *w, flare_str_t id, flare_str_t da
     return 0;
 }
 
-static void ms_remove(void *self, flare_worker_t *w, flare_str_t id)
+/* Completes at once: done runs before the call returns. */
+static void ms_save(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data, unsigned ttl,
+                    flare_session_done_fn done, void *ctx)
+{
+    (void)w;
+    int rc = ms_put(self, id, data, ttl);
+    if (done != NULL)
+        done(ctx, rc);
+}
+
+static void ms_remove(void *self, flare_worker_t *w, flare_str_t id, flare_session_done_fn done,
+                      void *ctx)
 {
     (void)w;
     memstore_t *m = self;
-    if (id.len == 0 || id.len > ID_MAX)
-        return;
-    uint64_t h = hash(id);
-    shard_t *s = &m->shards[h % SHARDS];
-    pthread_rwlock_wrlock(&s->lock);
-    entry_t **pp = find(s, id, h);
-    if (*pp != NULL)
-        drop(s, *pp);
-    pthread_rwlock_unlock(&s->lock);
+    if (id.len > 0 && id.len <= ID_MAX) {
+        uint64_t h = hash(id);
+        shard_t *s = &m->shards[h % SHARDS];
+        pthread_rwlock_wrlock(&s->lock);
+        entry_t **pp = find(s, id, h);
+        if (*pp != NULL)
+            drop(s, *pp);
+        pthread_rwlock_unlock(&s->lock);
+    }
+    if (done != NULL)
+        done(ctx, 0);
 }
 
 static void ms_destroy(void *self)

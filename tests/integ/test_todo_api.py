@@ -1,16 +1,28 @@
 """The todo_api example over real sockets: sessions, validation, CORS,
 every status, header and body of its contract."""
 import json
+import os
 import re
+import sqlite3
+import subprocess
+import tempfile
+import time
+
+import sys
 
 import flaretest
 from flaretest import Conn, ServerTestCase, build_request
 
+sys.path.insert(0, os.path.join(flaretest.REPO_ROOT, "tests"))
+import services_redis  # noqa: E402  (tests/services_redis.py: a private redis-server)
+
 ORIGIN = "http://localhost:3000"
+DB_DIR = tempfile.mkdtemp(prefix="flare-todo-")
 
 
 class TodoApi(ServerTestCase):
     server_binary = flaretest.TODO_API
+    server_args = ("--db", "sqlite:" + os.path.join(DB_DIR, "todo.db"))
 
     # -- helpers -----------------------------------------------------------
     def call(self, method, path, body=None, cookie=None, headers=None, raw=None):
@@ -202,6 +214,160 @@ class TodoApi(ServerTestCase):
             self.assertRegex(r.get("X-Request-Id", ""), r"^[0-9a-f]{16}$")
         r = self.call("GET", "/nowhere", headers=[("X-Request-Id", "trace-42")])
         self.assertEqual(r.get("X-Request-Id"), "trace-42")
+
+
+class TodoApiDatabase(ServerTestCase):
+    """The todos live in the database: they survive a restart, the ids are
+    never reused, and what the API says is what the table holds."""
+    server_binary = flaretest.TODO_API
+    path = os.path.join(DB_DIR, "restart.db")
+    server_args = ("--db", "sqlite:" + path)
+
+    def call(self, method, path, body=None, cookie=None, addr=None):
+        hdrs = [("Cookie", "todo_sid=" + cookie)] if cookie else []
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.append(("Content-Type", "application/json"))
+        c = self.connect(addr=addr)
+        c.send(build_request(method, path, hdrs, data))
+        return c.read_response()
+
+    def login(self, addr=None):
+        r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"},
+                      addr=addr)
+        self.assertEqual(r.status, 200, r)
+        return re.match(r"todo_sid=([0-9a-f]{32});", r.get("Set-Cookie")).group(1)
+
+    def test_survives_a_restart(self):
+        sid = self.login()
+        made = []
+        for title in ("one", "two", "'; DROP TABLE todos; --"):
+            r = self.call("POST", "/api/todos", {"title": title, "done": title == "two"}, sid)
+            self.assertEqual(r.status, 201, r)
+            made.append(json.loads(r.body))
+        r = self.call("DELETE", "/api/todos/%d" % made[0]["id"], cookie=sid)
+        self.assertEqual(r.status, 204)
+        con = sqlite3.connect(self.path, timeout=10)
+        rows = con.execute("SELECT id, title, done FROM todos ORDER BY id").fetchall()
+        con.close()
+        self.assertEqual(rows, [(t["id"], t["title"], int(t["done"])) for t in made[1:]])
+        # a second server on the same file: the same todos, after the first is gone
+        rc, _ = self.server.stop()
+        self.assertEqual(rc, 0, self.server.output())
+        self.server.close_log()
+        again = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            sid = self.login(addr=again.addr)
+            r = self.call("GET", "/api/todos", cookie=sid, addr=again.addr)
+            self.assertEqual((r.status, json.loads(r.body)), (200, made[1:]))
+            r = self.call("POST", "/api/todos", {"title": "three", "done": False}, sid,
+                          addr=again.addr)
+            self.assertGreater(json.loads(r.body)["id"], made[2]["id"], "ids are not reused")
+        finally:
+            rc, _ = again.stop()
+            again.close_log()
+        self.assertEqual(rc, 0)
+        # the class's server is stopped: start a fresh one for tearDownClass
+        type(self).server = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        type(self).addr = self.server.addr
+
+    def test_bad_database_url(self):
+        for url, why in (("mysql://x", "unknown URL scheme"),
+                         ("sqlite:/nonexistent-dir/x/todo.db", "")):
+            p = subprocess.run([flaretest.TODO_API, "--listen", "127.0.0.1:%d" % flaretest.free_port(),
+                                "--workers", "1", "--db", url], capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 1, p)
+            self.assertIn(b"--db", p.stderr)
+            self.assertIn(why.encode(), p.stderr)
+
+
+class TodoApiRedisSessions(ServerTestCase):
+    """--sessions redis://: a session survives a restart of the server, two
+    instances on the same Redis share it, and while Redis is down a login
+    answers 503 rather than handing out a session that was never stored."""
+    server_binary = flaretest.TODO_API
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = services_redis.Redis().start()
+        cls.server_args = ("--db", "sqlite:" + os.path.join(DB_DIR, "redis.db"),
+                           "--sessions", cls.redis.url)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.redis.stop()
+
+    def call(self, method, path, body=None, cookie=None, addr=None):
+        hdrs = [("Cookie", "todo_sid=" + cookie)] if cookie else []
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.append(("Content-Type", "application/json"))
+        c = self.connect(addr=addr)
+        c.send(build_request(method, path, hdrs, data))
+        return c.read_response()
+
+    def login(self, addr=None):
+        r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"},
+                      addr=addr)
+        self.assertEqual(r.status, 200, r)
+        return re.match(r"todo_sid=([0-9a-f]{32});", r.get("Set-Cookie")).group(1)
+
+    def test_shared_and_survives_a_restart(self):
+        sid = self.login()
+        self.assertEqual(self.call("GET", "/api/todos", cookie=sid).status, 200)
+        other = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            # the second instance knows the session the first one made
+            r = self.call("GET", "/api/todos", cookie=sid, addr=other.addr)
+            self.assertEqual(r.status, 200, r)
+            # and the other way round
+            sid2 = self.login(addr=other.addr)
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid2).status, 200)
+            # logout on one ends it on both
+            self.assertEqual(self.call("DELETE", "/api/session", cookie=sid2,
+                                       addr=other.addr).status, 204)
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid2).status, 401)
+        finally:
+            rc, _ = other.stop()
+            other.close_log()
+        self.assertEqual(rc, 0)
+        # a restart: the first session still works on a new process
+        again = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
+        try:
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid, addr=again.addr).status,
+                             200)
+        finally:
+            again.stop()
+            again.close_log()
+
+    def test_redis_down(self):
+        sid = self.login()
+        self.redis.stop()
+        try:
+            r = self.call("POST", "/api/session", {"user": "alice", "password": "wonderland"})
+            self.assertEqual(r.status, 503, r)
+            self.assertFalse(r.has("Set-Cookie"), "no cookie for a session never stored")
+            # a request with a session cookie cannot be told apart from a
+            # logged-out one: 503, not 401
+            self.assertEqual(self.call("GET", "/api/todos", cookie=sid).status, 503)
+        finally:
+            self.redis.start()
+        # back by itself (reconnect with backoff)
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:
+            status = self.call("POST", "/api/session",
+                               {"user": "alice", "password": "wonderland"}).status
+            if status == 200:
+                break
+            time.sleep(0.2)
+        self.assertEqual(status, 200)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,27 @@
+-- The TechEmpower Framework Benchmarks tables, as TFB's PostgreSQL setup
+-- names them (unquoted, so PostgreSQL folds them to lower case). The same
+-- text works for SQLite. setup.sh fills them: 10,000 world rows with random
+-- numbers 1..10000 and TFB's 12 fortunes.
+DROP TABLE IF EXISTS world;
+CREATE TABLE world (
+    id integer NOT NULL PRIMARY KEY,
+    randomnumber integer NOT NULL DEFAULT 0
+);
+DROP TABLE IF EXISTS fortune;
+CREATE TABLE fortune (
+    id integer NOT NULL PRIMARY KEY,
+    message varchar(2048) NOT NULL
+);
+INSERT INTO fortune (id, message) VALUES
+    (1, 'fortune: No such file or directory'),
+    (2, 'A computer scientist is someone who fixes things that aren''t broken.'),
+    (3, 'After enough decimal places, nobody gives a damn.'),
+    (4, 'A bad random number generator: 1, 1, 1, 1, 1, 4.33e+67, 1, 1, 1'),
+    (5, 'A computer program does what you tell it to do, not what you want it to do.'),
+    (6, 'Emacs is a nice operating system, but I prefer UNIX. — Tom Christaensen'),
+    (7, 'Any program that runs right is obsolete.'),
+    (8, 'A list is only as strong as its weakest link. — Donald Knuth'),
+    (9, 'Feature: A bug with seniority.'),
+    (10, 'Computers make very fast, very accurate mistakes.'),
+    (11, '<script>alert("This should not be displayed in a browser alert box.");</script>'),
+    (12, 'フレームワークのベンチマーク');

@@ -1,0 +1,292 @@
+/* Databases on the worker loops: PostgreSQL (libpq, pipeline mode) and
+ * SQLite (a small thread pool), behind one API.
+ *
+ *     flare_db_t *db;
+ *     flare_db_open(app, "postgresql://bench:pw@127.0.0.1:5432/tfb", NULL, &db);
+ *     ...
+ *     static void got_row(flare_db_res_t *r, void *ud)
+ *     {
+ *         flare_res_t *res = ud;
+ *         if (flare_db_res_error(r) != 0) {
+ *             flare_db_send_error(res, r);    // 503 unavailable / timed out, 500 query error
+ *             return;
+ *         }
+ *         ... flare_db_get_int64(r, 0, 0) ...
+ *         flare_res_send(res, 200, ...);
+ *     }
+ *     static int h_db(flare_req_t *req, flare_res_t *res, void *ud)
+ *     {
+ *         flare_db_val_t id = FLARE_DB_INT(42);
+ *         int rc = flare_db_query(ud, flare_req_worker(req),
+ *                                 "SELECT id, randomnumber FROM world WHERE id = $1", &id, 1,
+ *                                 got_row, res);
+ *         return rc == 0 ? FLARE_ASYNC : rc;
+ *     }
+ *
+ * Threads: a flare_db_t is opened once per app, before flare_app_run, and
+ * lives until flare_app_free. Each worker has its own connections (its own
+ * pool): queries are asked for on a worker's thread, for that worker, and
+ * their callbacks run on that same thread. Nothing is shared between
+ * workers on the query path.
+ *
+ * SQL and parameters: statements use positional parameters $1, $2, ... (for
+ * SQLite too: they are SQLite's own ?NNN under another spelling); values are
+ * passed as typed flare_db_val_t, never formatted into the SQL, so a value
+ * can never become SQL. Each distinct SQL text is prepared once per
+ * connection, on first use, and reused (the text is the key: build it once,
+ * not per request).
+ *
+ * Callbacks: when flare_db_query (or a transaction call) returns 0, its
+ * callback runs exactly once, later, on the same worker — never from inside
+ * the call — with the result or the error. Also when the client of the
+ * request that asked has gone meanwhile: the callback still runs (to free
+ * what it owns) and its late flare_res_send is a no-op, as for any
+ * asynchronous handler. At worker shutdown, queries still pending complete
+ * with FLARE_EUNAVAIL. A non-zero return means the callback will not run.
+ *
+ * Errors (flare_db_res_error):
+ *   FLARE_EDB       the database refused the statement (syntax, constraint,
+ *                   type...): flare_db_res_sqlstate / _code / _message say
+ *                   what; HTTP 500.
+ *   FLARE_EUNAVAIL  no connection could take it: the database is down or
+ *                   reconnecting, the worker's wait queue is full, or the
+ *                   query waited in it past queue_timeout_ms; HTTP 503.
+ *   FLARE_ETIMEDOUT the query ran past query_timeout_ms and was cancelled;
+ *                   HTTP 503.
+ */
+#ifndef FLARE_DB_H
+#define FLARE_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flare/flare.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flare_db flare_db_t;
+typedef struct flare_db_res flare_db_res_t;
+typedef struct flare_db_tx flare_db_tx_t;
+
+/* ---- opening -------------------------------------------------------------- */
+
+/* Zero fields mean their default (in brackets); values past the bound after
+ * "<=" are refused by flare_db_open with FLARE_EINVAL. */
+typedef struct flare_db_config {
+    /* PostgreSQL: connections per worker [2], <= 64.
+     * SQLite: reader connections, shared by the workers [4], <= 64 (plus
+     * one writer connection). */
+    unsigned pool_size;
+    /* PostgreSQL: queries in flight on one connection (pipeline) [256],
+     * <= 65536. */
+    unsigned pipeline_depth;
+    /* Queries waiting for a connection, per worker [4096], <= 1,000,000.
+     * Past it a query fails at once with FLARE_EUNAVAIL. */
+    unsigned queue_max;
+    /* How long a query may wait for a connection [2000 ms], <= INT_MAX. */
+    unsigned queue_timeout_ms;
+    /* How long a query may run once sent [10 s], <= INT_MAX; past it it is
+     * cancelled (PostgreSQL: PQcancel on the job pool) and fails with
+     * FLARE_ETIMEDOUT. */
+    unsigned query_timeout_ms;
+    /* PostgreSQL: how long connecting may take [5000 ms], <= INT_MAX. */
+    unsigned connect_timeout_ms;
+    /* PostgreSQL: reconnect backoff after the server went away: the first
+     * retry after reconnect_min_ms [100], doubling up to reconnect_max_ms
+     * [10 s], <= INT_MAX. */
+    unsigned reconnect_min_ms;
+    unsigned reconnect_max_ms;
+    /* SQLite: threads that run the statements [4], <= 64. */
+    unsigned threads;
+    /* SQLite: busy timeout of each connection [5000 ms], <= INT_MAX. */
+    unsigned busy_timeout_ms;
+} flare_db_config_t;
+
+/* Opens a database for every worker of app, from a URL:
+ *   postgresql://user:pass@host:port/dbname?param=value...  (libpq's URI;
+ *       also postgres://; host may be a unix socket directory, given as
+ *       ?host=/path). No name resolution happens on a worker: a host name is
+ *       resolved when the connection is made, on the job pool.
+ *   sqlite:PATH          a file (created when missing), WAL mode
+ *   sqlite::memory:      an in-memory database (one connection: the writer
+ *                        serves reads too), for tests
+ * cfg may be NULL (all defaults); it is copied. Before flare_app_run (or
+ * between runs) only; the connections are made as the workers start (and
+ * remade whenever lost), so an unreachable server does not fail the open:
+ * queries fail with FLARE_EUNAVAIL until it is reachable. What can be
+ * checked without connecting is checked here: the URL scheme and syntax
+ * (libpq's parser), the SQLite file opened once.
+ * The app owns the handle: it is closed by flare_app_free. *out is set on
+ * success. 0, or FLARE_EINVAL (NULL argument, unknown scheme, bad URL or
+ * config value; flare_last_error() says which), FLARE_ESTATE (app running),
+ * FLARE_EDB (SQLite could not open the file), FLARE_ENOMEM. */
+FLARE_API int flare_db_open(flare_app_t *app, const char *url, const flare_db_config_t *cfg,
+                            flare_db_t **out);
+
+/* "postgresql" or "sqlite". */
+FLARE_API const char *flare_db_driver(const flare_db_t *db);
+
+/* Runs sql (one or more statements separated by ';', no parameters) once,
+ * blocking the calling thread until done: for creating tables and other
+ * setup before flare_app_run. Never on a worker (it blocks). PostgreSQL:
+ * over a connection of its own, closed afterwards; SQLite: on the writer
+ * connection (so sqlite::memory: sees it). 0, or FLARE_EINVAL, FLARE_ESTATE
+ * (the app is running), FLARE_EUNAVAIL (cannot connect), FLARE_EDB (the
+ * database refused it); flare_last_error() has the database's message. */
+FLARE_API int flare_db_exec_setup(flare_db_t *db, const char *sql);
+
+/* ---- parameters ------------------------------------------------------------- */
+
+typedef enum flare_db_type {
+    FLARE_DB_NULL = 0,
+    FLARE_DB_INT64,
+    FLARE_DB_DOUBLE,
+    FLARE_DB_TEXT,  /* UTF-8 text; need not be NUL-terminated */
+    FLARE_DB_BYTES, /* binary (PostgreSQL bytea, SQLite blob) */
+} flare_db_type_t;
+
+typedef struct flare_db_val {
+    flare_db_type_t type;
+    union {
+        int64_t i;
+        double d;
+        flare_str_t s; /* TEXT, BYTES: read during the call only (copied) */
+    };
+} flare_db_val_t;
+
+#define FLARE_DB_NULLV        ((flare_db_val_t){ .type = FLARE_DB_NULL })
+#define FLARE_DB_INT(v)       ((flare_db_val_t){ .type = FLARE_DB_INT64, .i = (v) })
+#define FLARE_DB_DBL(v)       ((flare_db_val_t){ .type = FLARE_DB_DOUBLE, .d = (v) })
+#define FLARE_DB_TEXTV(p, n)  ((flare_db_val_t){ .type = FLARE_DB_TEXT, .s = { (p), (n) } })
+#define FLARE_DB_BYTESV(p, n) ((flare_db_val_t){ .type = FLARE_DB_BYTES, .s = { (p), (n) } })
+
+/* ---- queries ---------------------------------------------------------------- */
+
+/* The result (or the error) of one statement, valid only during the
+ * callback: copy what you keep. */
+typedef void (*flare_db_fn)(flare_db_res_t *r, void *ud);
+
+/* Runs sql with params[0..nparams) ($1..$n) on one of worker w's
+ * connections, then cb(result, ud) on w. Call on w's thread (a handler: w =
+ * flare_req_worker(req)). sql is read during the call only (it is copied
+ * the first time it is seen and looked up by content afterwards).
+ * Several calls in a row (one request asking for 20 rows) go out together
+ * and complete independently: one failing does not fail the others.
+ * 0 (cb will run), or FLARE_EINVAL (NULL db, w, sql or cb; params NULL with
+ * nparams > 0; more than 65535 parameters), FLARE_ESTATE (w not running),
+ * FLARE_ENOMEM. A database that is down, or a full wait queue, is not an
+ * error here: cb gets FLARE_EUNAVAIL. */
+FLARE_API int flare_db_query(flare_db_t *db, flare_worker_t *w, const char *sql,
+                             const flare_db_val_t *params, size_t nparams, flare_db_fn cb,
+                             void *ud);
+
+/* 0 on success, else FLARE_EDB / FLARE_EUNAVAIL / FLARE_ETIMEDOUT (above). */
+FLARE_API int flare_db_res_error(const flare_db_res_t *r);
+/* PostgreSQL's SQLSTATE ("23505"), "" when there is none (SQLite, success,
+ * or an error that is not the server's). Never NULL. */
+FLARE_API const char *flare_db_res_sqlstate(const flare_db_res_t *r);
+/* SQLite's extended result code (SQLITE_CONSTRAINT_PRIMARYKEY...), 0 for
+ * PostgreSQL and on success. */
+FLARE_API int flare_db_res_code(const flare_db_res_t *r);
+/* The server's (or the driver's) message, "" on success. Never NULL. */
+FLARE_API const char *flare_db_res_message(const flare_db_res_t *r);
+
+/* Rows and columns returned (0 for a statement without rows or on error). */
+FLARE_API size_t flare_db_res_rows(const flare_db_res_t *r);
+FLARE_API size_t flare_db_res_cols(const flare_db_res_t *r);
+/* Rows changed by INSERT, UPDATE or DELETE. */
+FLARE_API uint64_t flare_db_res_affected(const flare_db_res_t *r);
+/* Column c's name, "" when out of range. Never NULL. */
+FLARE_API const char *flare_db_res_col_name(const flare_db_res_t *r, size_t col);
+/* Column index by name, or -1. */
+FLARE_API int flare_db_res_col_index(const flare_db_res_t *r, const char *name);
+
+/* Typed getters. Out of range or NULL: is_null is true and the others
+ * return 0 / 0.0 / an empty view. A value of another type is converted the
+ * way the database prints it (an integer read as text gives its digits;
+ * text that is not a number read as int64 gives 0). Views are valid during
+ * the callback. */
+FLARE_API bool flare_db_is_null(const flare_db_res_t *r, size_t row, size_t col);
+FLARE_API int64_t flare_db_get_int64(const flare_db_res_t *r, size_t row, size_t col);
+FLARE_API double flare_db_get_double(const flare_db_res_t *r, size_t row, size_t col);
+FLARE_API flare_str_t flare_db_get_text(const flare_db_res_t *r, size_t row, size_t col);
+FLARE_API flare_str_t flare_db_get_bytes(const flare_db_res_t *r, size_t row, size_t col);
+
+/* The HTTP status that reports r's error: 0 when there is none, 503 for
+ * FLARE_EUNAVAIL and FLARE_ETIMEDOUT, 500 for FLARE_EDB. */
+FLARE_API int flare_db_res_http_status(const flare_db_res_t *r);
+/* Answers res with that status and a short text body ("database
+ * unavailable", "database timeout", "database error"); the server's message
+ * is not sent to the client. Returns what flare_res_send returns, or
+ * FLARE_EINVAL when r has no error. */
+FLARE_API int flare_db_send_error(flare_res_t *res, const flare_db_res_t *r);
+
+/* ---- transactions ------------------------------------------------------------- */
+
+/* Called once a transaction has started (err 0, tx usable) or could not
+ * (err FLARE_EUNAVAIL..., tx NULL; r holds the error). */
+typedef void (*flare_db_tx_fn)(flare_db_tx_t *tx, flare_db_res_t *r, void *ud);
+
+/* Takes one of w's connections for this transaction alone, runs BEGIN on
+ * it, then cb. Statements go to that connection with flare_db_tx_query,
+ * one after another as the caller issues them; flare_db_tx_commit or
+ * flare_db_tx_rollback end it and give the connection back.
+ * owner (may be NULL) ties the transaction to a request: if the request's
+ * exchange ends (answered, or the client gone and the handler done) while
+ * the transaction is still open, it is rolled back and the connection
+ * released, so a transaction never outlives the request that opened it.
+ * At worker shutdown an open transaction is rolled back.
+ * 0 (cb will run), or FLARE_EINVAL / FLARE_ESTATE / FLARE_ENOMEM. */
+FLARE_API int flare_db_begin(flare_db_t *db, flare_worker_t *w, flare_req_t *owner,
+                             flare_db_tx_fn cb, void *ud);
+
+/* As flare_db_query, inside tx. After an error the transaction is aborted
+ * (PostgreSQL refuses further statements): roll it back. 0, or FLARE_EINVAL,
+ * FLARE_ESTATE (tx already ended or ending). */
+FLARE_API int flare_db_tx_query(flare_db_tx_t *tx, const char *sql, const flare_db_val_t *params,
+                                size_t nparams, flare_db_fn cb, void *ud);
+
+/* COMMIT / ROLLBACK, then cb (may be NULL) with its result; tx is invalid
+ * once the call returns 0 (the connection goes back when the statement
+ * completes). 0, or FLARE_EINVAL, FLARE_ESTATE (already ending). */
+FLARE_API int flare_db_tx_commit(flare_db_tx_t *tx, flare_db_fn cb, void *ud);
+FLARE_API int flare_db_tx_rollback(flare_db_tx_t *tx, flare_db_fn cb, void *ud);
+
+/* ---- LISTEN / NOTIFY (PostgreSQL) ---------------------------------------------- */
+
+typedef void (*flare_db_notify_fn)(flare_str_t channel, flare_str_t payload, void *ud);
+
+/* Delivers every NOTIFY on `channel` to cb(channel, payload, ud) on worker
+ * `worker`, over a connection of its own (re-listened after a reconnect).
+ * Before flare_app_run only; channel is copied (an SQL identifier: letters,
+ * digits, '_'; at most 63 bytes). 0, or FLARE_EINVAL (bad argument, not
+ * PostgreSQL, worker out of range), FLARE_ESTATE, FLARE_ENOMEM. */
+FLARE_API int flare_db_listen(flare_db_t *db, unsigned worker, const char *channel,
+                              flare_db_notify_fn cb, void *ud);
+
+/* ---- statistics ------------------------------------------------------------------ */
+
+typedef struct flare_db_stats {
+    uint64_t conns_open; /* connections up now */
+    uint64_t conns_busy; /* of those, with a query in flight or in a transaction */
+    uint64_t queue_len;  /* queries waiting for a connection now */
+    uint64_t queries;    /* statements completed, successfully or not */
+    uint64_t errors;     /* of those, with an error (any of the three) */
+    uint64_t timeouts;   /* of those, FLARE_ETIMEDOUT */
+    uint64_t rejected;   /* of those, FLARE_EUNAVAIL (down, queue full, waited too long) */
+    uint64_t reconnects; /* connections remade after being lost */
+} flare_db_stats_t;
+
+/* Worker `worker`'s figures (worker == UINT32_MAX: summed over all). Safe
+ * from any thread while the app runs (another worker's figures may be a
+ * moment old); zero before. 0, or FLARE_EINVAL. */
+FLARE_API int flare_db_stats(const flare_db_t *db, unsigned worker, flare_db_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
