@@ -303,8 +303,13 @@ static void queue_advance(flare_conn_t *c)
                 send_continue_later(c, ex);
             return;
         }
-        if (ex->flags & EX_CLOSE)
+        if (ex->flags & EX_CLOSE) {
             c->flags |= C_CLOSING;
+            /* no request is read after a closing one: the stream holds the
+             * connection's last bytes (TLS: close_notify in the same send) */
+            if (ex->next == NULL)
+                flare__stream_last(&c->s);
+        }
         c->qhead = ex->next;
         if (c->qhead == NULL)
             c->qtail = NULL;
