@@ -20,6 +20,8 @@
 #                         (returns 1 with the server's logs on stderr otherwise)
 #   stop_server PID       SIGTERM, wait (SIGKILL after a grace period)
 #   cpu_us PID            utime+stime of the whole process (all threads), microseconds
+#   cpu_tree_us PID       the same summed over PID and its live descendant processes (h2o
+#                         signs with its TLS keys in a child process, neverbleed)
 #   rss_kb PID            VmRSS in KiB
 #
 # Conventions: every server answers GET /plaintext with 200 and the body "Hello, World!",
@@ -610,6 +612,16 @@ cpu_us() {
     read -r -a f <<<"$rest"
     # f[0] is field 3 (state); utime is field 14, stime field 15.
     echo $(((f[11] + f[12]) * 1000000 / CLK_TCK))
+}
+
+cpu_tree_us() {
+    local total k c
+    total=$(cpu_us "$1") || return 1
+    for k in $(pgrep -P "$1" 2>/dev/null); do
+        c=$(cpu_tree_us "$k" 2>/dev/null) || continue # it exited meanwhile
+        total=$((total + c))
+    done
+    echo "$total"
 }
 
 rss_kb() {

@@ -153,12 +153,20 @@ void flare__conn_free_dead(flare_worker_t *w)
     }
 }
 
-/* Error responses leave the connection through a lingering close: shut the
- * write side so the response is not lost to a RST, then read and discard
- * until EOF or LINGER_MS (nginx's lingering_close). */
+/* Error responses, and closes the server decides (draining), leave the
+ * connection through a lingering close: shut the write side so the response
+ * is not lost to a RST, then read and discard until EOF or LINGER_MS
+ * (nginx's lingering_close). When the client asked for the close itself and
+ * everything it sent was read, nothing more is coming but its FIN (and TLS
+ * close_notify): close at once, as nginx does (lingering_close on). That
+ * saves each such connection a shutdown(2), two wake-ups, two reads and
+ * its time in the connection list (measured: 20 -> 16 syscalls besides
+ * getpid per TLS handshake + request with Connection: close). */
 static void start_linger(flare_conn_t *c)
 {
-    if (c->s.sflags & FLARE_S_RD_EOF) {
+    if ((c->s.sflags & FLARE_S_RD_EOF) ||
+        ((c->flags & C_PEER_CLOSE) && c->recv == NULL && c->s.rpos == c->s.rlen &&
+         !flare__stream_has_pending(&c->s))) {
         conn_close_clean(c);
         return;
     }
@@ -295,8 +303,13 @@ static void queue_advance(flare_conn_t *c)
                 send_continue_later(c, ex);
             return;
         }
-        if (ex->flags & EX_CLOSE)
+        if (ex->flags & EX_CLOSE) {
             c->flags |= C_CLOSING;
+            /* no request is read after a closing one: the stream holds the
+             * connection's last bytes (TLS: close_notify in the same send) */
+            if (ex->next == NULL)
+                flare__stream_last(&c->s);
+        }
         c->qhead = ex->next;
         if (c->qhead == NULL)
             c->qtail = NULL;
@@ -328,6 +341,7 @@ static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, con
 {
     ex->flags |= EX_CLOSE | EX_ERROR;
     c->flags |= C_CLOSING;
+    c->flags &= ~(uint32_t)C_PEER_CLOSE; /* what it sends next may still be arriving */
     flare__res_error(ex, status, msg);
     flare__http1_complete(ex);
 }
@@ -547,8 +561,12 @@ static void process(flare_conn_t *c)
             ex->flags |= EX_CLOSE;
         flare__http_route(app, ex);
         bool done = start_body(c, ex);
-        if (ex->flags & EX_CLOSE)
+        if (ex->flags & EX_CLOSE) {
             c->flags |= C_CLOSING; /* no request after this one is read */
+            /* read whole (not waiting for a body or a 100-continue) */
+            if (done && !ex->head.keep_alive && !(ex->flags & EX_ERROR))
+                c->flags |= C_PEER_CLOSE;
+        }
         if (!done)
             continue; /* c->recv set, or closing: the loop condition decides */
         if (c->s.rpos < c->s.rlen)

@@ -18,8 +18,9 @@ enum {
     C_DEAD = 1u << 4,
     C_READ_PAUSED = 1u << 6,
     C_HAD_REQUEST = 1u << 7,
-    C_LINE_SEEN = 1u << 8, /* the partial head has its request line */
-    C_UPGRADE = 1u << 9,   /* 101 sent: hand the socket over once flushed */
+    C_LINE_SEEN = 1u << 8,   /* the partial head has its request line */
+    C_UPGRADE = 1u << 9,     /* 101 sent: hand the socket over once flushed */
+    C_PEER_CLOSE = 1u << 10, /* the client asked for the close; its request was read whole */
 };
 
 struct flare_conn {

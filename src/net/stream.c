@@ -384,6 +384,7 @@ int flare__stream_flush_slow(flare_stream_t *s)
         const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
         size_t file_skip = 0;
         bool more = false; /* a file range follows the gathered bytes */
+        bool all = false;  /* the gathered bytes are all that is queued */
         for (uint32_t i = 0; i <= s->nsegs && n < MAX_IOV; i++) {
             size_t at = i < s->nsegs ? s->segs[i].at : s->wbuf.len;
             size_t part = at - wpos; /* wbuf bytes [wpos, at) */
@@ -397,7 +398,11 @@ int flare__stream_flush_slow(flare_stream_t *s)
                 skip = 0;
             }
             wpos = at;
-            if (i == s->nsegs || n == MAX_IOV)
+            if (i == s->nsegs) {
+                all = true;
+                break;
+            }
+            if (n == MAX_IOV)
                 break;
             if (skip >= s->segs[i].len) {
                 skip -= s->segs[i].len;
@@ -423,6 +428,10 @@ int flare__stream_flush_slow(flare_stream_t *s)
         if (file != NULL) {
             total = file->len - file_skip;
             wr = tx_sendfile(s, file, file_skip);
+        } else if (flare__unlikely(all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
+            s->tr->state |= FLARE_TR_LAST;
+            wr = tx_writev(s, iov, n, more);
+            s->tr->state &= ~(uint32_t)FLARE_TR_LAST;
         } else {
             wr = tx_writev(s, iov, n, more);
         }
@@ -449,6 +458,17 @@ int flare__stream_flush_slow(flare_stream_t *s)
             blocked(s, false);
             return 0;
         }
+    }
+    if (flare__unlikely(s->tr != NULL && (s->tr->state & FLARE_TR_HELD))) {
+        /* the transport's own output (TLS session tickets) when no response
+         * carried it: it goes out with this batch, never later */
+        int r = s->tr->ops->flush(s->tr);
+        if (r == -EAGAIN) {
+            blocked(s, s->tr->want == FLARE_IO_READ);
+            return 0;
+        }
+        if (r < 0)
+            return -1;
     }
     if (s->sflags & (FLARE_S_WANT_WRITE | FLARE_S_WR_WAITS_R)) {
         s->sflags &= ~(uint32_t)(FLARE_S_WANT_WRITE | FLARE_S_WR_WAITS_R);

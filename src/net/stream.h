@@ -102,6 +102,7 @@ enum {
     FLARE_S_WR_WAITS_R = 1u << 5, /* the transport's write waits for readability */
     FLARE_S_ATTACHED = 1u << 6,   /* has a socket (a moved-to stream gets one later) */
     FLARE_S_SEG_FILE = 1u << 7,   /* some queued segment is a file range */
+    FLARE_S_OUT_LAST = 1u << 8,   /* what is queued is the last output (see flare__stream_last) */
 };
 
 typedef struct flare_stream {
@@ -290,6 +291,14 @@ static inline int flare__stream_flush(flare_stream_t *s)
             return -1;
     }
     return flare__stream_flush_slow(s);
+}
+
+/* The protocol has queued the last bytes this connection will send (it
+ * closes once they are out): a transport may end its side in the same send
+ * (TLS seals close_notify behind them). Nothing may be queued after. */
+static inline void flare__stream_last(flare_stream_t *s)
+{
+    s->sflags |= FLARE_S_OUT_LAST;
 }
 
 /* Input interest on or off (paused by a protocol that has enough queued,

@@ -135,6 +135,10 @@ typedef struct tls_conn {
      * plaintext bytes they hold that were not reported written. */
     char *pend;
     size_t pend_len, pend_off, sealed;
+    /* pend holds output OpenSSL made on its own, never tried on the socket
+     * yet (the TLS 1.3 session tickets): the next write appends its records
+     * to it (out_append) and sends it all at once */
+    bool held;
     bool peeked, ktls_send, shut_sent, coalesce;
 } tls_conn_t;
 
@@ -863,9 +867,29 @@ static int out_append(tls_conn_t *c, const char *p, size_t n)
     return 0;
 }
 
+/* FLARE_TR_HELD tells the stream to flush: output is waiting that no write
+ * of the stream's will push (none of its bytes are in it). */
+static inline void held_sync(tls_conn_t *c)
+{
+    if (c->pend_len > 0 && c->sealed == 0)
+        c->base.state |= FLARE_TR_HELD;
+    else
+        c->base.state &= ~(uint32_t)FLARE_TR_HELD;
+}
+
+static int out_flush_(tls_conn_t *c);
+
 /* Sends what is waiting: 1 all out, 0 the socket is full (the rest is the
  * connection's now), -1 an error (errno). */
 static int out_flush(tls_conn_t *c)
+{
+    c->held = false;
+    int r = out_flush_(c);
+    held_sync(c);
+    return r;
+}
+
+static int out_flush_(tls_conn_t *c)
 {
     const char *p = c->pend_len > 0 ? c->pend + c->pend_off : out.buf;
     size_t n = c->pend_len > 0 ? c->pend_len - c->pend_off : out.len;
@@ -930,6 +954,10 @@ static long out_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
     switch (cmd) {
     case BIO_CTRL_FLUSH: {
         BIO_clear_retry_flags(b);
+        /* TLS 1.3 tickets: OpenSSL flushes after each one (2 sends); kept
+         * instead for the first response to carry (see handshake) */
+        if (SSL_get_state(c->ssl) == TLS_ST_SW_SESSION_TICKET)
+            return 1;
         int r = out_flush(c);
         if (r == 0)
             BIO_set_retry_write(b);
@@ -1066,6 +1094,34 @@ static ssize_t peek_first(tls_conn_t *c)
     return -EPROTO;
 }
 
+/* After an SSL call of the handshake: what it left in the per-thread
+ * buffer is sent, or, with `keep` (the handshake is done), kept by the
+ * connection for its first response to carry. That is the TLS 1.3 session
+ * tickets: the client's Finished usually comes with its request, and the
+ * tickets, the response and (Connection: close) close_notify then leave in
+ * one send instead of four (nginx: four writes; h2o: three). No response
+ * in this batch (an incomplete or asynchronous one): the stream's flush at
+ * the end of the batch sends them (FLARE_TR_HELD). */
+static void out_after_handshake(tls_conn_t *c, bool keep)
+{
+    if (flare__likely(out.len == 0)) {
+        held_sync(c);
+        return;
+    }
+    char *p = keep && c->pend_len == 0 ? malloc(out.len) : NULL;
+    if (p == NULL) {
+        (void)out_flush(c); /* an error shows on the next call */
+        return;
+    }
+    memcpy(p, out.buf, out.len);
+    c->pend = p;
+    c->pend_len = out.len;
+    c->pend_off = 0;
+    c->held = true;
+    out.len = 0;
+    held_sync(c);
+}
+
 /* Runs the handshake: 1 established, 0 the peer closed, -EAGAIN, -errno. */
 static ssize_t handshake(tls_conn_t *c)
 {
@@ -1079,13 +1135,15 @@ static ssize_t handshake(tls_conn_t *c)
     clear_errors();
     errno = 0;
     int r = SSL_do_handshake(c->ssl);
+    if (c->coalesce)
+        out_after_handshake(c, r == 1);
     if (r == 1) {
         c->base.state |= FLARE_TR_ESTABLISHED;
         bump(&c->ctr->handshakes);
         if (SSL_session_reused(c->ssl))
             bump(&c->ctr->resumed);
         c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl));
-        if (!c->ktls_send)
+        if (!c->ktls_send && !c->coalesce)
             out_attach(c);
         return 1;
     }
@@ -1149,9 +1207,21 @@ static ssize_t write_ready(tls_conn_t *c)
     }
     if (flare__unlikely(c->base.state & FLARE_TR_FAILED))
         return -EPROTO;
-    if (flare__unlikely(c->shut_sent))
+    /* after close_notify only the retry of the batch it was sealed with */
+    if (flare__unlikely(c->shut_sent) && c->sealed == 0)
         return -EPIPE;
     return 0;
+}
+
+/* close_notify sealed behind the batch (FLARE_TR_LAST): SSL_shutdown's
+ * flush sends both at once; out_batch then reports them out or waiting. */
+static void seal_close_notify(tls_conn_t *c)
+{
+    clear_errors();
+    if (SSL_shutdown(c->ssl) >= 0)
+        c->shut_sent = true;
+    else
+        ERR_clear_error(); /* tls_shutdown tries again when the stream ends */
 }
 
 static ssize_t out_failed(tls_conn_t *c, int e)
@@ -1168,6 +1238,8 @@ static ssize_t out_resume(tls_conn_t *c, size_t len, size_t *done)
     *done = 0;
     if (flare__likely(c->pend_len == 0))
         return 1;
+    if (c->held)
+        return 1; /* the tickets: the records sealed next join them, one send */
     int r = out_flush(c);
     if (r == 0) {
         c->base.want = FLARE_IO_WRITE;
@@ -1241,6 +1313,8 @@ static ssize_t tls_writev(flare_transport_t *t, const struct iovec *iov, int n, 
     size_t done = 0;
     if (c->coalesce && (r = out_resume(c, total, &done)) != 1)
         return r;
+    if (flare__unlikely(c->shut_sent))
+        return done > 0 ? (ssize_t)done : -EPIPE; /* nothing may follow close_notify */
     if (c->wpending != 0 && total < c->wpending)
         return -EINVAL; /* a retry must offer at least the pending bytes */
     int i = 0;
@@ -1280,6 +1354,8 @@ static ssize_t tls_writev(flare_transport_t *t, const struct iovec *iov, int n, 
             c->sealed += (size_t)r;
         } while (done + batch < total && batch < OUT_BATCH);
         if (c->coalesce) {
+            if (flare__unlikely(t->state & FLARE_TR_LAST) && done + batch == total)
+                seal_close_notify(c);
             r = out_batch(c, done);
             if (r < 0 || (size_t)r < done + batch)
                 return r;
@@ -1421,6 +1497,21 @@ static int tls_shutdown(flare_transport_t *t)
     return e == 0 ? 0 : (int)e;
 }
 
+static int tls_flush(flare_transport_t *t)
+{
+    tls_conn_t *c = (tls_conn_t *)t;
+    if (t->state & FLARE_TR_FAILED)
+        return -EPIPE;
+    int r = c->pend_len > 0 ? out_flush(c) : 1;
+    if (r == 1)
+        return 0;
+    if (r == 0) {
+        t->want = FLARE_IO_WRITE;
+        return -EAGAIN;
+    }
+    return (int)out_failed(c, errno);
+}
+
 static size_t tls_pending(const flare_transport_t *t)
 {
     const tls_conn_t *c = (const tls_conn_t *)t;
@@ -1456,6 +1547,7 @@ static const flare_transport_ops_t tls_ops = {
     .writev = tls_writev,
     .sendfile = tls_sendfile,
     .shutdown = tls_shutdown,
+    .flush = tls_flush,
     .pending = tls_pending,
     .free = tls_free,
 };
@@ -1481,6 +1573,11 @@ flare_transport_t *flare__tls_accept(flare_tls_t *t, int fd, flare_tls_counters_
         tls_free(&c->base);
         return NULL;
     }
+    /* our output BIO from the start (the handshake's flights go out as
+     * before, one send each; the tickets wait for the response), except
+     * where kTLS may take over: OpenSSL sets it up on the socket BIO */
+    if (!ktls_available())
+        out_attach(c);
     SSL_set_accept_state(c->ssl);
     return &c->base;
 }

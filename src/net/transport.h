@@ -37,6 +37,10 @@ typedef struct flare_transport_ops {
     /* Ends the write side cleanly (TLS: close_notify; the caller then shuts
      * the socket's write side). 0 done, -EAGAIN try again (t->want), -errno. */
     int (*shutdown)(flare_transport_t *t);
+    /* Sends output the transport made on its own and still holds
+     * (FLARE_TR_HELD: TLS session tickets kept to leave with the first
+     * response). 0 done, -EAGAIN try again (t->want), -errno. */
+    int (*flush)(flare_transport_t *t);
     /* Application bytes the transport already holds: readable without the
      * socket becoming readable again (epoll does not see them). */
     size_t (*pending)(const flare_transport_t *t);
@@ -48,6 +52,13 @@ typedef struct flare_transport_ops {
 enum {
     FLARE_TR_ESTABLISHED = 1u << 0, /* handshake done: application data flows */
     FLARE_TR_FAILED = 1u << 1,      /* unusable: close without a clean shutdown */
+    /* set by the transport: it holds output of its own (not bytes the
+     * stream offered): the stream calls flush once its own output is out */
+    FLARE_TR_HELD = 1u << 2,
+    /* set by the stream around a writev that carries the last bytes the
+     * connection will send: the transport may end its side right after
+     * them, in the same send (TLS: close_notify) */
+    FLARE_TR_LAST = 1u << 3,
 };
 
 struct flare_transport {

@@ -12,6 +12,7 @@ close_notify, a plain listener beside the TLS one, and start-up errors."""
 import asyncio
 import os
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -292,6 +293,64 @@ class TLSCase(ServerTestCase):
         self.assertFalse(sess.has_ticket)
         self.assertTrue(sess.id, "no session id: nothing to resume from the cache")
         self.resume(ctx, sess)
+
+    def test_tls13_tickets_come_without_a_request(self):
+        # the server keeps its tickets for the first response to carry, but
+        # never past the end of what it read: a client that sends nothing
+        # after its Finished still gets them at once
+        ctx = context(version=ssl.TLSVersion.TLSv1_3)
+        s = self.tls(ctx)
+        ready, _, _ = select.select([s.raw], [], [], 2)
+        self.assertTrue(ready, "no session ticket within 2 s of the handshake")
+        s._read_raw()
+        self.assertEqual(s.pending(), 0)   # tickets only, no data
+        self.assertTrue(s.obj.session.has_ticket)
+        self.resume(ctx, s.obj.session, n=4)
+
+    def test_tls13_finished_and_request_in_one_flight(self):
+        # the client's Finished and a Connection: close request in one
+        # segment: the tickets, the response and close_notify come back
+        # (in one send), and the ticket resumes
+        ctx = context(version=ssl.TLSVersion.TLSv1_3)
+        raw = self.raw()
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+        while True:
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                data = raw.recv(65536)
+                self.assertTrue(data, "closed during the handshake")
+                inc.write(data)
+        obj.write(get("/plaintext", extra="Connection: close\r\n"))
+        raw.sendall(out.read())   # Finished + the request
+        body, eof = b"", None
+        while eof is None:
+            try:
+                data = obj.read(65536)
+                if not data:   # (SSLObject.read's way of saying close_notify)
+                    eof = "close_notify"
+                    break
+                body += data
+                continue
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                eof = "close_notify"
+                break
+            data = raw.recv(65536)
+            if not data:
+                eof = "eof"
+                break
+            inc.write(data)
+        self.assertEqual(eof, "close_notify")
+        self.assertTrue(body.startswith(b"HTTP/1.1 200 OK\r\n"), body[:80])
+        self.assertTrue(body.endswith(b"\r\n\r\n" + HELLO), body[-80:])
+        self.assertIn(b"\r\nConnection: close\r\n", body)
+        self.assertTrue(obj.session.has_ticket, "no ticket came with the response")
+        self.resume(ctx, obj.session, n=4)
 
     def test_session_for_another_name_not_resumed_with_other_certificate(self):
         # a session made for localhost must not let other.test skip its
