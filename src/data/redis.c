@@ -67,6 +67,8 @@ typedef struct resolve {
     conn_t *c; /* NULL once the worker state is gone */
     char *host;
     char addr[INET6_ADDRSTRLEN];
+    unsigned pick; /* which of the addresses: attempts failed in a row, so each retry tries
+                      the next one (localhost may give ::1 first, the server 127.0.0.1 only) */
     int rc;
 } resolve_t;
 
@@ -425,10 +427,16 @@ static void resolve_work(void *ud)
         j->rc = -1;
         return;
     }
-    const void *a = res->ai_family == AF_INET6
-                        ? (const void *)&((struct sockaddr_in6 *)(void *)res->ai_addr)->sin6_addr
-                        : (const void *)&((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
-    if (inet_ntop(res->ai_family, a, j->addr, sizeof(j->addr)) == NULL)
+    unsigned n = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+        n++;
+    struct addrinfo *ai = res;
+    for (unsigned i = j->pick % n; i > 0; i--)
+        ai = ai->ai_next;
+    const void *a = ai->ai_family == AF_INET6
+                        ? (const void *)&((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr
+                        : (const void *)&((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr;
+    if (inet_ntop(ai->ai_family, a, j->addr, sizeof(j->addr)) == NULL)
         j->rc = -1;
     freeaddrinfo(res);
 }
@@ -458,8 +466,10 @@ static void conn_start(conn_t *c)
         return;
     }
     resolve_t *j = calloc(1, sizeof(*j));
-    if (j != NULL)
+    if (j != NULL) {
         j->host = strdup(ws->r->host);
+        j->pick = c->failures;
+    }
     if (j == NULL || j->host == NULL ||
         flare_worker_job(ws->w, resolve_work, resolve_done, j) != 0) {
         if (j != NULL)
