@@ -14,9 +14,12 @@
 # The ceiling (PostgreSQL): bench/db_null drives libpq in pipeline mode over the same POOL
 # connections, with CONNECTIONS requests outstanding (as wrk's connections), sending exactly
 # the statements each route sends (db: 1 SELECT; queries: 20; fortunes: 1; updates: 20 and
-# one batched UPDATE), pinned to SERVER_CPU like Flare. Its queries/s is what the database
-# serves when nothing else is in the way; Flare's queries/s (requests/s × statements per
-# request) is quoted as a ratio to it.
+# one batched UPDATE), pinned to SERVER_CPU like Flare, and syncs as the driver does: the
+# SELECTs started in one loop turn share one sync, each UPDATE has its own. Its queries/s is
+# what the database serves when nothing else is in the way: no HTTP client, no HTTP server,
+# so PostgreSQL has both cores to itself, where Flare shares them with wrk (on this 2-core
+# machine wrk alone costs more CPU per request than PostgreSQL spends on one /db query).
+# Flare's queries/s (requests/s × statements per request) is quoted as a ratio to it.
 # The ceiling (SQLite): bench/sqlite_null runs the same SELECT on THREADS threads of its own
 # (the driver's pool size), no HTTP, no hand-off between threads.
 #

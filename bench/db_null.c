@@ -15,8 +15,12 @@
  *   updates   n SELECTs, then one batched UPDATE of the n rows (as
  *             examples/tfb does on PostgreSQL)
  * `inflight` requests are kept outstanding (wrk's connections), spread over
- * the connections; the statements of the requests started in one loop turn
- * go out together, with one sync, as the driver batches them.
+ * the connections; the SELECTs of the requests started in one loop turn
+ * go out together, with one sync, as the driver batches reads; each UPDATE
+ * is followed by a sync of its own, as the driver ends a batch with a
+ * write (several UPDATEs in one implicit transaction deadlock between the
+ * two connections). --sync each puts a sync after every statement (what
+ * the driver did before it batched reads).
  *
  * Prints one line: mode, requests, queries, seconds, req/s, queries/s, and
  * the client's own CPU time per request (its cost is not the server's). */
@@ -49,6 +53,7 @@ typedef struct conn {
     int *fifo;
     size_t head, tail, cap;
     unsigned open; /* requests in flight on it */
+    bool seg;      /* statements sent since the last sync */
 } conn_t;
 
 typedef struct req {
@@ -121,6 +126,7 @@ static void sync_one(conn_t *c)
     if (!PQpipelineSync(c->pg))
         die("PQpipelineSync", c->pg);
     push(c, -1);
+    c->seg = false;
 }
 
 static void send_world(conn_t *c, int ri)
@@ -131,6 +137,7 @@ static void send_world(conn_t *c, int ri)
     if (!PQsendQueryPrepared(c->pg, "w", 1, v, NULL, NULL, 0))
         die("PQsendQueryPrepared", c->pg);
     push(c, ri);
+    c->seg = true;
     if (sync_each)
         sync_one(c);
 }
@@ -165,6 +172,10 @@ static void send_update(conn_t *c, int ri)
     if (!PQsendQueryPrepared(c->pg, "u", 2, v, NULL, NULL, 0))
         die("PQsendQueryPrepared", c->pg);
     push(c, ri);
+    /* a write ends its segment, as the driver's do: two UPDATEs in one
+     * implicit transaction hold their row locks together and deadlock with
+     * the other connection's */
+    sync_one(c);
 }
 
 static void start_req(conn_t *c)
@@ -188,6 +199,9 @@ static void start_req(conn_t *c)
         if (!PQsendQueryPrepared(c->pg, "f", 0, NULL, NULL, NULL, 0))
             die("PQsendQueryPrepared", c->pg);
         push(c, ri);
+        c->seg = true;
+        if (sync_each)
+            sync_one(c);
         break;
     }
     c->open++;
@@ -302,11 +316,8 @@ int main(int argc, char **argv)
                 start_req(c);
                 sent = true;
             }
-            if (sent) {
-                if (!PQpipelineSync(c->pg))
-                    die("PQpipelineSync", c->pg);
-                push(c, -1);
-            }
+            if (sent && c->seg)
+                sync_one(c);
             pfd[i].fd = PQsocket(c->pg);
             pfd[i].events = POLLIN | (PQflush(c->pg) == 1 ? POLLOUT : 0);
         }
@@ -338,11 +349,8 @@ int main(int argc, char **argv)
                 }
                 PQclear(res);
             }
-            if (sent) {
-                if (!PQpipelineSync(c->pg))
-                    die("PQpipelineSync", c->pg);
-                push(c, -1);
-            }
+            if (sent && c->seg)
+                sync_one(c);
         }
     }
     double secs = now_s() - t0, cpu = cpu_s() - c0;

@@ -175,6 +175,19 @@ typedef void (*flare_db_fn)(flare_db_res_t *r, void *ud);
  * the first time it is seen and looked up by content afterwards).
  * Several calls in a row (one request asking for 20 rows) go out together
  * and complete independently: one failing does not fail the others.
+ * PostgreSQL: the reads issued in one loop iteration share one pipeline
+ * Sync, so the server runs them as one implicit transaction. A read is a
+ * statement whose text, after white space and comments, starts with SELECT
+ * and holds none of the words INTO and FOR, nor ';'. When one of them
+ * fails, the server skips those after it; the driver sends them again, so
+ * each still gets its own result. A write (anything else) ends the batch
+ * with a Sync of its own: nothing sent after it can undo it.
+ * The limit of that rule: a SELECT calling a function with side effects
+ * (one that writes, pg_notify, set_config) is taken for a read, and if a
+ * statement after it in the same batch fails, the server rolls those
+ * effects back although the SELECT was reported as a success. Run such a
+ * call in a transaction (flare_db_begin), or give it a text that does not
+ * start with SELECT (WITH r AS (SELECT f()) SELECT * FROM r).
  * 0 (cb will run), or FLARE_EINVAL (NULL db, w, sql or cb; params NULL with
  * nparams > 0; more than 65535 parameters), FLARE_ESTATE (w not running),
  * FLARE_ENOMEM. A database that is down, or a full wait queue, is not an

@@ -170,13 +170,15 @@ pg_query_t *flare__pg_qalloc(pg_worker_t *pw)
         pw->freeq = q->next;
     else if ((q = malloc(sizeof(*q))) == NULL)
         return NULL;
-    *q = (pg_query_t){ .stmt = PG_NO_STMT };
+    memset(q, 0, offsetof(pg_query_t, inl)); /* inl is written before it is read */
+    q->stmt = PG_NO_STMT;
     return q;
 }
 
 void flare__pg_qfree(pg_worker_t *pw, pg_query_t *q)
 {
-    free(q->params);
+    if (q->params != q->inl)
+        free(q->params);
     q->params = NULL;
     q->next = pw->freeq;
     pw->freeq = q;
@@ -254,6 +256,68 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
+static bool ident_char(unsigned char ch)
+{
+    return (unsigned)((ch | 0x20) - 'a') < 26u || (unsigned)(ch - '0') < 10u || ch == '_' ||
+           ch == '$' || ch >= 0x80;
+}
+
+/* Whether sql, from s, begins with the keyword kw (lower case). */
+static bool keyword_at(const char *s, const char *end, const char *kw)
+{
+    size_t n = strlen(kw);
+    if ((size_t)(end - s) < n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (flare__lower((unsigned char)s[i]) != (unsigned char)kw[i])
+            return false;
+    return s + n == end || !ident_char((unsigned char)s[n]);
+}
+
+/* Whether a statement cannot write, so that it may share a pipeline
+ * segment with others (pg_int.h): its first word, after white space and
+ * comments, is SELECT, and the words INTO (SELECT INTO creates a table)
+ * and FOR (row locks, FOR UPDATE / SHARE: held to the end of the segment,
+ * they could deadlock where statements of their own would not) appear
+ * nowhere in it, nor ';'. Anything else counts as a write, which is only
+ * ever slower. Not seen: a function called by the SELECT that writes
+ * (db.h states the limit). */
+static bool stmt_reads_only(const char *sql, size_t len)
+{
+    const char *p = sql, *end = sql + len;
+    for (;;) {
+        while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r')))
+            p++;
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-') {
+            while (p < end && *p != '\n')
+                p++;
+        } else if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+            unsigned depth = 0; /* PostgreSQL's block comments nest */
+            do {
+                if (end - p >= 2 && p[0] == '/' && p[1] == '*')
+                    depth++, p += 2;
+                else if (end - p >= 2 && p[0] == '*' && p[1] == '/')
+                    depth--, p += 2;
+                else
+                    p++;
+            } while (depth > 0 && p < end);
+        } else {
+            break;
+        }
+    }
+    if (!keyword_at(p, end, "select"))
+        return false;
+    for (p += 6; p < end; p++) {
+        if (*p == ';')
+            return false;
+        if (ident_char((unsigned char)p[-1]))
+            continue;
+        if (keyword_at(p, end, "into") || keyword_at(p, end, "for"))
+            return false;
+    }
+    return true;
+}
+
 static int stmt_rehash(pg_worker_t *pw, uint32_t nslots)
 {
     uint32_t *slots = calloc(nslots, sizeof(*slots));
@@ -300,7 +364,9 @@ static int64_t stmt_id(pg_worker_t *pw, const char *sql, const flare_db_val_t *p
         pw->capstmts = cap;
     }
     pg_stmt_t *st = &pw->stmts[pw->nstmts];
-    *st = (pg_stmt_t){ .len = len, .hash = h, .nparams = (uint32_t)n };
+    *st = (pg_stmt_t){
+        .len = len, .hash = h, .nparams = (uint32_t)n, .read = stmt_reads_only(sql, len)
+    };
     st->sql = malloc(len + 1);
     st->types = n > 0 ? calloc(n, sizeof(Oid)) : NULL;
     if (st->sql == NULL || (n > 0 && st->types == NULL)) {
@@ -525,10 +591,7 @@ void flare__pg_pump(pg_worker_t *pw)
             pw->qtail = NULL;
         pw->qlen--;
         queue_len_add(pw, -1);
-        char *params = q->params;
-        q->params = NULL;
-        dispatch(c, q, params);
-        free(params);
+        dispatch(c, q, q->params); /* kept in q until it completes */
     }
 }
 
@@ -619,7 +682,7 @@ static int query(void *ws, flare_db_tx_t *txh, const char *sql, const flare_db_v
         return 0;
     }
     if (len > 0) {
-        q->params = malloc(len);
+        q->params = len <= sizeof(q->inl) ? q->inl : malloc(len);
         if (q->params == NULL) {
             flare__pg_qfree(pw, q);
             return FLARE_ENOMEM;

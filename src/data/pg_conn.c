@@ -115,7 +115,7 @@ static void mark_broken(pg_conn_t *c)
 }
 
 /* What libpq still holds goes out; the rest when the socket is writable. */
-void flare__pg_flush(pg_conn_t *c)
+static void flush_out(pg_conn_t *c)
 {
     c->need_flush = false;
     int r = PQflush(c->pg);
@@ -129,6 +129,26 @@ void flare__pg_flush(pg_conn_t *c)
     }
 }
 
+/* Ends the open segment. Its ring slot was reserved with the statement
+ * that opened it (flare__pg_send reserves one more than it pushes). */
+static bool seg_close(pg_conn_t *c)
+{
+    c->seg_open = false;
+    if (!pg_sync(c->pg)) {
+        mark_broken(c);
+        return false;
+    }
+    ring_push(c, OP_SYNC, PG_NO_STMT, NULL);
+    return true;
+}
+
+void flare__pg_flush(pg_conn_t *c)
+{
+    if (c->seg_open && !seg_close(c))
+        return;
+    flush_out(c);
+}
+
 static void arm_timeout(pg_conn_t *c)
 {
     pg_query_t *q = ring_oldest(c);
@@ -138,13 +158,86 @@ static void arm_timeout(pg_conn_t *c)
     flare__timer_start(c->pw->loop, &c->timer, when > now ? when - now : 0);
 }
 
+/* Keeps q's parameters (the block starting at params, `len` bytes) for a
+ * second send: in the record when they fit. */
+static int keep_params(pg_query_t *q, const char *params, size_t len)
+{
+    if (q->params != NULL || len == 0)
+        return 0; /* already its own (waited in the queue, or sent again) */
+    char *p = len <= sizeof(q->inl) ? q->inl : malloc(len);
+    if (p == NULL)
+        return FLARE_ENOMEM;
+    memcpy(p, params, len);
+    q->params = p;
+    return 0;
+}
+
+static size_t params_len(const char *params, uint32_t n)
+{
+    const char *p = params;
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t l;
+        memcpy(&l, p, 4);
+        p += PG_PARAM_HDR + (size_t)(l > 0 ? l : 0) + 1;
+    }
+    return (size_t)(p - params);
+}
+
+/* libpq 15 must not be given a statement while its pipeline is aborted
+ * (between an error and the Sync that ends its segment): it then skips
+ * the NULL that ends the result being read and the ring loses step. What
+ * is sent then waits on the connection, in order, and goes out when the
+ * Sync's result has been read (conn_read). */
+static int hold(pg_conn_t *c, pg_query_t *q, const char *params)
+{
+    if (q->stmt != PG_NO_STMT && keep_params(q, params, params_len(params, q->nparams)) != 0)
+        return FLARE_ENOMEM;
+    q->next = NULL;
+    if (c->htail != NULL)
+        c->htail->next = q;
+    else
+        c->hhead = q;
+    c->htail = q;
+    c->inflight++;
+    flare__pg_busy_update(c);
+    return 0;
+}
+
+static void release_held(pg_conn_t *c)
+{
+    pg_query_t *q = c->hhead;
+    c->hhead = c->htail = NULL;
+    while (q != NULL) {
+        pg_query_t *next = q->next;
+        c->inflight--;
+        if (flare__pg_send(c, q, q->params) != 0)
+            flare__pg_complete_err(c->pw, q, FLARE_EUNAVAIL,
+                                   c->broken ? "database unavailable: sending failed"
+                                             : "database unavailable: out of memory");
+        q = next;
+    }
+    flare__pg_busy_update(c);
+}
+
 int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params)
 {
     pg_worker_t *pw = c->pw;
-    if (ring_reserve(c, 3) != 0)
+    if (c->hhead != NULL || PQpipelineStatus(c->pg) == PQ_PIPELINE_ABORTED)
+        return hold(c, q, params);
+    /* Sync before, Parse, the statement, Sync after (or the slot of the
+     * Sync that will close the segment) */
+    if (ring_reserve(c, 4) != 0)
         return FLARE_ENOMEM;
-    if (q->stmt != PG_NO_STMT) {
-        pg_stmt_t *st = &pw->stmts[q->stmt];
+    pg_stmt_t *st = q->stmt != PG_NO_STMT ? &pw->stmts[q->stmt] : NULL;
+    /* may share a segment (pg_int.h): a pool statement not yet aborted twice */
+    bool join = st != NULL && c->tx == NULL && q->resent < 2;
+    if (!join && c->seg_open && !seg_close(c))
+        return FLARE_EUNAVAIL;
+    q->behind = join && c->seg_open;
+    /* kept for a second send: behind another statement, or sent while a
+     * Parse is unanswered (if it was aborted, this one's Bind fails) */
+    bool keep = join && (q->behind || c->npreps > 0);
+    if (st != NULL) {
         uint32_t n = q->nparams;
         if (flare__pg_params_reserve(pw, n) != 0)
             return FLARE_ENOMEM;
@@ -157,6 +250,8 @@ int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params)
             pw->lens[i] = l < 0 ? 0 : l;
             p += PG_PARAM_HDR + (size_t)(l > 0 ? l : 0) + 1;
         }
+        if (keep && keep_params(q, params, (size_t)(p - params)) != 0)
+            return FLARE_ENOMEM;
         if (!prepared_has(c, q->stmt)) {
             if (prepared_set(c, q->stmt, true) != 0)
                 return FLARE_ENOMEM;
@@ -165,6 +260,7 @@ int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params)
                 goto fail;
             }
             ring_push(c, OP_PREP, q->stmt, NULL);
+            c->npreps++;
         }
         if (!PQsendQueryPrepared(c->pg, st->name, (int)n, pw->vals, pw->lens, pw->fmts, 0))
             goto fail;
@@ -177,11 +273,11 @@ int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params)
     flare__pg_busy_update(c);
     if (!c->timer.active)
         arm_timeout(c);
-    if (!pg_sync(c->pg)) {
-        mark_broken(c); /* q is in the pipeline: it fails with the connection */
-        return 0;
+    if (join && st->read) {
+        c->seg_open = true; /* closed from the ready callback */
+    } else if (!seg_close(c)) {
+        return 0; /* q is in the pipeline: it fails with the connection */
     }
-    ring_push(c, OP_SYNC, PG_NO_STMT, NULL);
     if (!c->need_flush) {
         c->need_flush = true;
         flare__loop_ready(pw->loop, &pw->ready_io);
@@ -290,6 +386,11 @@ static void trim_copy(char *dst, size_t cap, const char *src)
 }
 
 /* q's result: its callback with r, then r is cleared. */
+static bool prep_failed(const pg_conn_t *c, const pg_query_t *q)
+{
+    return c->prep_err.stmt == q->stmt && q->stmt != PG_NO_STMT && c->prep_err.msg != NULL;
+}
+
 static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
 {
     pg_worker_t *pw = c->pw;
@@ -297,8 +398,7 @@ static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
     flare_db_res_t res = { .sqlstate = "", .message = "" };
     char buf[PG_MSG_MAX];
     ExecStatusType st = PQresultStatus(r);
-    bool prep_failed =
-        c->prep_err.stmt == q->stmt && q->stmt != PG_NO_STMT && c->prep_err.msg != NULL;
+    bool pfailed = prep_failed(c, q);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_SINGLE_TUPLE) {
         res.nrows = (size_t)PQntuples(r);
         res.ncols = (size_t)PQnfields(r);
@@ -312,10 +412,10 @@ static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
                                     .sqlstate = "25P02",
                                     .message = "COMMIT rolled back a transaction that had failed" };
     } else if (st == PGRES_PIPELINE_ABORTED) {
-        /* only behind a failed Parse of its own statement (pg_int.h) */
+        /* behind a failed Parse of its own statement (others are sent again) */
         res.err = FLARE_EDB;
-        res.sqlstate = prep_failed ? c->prep_err.sqlstate : "";
-        res.message = prep_failed ? c->prep_err.msg : "statement skipped: the pipeline aborted";
+        res.sqlstate = pfailed ? c->prep_err.sqlstate : "";
+        res.message = pfailed ? c->prep_err.msg : "statement skipped: the pipeline aborted";
     } else {
         const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
         const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
@@ -323,7 +423,7 @@ static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
             trim_copy(buf, sizeof(buf), PQresultErrorMessage(r));
             m = buf;
         }
-        if (s != NULL && strcmp(s, "26000") == 0 && prep_failed) {
+        if (s != NULL && strcmp(s, "26000") == 0 && pfailed) {
             /* sent behind a Parse that failed: report why that failed */
             s = c->prep_err.sqlstate;
             m = c->prep_err.msg;
@@ -351,9 +451,16 @@ static void deliver(pg_conn_t *c, pg_query_t *q, PGresult *r)
 
 static void prep_result(pg_conn_t *c, uint32_t stmt, PGresult *r)
 {
-    if (PQresultStatus(r) == PGRES_COMMAND_OK)
+    ExecStatusType st = PQresultStatus(r);
+    c->npreps--;
+    if (st == PGRES_COMMAND_OK) {
+        if (c->prep_err.stmt == stmt)
+            c->prep_err.stmt = PG_NO_STMT; /* it failed before, not now */
         return;
+    }
     prepared_set(c, stmt, false); /* the next use prepares again */
+    if (st == PGRES_PIPELINE_ABORTED)
+        return; /* skipped behind another failure: not an error of its own */
     const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
     char buf[PG_MSG_MAX];
@@ -382,6 +489,32 @@ static void notifies(pg_conn_t *c)
     }
 }
 
+/* Whether q's result is only the echo of another statement's failure in
+ * its segment (pg_int.h): skipped (aborted), or its Bind refused because
+ * its Parse, in an earlier segment, was skipped. Then q never ran. */
+static bool must_resend(const pg_conn_t *c, const pg_query_t *q, PGresult *r)
+{
+    if (q->resent >= 3 || q->timed_out || c->tx != NULL || prep_failed(c, q) ||
+        (q->nparams > 0 && q->params == NULL))
+        return false;
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_PIPELINE_ABORTED)
+        return q->behind;
+    if (st != PGRES_FATAL_ERROR || q->stmt == PG_NO_STMT || prepared_has(c, q->stmt))
+        return false;
+    const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    return s != NULL && strcmp(s, "26000") == 0;
+}
+
+static void resend(pg_conn_t *c, pg_query_t *q)
+{
+    q->resent++;
+    if (flare__pg_send(c, q, q->params) != 0)
+        flare__pg_complete_err(c->pw, q, FLARE_EUNAVAIL,
+                               c->broken ? "database unavailable: sending failed"
+                                         : "database unavailable: out of memory");
+}
+
 static void conn_read(pg_conn_t *c)
 {
     uint32_t gen = c->gen;
@@ -406,9 +539,13 @@ static void conn_read(pg_conn_t *c)
             continue;
         }
         if (op->kind == OP_SYNC) { /* no NULL follows a sync */
-            if (PQresultStatus(r) == PGRES_PIPELINE_SYNC)
-                ring_pop(c);
+            bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
             PQclear(r);
+            if (sync) {
+                ring_pop(c);
+                if (c->hhead != NULL && PQpipelineStatus(c->pg) != PQ_PIPELINE_ABORTED)
+                    release_held(c);
+            }
             continue;
         }
         if (c->got_result) { /* a second result for one statement: not ours to give */
@@ -428,7 +565,12 @@ static void conn_read(pg_conn_t *c)
         bool rearm = q == c->cancel_q;
         if (rearm)
             c->cancel_q = NULL;
-        deliver(c, q, r); /* may send on c, never tears it down */
+        if (must_resend(c, q, r)) {
+            PQclear(r);
+            resend(c, q);
+        } else {
+            deliver(c, q, r); /* may send on c, never tears it down */
+        }
         if (c->gen != gen)
             return;
         if (rearm)
@@ -542,8 +684,10 @@ static void conn_event(flare_watch_t *wt, unsigned events, void *ud)
         if (c->gen != gen)
             return;
     }
-    if (!c->broken && (c->want_write || c->need_flush))
-        flare__pg_flush(c);
+    /* what this iteration sends goes out from the ready callback, with the
+     * Sync that closes its segment */
+    if (!c->broken && c->want_write)
+        flush_out(c);
     if (c->broken)
         flare__pg_conn_down(c, PQerrorMessage(c->pg));
 }
@@ -798,7 +942,8 @@ static bool teardown(pg_conn_t *c)
     c->pg = NULL;
     c->inflight = 0;
     flare__pg_busy_update(c);
-    c->broken = c->reserved = c->want_write = c->need_flush = c->got_result = false;
+    c->broken = c->reserved = c->want_write = c->need_flush = c->got_result = c->seg_open = false;
+    c->npreps = 0;
     c->cancel_q = NULL;
     if (c->prepared != NULL)
         memset(c->prepared, 0, c->nprepared * sizeof(*c->prepared));
@@ -808,6 +953,13 @@ static bool teardown(pg_conn_t *c)
 
 static void fail_ops(pg_conn_t *c, const char *msg)
 {
+    while (c->hhead != NULL) {
+        pg_query_t *q = c->hhead;
+        c->hhead = q->next;
+        if (c->hhead == NULL)
+            c->htail = NULL;
+        flare__pg_complete_err(c->pw, q, q->timed_out ? FLARE_ETIMEDOUT : FLARE_EUNAVAIL, msg);
+    }
     while (c->olen > 0) {
         pg_op_t op = c->ops[c->ohead];
         ring_pop(c);

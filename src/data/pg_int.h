@@ -6,19 +6,31 @@
  * thread only, except a pg_job_t's `work` half, which runs on the job pool
  * and reads nothing but the job itself.
  *
- * The pipeline, per connection: every statement goes out as
- *     [Parse (first use of the text on this connection)] Bind/Execute Sync
- * so each one is its own implicit transaction, exactly as without a
- * pipeline. One Sync per batch would make the batch one implicit
- * transaction: a failing statement would roll back the writes of the
- * statements before it in the batch, whose results had already been
- * reported as successes, and re-sending the aborted ones would not bring
- * those back. With a Sync each, nothing is ever aborted but the Bind/Execute
- * behind a failed Parse of the same statement, which gets that Parse's error.
- * The cost with libpq 15: PQpipelineSync flushes, so a batch of N statements
- * issued in one loop iteration leaves in N send(2) calls instead of one (and
- * the server answers each with ReadyForQuery, 6 bytes); libpq 17's
- * PQsendPipelineSync, used when the headers have it, removes the flush. */
+ * The pipeline, per connection. The statements between two Syncs are one
+ * implicit transaction: a failing one aborts the rest of the segment (they
+ * come back PGRES_PIPELINE_ABORTED) and rolls back the effects of those
+ * before it. So:
+ *   - a read (pg_stmt_t.read: the text is a plain SELECT, see
+ *     stmt_reads_only in pg.c) outside a transaction joins the connection's
+ *     open segment, with no Sync of its own;
+ *   - a write outside a transaction joins it too, as its last statement,
+ *     and closes it with a Sync: nothing after it can undo it, and what
+ *     came before it only read;
+ *   - anything else (statements of a transaction, BEGIN/COMMIT/ROLLBACK,
+ *     LISTEN) closes an open segment first and has one of its own;
+ *   - the ready callback closes every open segment once per loop iteration
+ *     (one Sync, which with libpq 15 is also the one flush).
+ * So a batch of N reads issued in one loop iteration leaves in one send
+ * and costs the server one transaction and one ReadyForQuery.
+ * A statement that was not first in its segment may come back aborted
+ * because an earlier one failed (or an earlier Parse): it was independent,
+ * so it is sent again with its own result to give. That needs its
+ * parameters after the first send: such a statement keeps a copy in its
+ * record (inline up to PG_INLINE bytes) until its result arrives. Sent
+ * again, it joins the next segment; aborted a second time, it goes alone,
+ * which cannot be aborted by anyone else: every statement completes.
+ * An aborted statement behind a failed Parse of its own text reports that
+ * Parse's error instead. */
 #ifndef FLARE_DATA_PG_INT_H
 #define FLARE_DATA_PG_INT_H
 
@@ -32,6 +44,7 @@
 #define PG_NO_STMT UINT32_MAX
 #define PG_MSG_MAX 256
 #define PG_ADDRS   4
+#define PG_INLINE  48 /* parameter bytes kept in the record (/db's id: 10) */
 
 typedef struct pg_query pg_query_t;
 typedef struct pg_conn pg_conn_t;
@@ -49,13 +62,19 @@ struct pg_query {
     const char *sql; /* unprepared text (static or owned by pg_db_t), or NULL */
     uint32_t stmt;   /* prepared statement id, PG_NO_STMT with sql */
     uint32_t nparams;
-    char *params; /* rendered parameters while queued (malloc'd), else NULL */
-    uint64_t t;   /* when queued (wait queue) or sent (in flight), loop ms */
-    int err;      /* deferred completion */
+    /* rendered parameters kept while queued, or in flight behind another
+     * statement of its segment (it may have to be sent again): `inl` or
+     * malloc'd; NULL when none is kept */
+    char *params;
+    uint64_t t; /* when queued (wait queue) or sent (in flight), loop ms */
+    int err;    /* deferred completion */
     const char *msg;
     bool counted;   /* a statement the user asked for: in the statistics */
     bool commit;    /* a COMMIT: the server answering ROLLBACK is an error */
     bool timed_out; /* past query_timeout_ms: a cancel was asked for it */
+    bool behind;    /* in flight behind another statement of its segment */
+    uint8_t resent; /* times sent again after being aborted */
+    char inl[PG_INLINE];
 };
 
 /* What a connection has sent and waits the results of, in order. */
@@ -81,10 +100,13 @@ struct pg_conn {
     bool ever_up;  /* a later connect counts as a reconnect */
     bool want_write;
     bool need_flush;   /* sent since the last flush: flushed from the ready callback */
+    bool seg_open;     /* statements sent since the last Sync: closed by the ready callback */
     bool got_result;   /* the op at the head has had its result (its NULL is next) */
     unsigned inflight; /* OP_QUERY entries in ops */
+    unsigned npreps;   /* OP_PREP entries in ops */
     pg_tx_t *tx;       /* the transaction it is pinned to */
-    pg_op_t *ops;      /* ring: ohead, olen of ocap (a power of two) */
+    pg_query_t *hhead, *htail; /* held while the pipeline is aborted (pg_conn.c hold) */
+    pg_op_t *ops;              /* ring: ohead, olen of ocap (a power of two) */
     uint32_t ohead, olen, ocap;
     uint64_t *prepared;   /* bit per statement id: Parse sent on this connection */
     uint32_t nprepared;   /* words */
@@ -146,6 +168,7 @@ typedef struct pg_stmt {
     size_t len;
     uint64_t hash;
     uint32_t nparams;
+    bool read;  /* cannot write (pg_int.h's header): may share a segment */
     Oid *types; /* 17 (bytea) for a parameter first passed as bytes, else 0 */
     char name[12];
 } pg_stmt_t;
@@ -222,10 +245,13 @@ int flare__pg_params_reserve(pg_worker_t *pw, uint32_t n);
 
 /* pg_conn.c */
 void flare__pg_conn_init(pg_conn_t *c, pg_worker_t *pw, bool listen);
-/* Sends q on c (params: a rendered block, NULL when none). 0: q is in c's
- * pipeline; otherwise q was not sent (the caller completes it) and c, if
- * it failed, is marked broken. Never calls a callback. */
+/* Sends q on c (params: a rendered block, NULL when none; it may be
+ * q->params). 0: q is in c's pipeline; otherwise q was not sent (the caller
+ * completes it) and c, if it failed, is marked broken. Never calls a
+ * callback. */
 int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params);
+/* Closes c's open segment (its Sync) and flushes: once per loop iteration,
+ * from the ready callback. */
 void flare__pg_flush(pg_conn_t *c);
 /* Closes c (after a failure: why), fails what it had in flight, reconnects
  * later. Calls callbacks: never from inside a call the user made. */

@@ -289,8 +289,10 @@ typedef struct batch {
     ctx_t *x;
     qres_t r[64];
     atomic_int n;
-    int nq, bad;
+    int nq;
+    uint64_t bad; /* bit i: statement i runs badsql */
     const char *sql, *badsql;
+    const char *sqlv[64];      /* when set, statement i's text */
     flare_db_stats_t st_after; /* read on the worker right after issuing */
 } batch_t;
 
@@ -308,16 +310,21 @@ static void batch_run(void *ud)
     for (int i = 0; i < b->nq; i++) {
         flare_db_val_t id = FLARE_DB_INT(i);
         b->r[i].rc = i; /* the index, to find b back */
-        const char *sql = i == b->bad ? b->badsql : b->sql;
+        const char *sql = b->sqlv[i] != NULL       ? b->sqlv[i]
+                          : (b->bad >> i & 1) != 0 ? b->badsql
+                                                   : b->sql;
         int rc = flare_db_query(b->x->db, w0(b->x), sql, &id, 1, batch_got, &b->r[i]);
         assert_int_equal(rc, 0);
     }
     flare_db_stats(b->x->db, 0, &b->st_after);
 }
 
-static void run_batch(ctx_t *x, batch_t *b, int n, int bad, const char *sql, const char *badsql)
+static void run_batch_v(ctx_t *x, batch_t *b, int n, uint64_t bad, const char *sql,
+                        const char *badsql, const char *const *sqlv)
 {
     memset(b, 0, sizeof(*b));
+    for (int i = 0; sqlv != NULL && i < n; i++)
+        b->sqlv[i] = sqlv[i];
     b->x = x;
     b->nq = n;
     b->bad = bad;
@@ -325,6 +332,31 @@ static void run_batch(ctx_t *x, batch_t *b, int n, int bad, const char *sql, con
     b->badsql = badsql;
     assert_int_equal(flare_app_post(x->h.app, 0, batch_run, b), 0);
     wait_done(&b->n, n, 30000);
+}
+
+static void run_batch(ctx_t *x, batch_t *b, int n, uint64_t bad, const char *sql,
+                      const char *badsql)
+{
+    run_batch_v(x, b, n, bad, sql, badsql, NULL);
+}
+
+/* Reads sent together, the ones in `bad` failing at run time: each of the
+ * others completes with its own value, however many fail and wherever they
+ * are (first or last of the segment on either connection). */
+static void check_reads(ctx_t *x, batch_t *b, uint64_t bad)
+{
+    run_batch(x, b, BATCH, bad, "SELECT $1::int * 2", "SELECT 1 / ($1::int * 0)");
+    for (int i = 0; i < BATCH; i++) {
+        if ((bad >> i & 1) != 0) {
+            assert_int_equal(b->r[i].err, FLARE_EDB);
+            assert_string_equal(b->r[i].sqlstate, "22012");
+        } else {
+            if (b->r[i].err != 0)
+                fprintf(stderr, "statement %d: %s %s\n", i, b->r[i].sqlstate, b->r[i].msg);
+            assert_int_equal(b->r[i].err, 0);
+            assert_int_equal(b->r[i].i64[0], 2 * i);
+        }
+    }
 }
 
 static void test_batch(void **state)
@@ -336,7 +368,8 @@ static void test_batch(void **state)
     ok(&x, "CREATE TABLE bt (id int PRIMARY KEY)");
     static batch_t b;
     /* writes: one failing in the middle must not undo its neighbours */
-    run_batch(&x, &b, BATCH, 10, "INSERT INTO bt VALUES ($1)", "INSERT INTO nosuch VALUES ($1)");
+    run_batch(&x, &b, BATCH, 1u << 10, "INSERT INTO bt VALUES ($1)",
+              "INSERT INTO nosuch VALUES ($1)");
     for (int i = 0; i < BATCH; i++) {
         if (i == 10) {
             assert_int_equal(b.r[i].err, FLARE_EDB);
@@ -350,10 +383,54 @@ static void test_batch(void **state)
     q(&x, &r, "SELECT count(*) FROM bt", NULL, 0);
     assert_int_equal(r.i64[0], BATCH - 1);
     /* reads, with a failure at run time (division by zero) in the middle */
-    run_batch(&x, &b, BATCH, 7, "SELECT $1::int * 2", "SELECT 1 / ($1::int - 7)");
+    run_batch(&x, &b, BATCH, 1u << 7, "SELECT $1::int * 2", "SELECT 1 / ($1::int - 7)");
     for (int i = 0; i < BATCH; i++) {
         if (i == 7) {
             assert_string_equal(b.r[i].sqlstate, "22012");
+        } else {
+            assert_int_equal(b.r[i].err, 0);
+            assert_int_equal(b.r[i].i64[0], 2 * i);
+        }
+    }
+    /* the bad one first, last, first on both connections, several, all
+     * but one */
+    check_reads(&x, &b, 1u << 0);
+    check_reads(&x, &b, 1u << (BATCH - 1));
+    check_reads(&x, &b, 3u);
+    check_reads(&x, &b, 1u | 1u << 3 | 1u << 7 | 1u << 8 | 1u << 18 | 1u << 19);
+    check_reads(&x, &b, ((1u << BATCH) - 1) & ~(1u << 5));
+    /* reads and writes mixed, reads failing before writes of the same
+     * segment: the writes run once each (sent again), the reads give
+     * their values */
+    ok(&x, "DELETE FROM bt");
+    const char *sqlv[BATCH] = { NULL };
+    int writes = 0;
+    for (int i = 0; i < BATCH; i++)
+        if (i % 3 == 2) {
+            sqlv[i] = "INSERT INTO bt VALUES ($1)";
+            writes++;
+        }
+    uint64_t bad = 1u << 0 | 1u << 4 | 1u << 13;
+    run_batch_v(&x, &b, BATCH, bad, "SELECT $1::int * 2", "SELECT 1 / ($1::int * 0)", sqlv);
+    for (int i = 0; i < BATCH; i++) {
+        if (b.sqlv[i] != NULL) {
+            assert_int_equal(b.r[i].err, 0);
+            assert_int_equal(b.r[i].affected, 1);
+        } else if ((bad >> i & 1) != 0) {
+            assert_string_equal(b.r[i].sqlstate, "22012");
+        } else {
+            assert_int_equal(b.r[i].err, 0);
+            assert_int_equal(b.r[i].i64[0], 2 * i);
+        }
+    }
+    q(&x, &r, "SELECT count(*) FROM bt", NULL, 0);
+    assert_int_equal(r.i64[0], writes);
+    /* a statement whose Parse fails among reads: it reports the syntax
+     * error, the others their values */
+    run_batch(&x, &b, BATCH, 1u << 2 | 1u << 11, "SELECT $1::int * 2", "SELEC $1");
+    for (int i = 0; i < BATCH; i++) {
+        if (i == 2 || i == 11) {
+            assert_string_equal(b.r[i].sqlstate, "42601");
         } else {
             assert_int_equal(b.r[i].err, 0);
             assert_int_equal(b.r[i].i64[0], 2 * i);
@@ -375,7 +452,7 @@ static void test_queue(void **state)
     usleep(200000);
     static batch_t b;
     /* 40 > 2 x 4: 32 wait in the queue, all complete */
-    run_batch(&x, &b, 40, -1, "SELECT pg_sleep(0.01), $1::int", NULL);
+    run_batch(&x, &b, 40, 0, "SELECT pg_sleep(0.01), $1::int", NULL);
     for (int i = 0; i < 40; i++) {
         assert_int_equal(b.r[i].err, 0);
         assert_int_equal(b.r[i].i64[1], i);
@@ -394,7 +471,7 @@ static void test_queue(void **state)
     ctx_run(&x);
     wait_up(&x);
     uint64_t t0 = now_ms();
-    run_batch(&x, &b, 6, -1, "SELECT pg_sleep(0.2), $1::int", NULL);
+    run_batch(&x, &b, 6, 0, "SELECT pg_sleep(0.2), $1::int", NULL);
     int okn = 0, full = 0;
     for (int i = 0; i < 6; i++) {
         if (b.r[i].err == 0)
@@ -416,7 +493,7 @@ static void test_queue(void **state)
     ctx_start(&x, pg_url(), &slow);
     ctx_run(&x);
     wait_up(&x);
-    run_batch(&x, &b, 3, -1, "SELECT pg_sleep(0.5), $1::int", NULL);
+    run_batch(&x, &b, 3, 0, "SELECT pg_sleep(0.5), $1::int", NULL);
     assert_int_equal(b.r[0].err, 0);
     assert_int_equal(b.r[1].err, FLARE_EUNAVAIL);
     assert_int_equal(b.r[2].err, FLARE_EUNAVAIL);
@@ -640,7 +717,7 @@ static void test_server_down(void **state)
     memset(&b, 0, sizeof(b));
     b.x = &x;
     b.nq = 20;
-    b.bad = -1;
+    b.bad = 0;
     b.sql = "SELECT pg_sleep(1), $1::int";
     assert_int_equal(flare_app_post(x.h.app, 0, batch_run, &b), 0);
     usleep(200000);
@@ -700,7 +777,7 @@ static void test_shutdown(void **state)
     memset(&b, 0, sizeof(b));
     b.x = &x;
     b.nq = 5;
-    b.bad = -1;
+    b.bad = 0;
     b.sql = "SELECT pg_sleep(3), $1::int";
     assert_int_equal(flare_app_post(x.h.app, 0, shut_task, &b), 0);
     for (int i = 0; i < 200 && atomic_load(&shut_tx) == 0; i++)
