@@ -637,6 +637,35 @@ void flare__pg_went_down(pg_worker_t *pw)
 
 /* ---- queries ---- */
 
+/* What flare_db_query and flare_db_tx_query share: the statement's id, its
+ * parameters rendered into pw's scratch (*len bytes), a query record. NULL with *rc the
+ * error when nothing was made; else *rc is render's result (0, or
+ * FLARE_EDB for a value PostgreSQL cannot take, which the caller defers). */
+static pg_query_t *query_new(pg_worker_t *pw, const char *sql, const flare_db_val_t *params,
+                             size_t n, flare_db_fn cb, void *ud, size_t *len, int *rc)
+{
+    int64_t id = stmt_id(pw, sql, params, n);
+    if (id < 0) {
+        *rc = (int)id;
+        return NULL;
+    }
+    *len = 0;
+    *rc = render(pw, params, n, len);
+    if (*rc == FLARE_ENOMEM)
+        return NULL;
+    pg_query_t *q = flare__pg_qalloc(pw);
+    if (q == NULL) {
+        *rc = FLARE_ENOMEM;
+        return NULL;
+    }
+    q->cb = cb;
+    q->ud = ud;
+    q->stmt = (uint32_t)id;
+    q->nparams = (uint32_t)n;
+    q->counted = true;
+    return q;
+}
+
 static int query_tx(pg_tx_t *tx, const char *sql, const flare_db_val_t *params, size_t n,
                     flare_db_fn cb, void *ud);
 
@@ -648,21 +677,11 @@ static int query(void *ws, flare_db_tx_t *txh, const char *sql, const flare_db_v
     pg_worker_t *pw = ws;
     if (pw->disposing)
         return FLARE_ESTATE;
-    int64_t id = stmt_id(pw, sql, params, n);
-    if (id < 0)
-        return (int)id;
-    size_t len = 0;
-    int rc = render(pw, params, n, &len);
-    if (rc == FLARE_ENOMEM)
-        return rc;
-    pg_query_t *q = flare__pg_qalloc(pw);
+    int rc;
+    size_t len;
+    pg_query_t *q = query_new(pw, sql, params, n, cb, ud, &len, &rc);
     if (q == NULL)
-        return FLARE_ENOMEM;
-    q->cb = cb;
-    q->ud = ud;
-    q->stmt = (uint32_t)id;
-    q->nparams = (uint32_t)n;
-    q->counted = true;
+        return rc;
     if (rc == FLARE_EDB) {
         flare__pg_defer(pw, q, FLARE_EDB, msg_nul);
         return 0;
@@ -953,21 +972,11 @@ static int query_tx(pg_tx_t *tx, const char *sql, const flare_db_val_t *params, 
     pg_worker_t *pw = tx->pw;
     if (pw == NULL || pw->disposing || (tx->state != TX_OPEN && tx->state != TX_BROKEN))
         return FLARE_ESTATE;
-    int64_t id = stmt_id(pw, sql, params, n);
-    if (id < 0)
-        return (int)id;
-    size_t len = 0;
-    int rc = render(pw, params, n, &len);
-    if (rc == FLARE_ENOMEM)
-        return rc;
-    pg_query_t *q = flare__pg_qalloc(pw);
+    int rc;
+    size_t len;
+    pg_query_t *q = query_new(pw, sql, params, n, cb, ud, &len, &rc);
     if (q == NULL)
-        return FLARE_ENOMEM;
-    q->cb = cb;
-    q->ud = ud;
-    q->stmt = (uint32_t)id;
-    q->nparams = (uint32_t)n;
-    q->counted = true;
+        return rc;
     if (rc == FLARE_EDB)
         flare__pg_defer(pw, q, FLARE_EDB, msg_nul);
     else if (tx->state == TX_BROKEN)
