@@ -143,7 +143,7 @@ for _ in range(n):
 EOF
         kill -TERM "$vp"
         wait "$vp" || true
-        a+=("$(awk '/total heap usage/ { for (i = 1; i <= NF; i++) if ($i == "allocs") print $(i - 1) }' \
+        a+=("$(awk '/total heap usage/ { for (i = 1; i <= NF; i++) if ($i == "allocs,") print $(i - 1) }' \
             "$BENCH_TMP/heap-$sc-$n.log" | tr -d ,)")
     done
     awk -v a="${a[0]}" -v b="${a[1]}" 'BEGIN { printf "%.2f", (b - a) / 1000 }'
