@@ -23,7 +23,9 @@
 # The ceiling (SQLite): bench/sqlite_null runs the same SELECT on THREADS threads of its own
 # (the driver's pool size), no HTTP, no hand-off between threads.
 #
-# scenarios (SCENARIOS): db queries fortunes updates (PostgreSQL); db fortunes (SQLite)
+# scenarios (SCENARIOS): plaintext db queries fortunes updates (PostgreSQL); plaintext db
+# fortunes (SQLite). plaintext is the same tfb process's /plaintext with the same wrk: no
+# database at all, the most requests/s any route reaches on this machine (the HTTP cap).
 # environment:
 #   DURATION=5 ROUNDS=3 CONNECTIONS=64 POOL=2 THREADS=4 N=20 DRIVERS="pg sqlite"
 #   SERVER_CPU=0 CLIENT_CPU=1   HEAP=1 (also count heap allocations per request, valgrind)
@@ -51,7 +53,7 @@ N=${N:-20}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 HEAP=${HEAP:-0}
-SCENARIOS=${SCENARIOS:-"db queries fortunes updates"}
+SCENARIOS=${SCENARIOS:-"plaintext db queries fortunes updates"}
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -gt 0 ]] || die "DURATION must be a positive integer"
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "ROUNDS must be a positive integer"
 
@@ -78,11 +80,11 @@ echo "time,round,driver,scenario,what,requests_s,queries_s,cpu_us_per_req,status
 } >"$OUT/env.txt"
 
 statements() { # statements per request of a scenario
-    case $1 in db | fortunes) echo 1 ;; queries) echo "$N" ;; updates) echo $((N + 1)) ;; esac
+    case $1 in db | fortunes | plaintext) echo 1 ;; queries) echo "$N" ;; updates) echo $((N + 1)) ;; esac
 }
 route() {
     case $1 in db) echo /db ;; queries) echo "/queries?queries=$N" ;; fortunes) echo /fortunes ;;
-    updates) echo "/updates?queries=$N" ;; esac
+    updates) echo "/updates?queries=$N" ;; plaintext) echo /plaintext ;; esac
 }
 
 failed=0
@@ -164,26 +166,30 @@ for drv in $DRIVERS; do
         log "filling the TFB tables (SQLite)"
         bash examples/tfb/setup.sh "$url"
         scs=""
-        for sc in $SCENARIOS; do [[ $sc == db || $sc == fortunes ]] && scs+="$sc "; done
+        for sc in $SCENARIOS; do [[ $sc == db || $sc == fortunes || $sc == plaintext ]] && scs+="$sc "; done
         ;;
     *) die "unknown driver '$drv' (pg, sqlite)" ;;
     esac
     for sc in ${scs//,/ }; do
         for ((round = 1; round <= ROUNDS; round++)); do
-            # the ceiling
-            if [[ $drv == pg ]]; then
+            # the ceiling (none for plaintext: it is the HTTP cap itself)
+            if [[ $sc == plaintext ]]; then
+                :
+            elif [[ $drv == pg ]]; then
                 line=$(taskset -c "$SERVER_CPU" "$BENCH_BIN/db_null" --url "$url" --conns "$POOL" \
                     --inflight "$CONNECTIONS" --mode "$sc" --n "$N" --duration "$DURATION")
             else
                 line=$(taskset -c "$SERVER_CPU" "$BENCH_BIN/sqlite_null" --path "${url#sqlite:}" \
                     --threads "$THREADS" --mode "$sc" --duration "$DURATION")
             fi
-            echo "$line" >"$OUT/ceiling-$drv-$sc-$round.txt"
-            q=$(grep -oE '(queries_s|statements_s)=[0-9]+' <<<"$line" | cut -d= -f2)
-            r=$(grep -oE 'req_s=[0-9]+' <<<"$line" | cut -d= -f2 || true)
-            [[ -n $r ]] || r=$q
-            echo "$(date -Is),$round,$drv,$sc,ceiling,$r,$q,,ok" >>"$CSV"
-            log "ceiling $drv $sc round $round: $q queries/s"
+            if [[ $sc != plaintext ]]; then
+                echo "$line" >"$OUT/ceiling-$drv-$sc-$round.txt"
+                q=$(grep -oE '(queries_s|statements_s)=[0-9]+' <<<"$line" | cut -d= -f2)
+                r=$(grep -oE 'req_s=[0-9]+' <<<"$line" | cut -d= -f2 || true)
+                [[ -n $r ]] || r=$q
+                echo "$(date -Is),$round,$drv,$sc,ceiling,$r,$q,,ok" >>"$CSV"
+                log "ceiling $drv $sc round $round: $q queries/s"
+            fi
             # flare
             start_tfb "$url" "$PORT"
             # warm: the prepared statements, the pool
@@ -216,6 +222,11 @@ for drv, sc in seen:
     ok = [r for r in rows if (r["driver"], r["scenario"]) == (drv, sc) and r["status"] == "ok"]
     ceil = [float(r["queries_s"]) for r in ok if r["what"] == "ceiling"]
     fl = [r for r in ok if r["what"] == "flare"]
+    if sc == "plaintext" and fl:
+        rps = statistics.median(float(r["requests_s"]) for r in fl)
+        cpu = statistics.median(float(r["cpu_us_per_req"]) for r in fl)
+        out.append("| %s | plaintext (HTTP cap) | — | %.0f | — | — | %.1f | |" % (drv, rps, cpu))
+        continue
     if not ceil or not fl:
         out.append("| %s | %s | FAILED | | | | | |" % (drv, sc))
         continue
