@@ -506,6 +506,17 @@ static bool must_resend(const pg_conn_t *c, const pg_query_t *q, PGresult *r)
     return s != NULL && strcmp(s, "26000") == 0;
 }
 
+/* Whether q's successful result waits for its Sync (c->wq): a statement
+ * that may write, in its own implicit transaction (flare__pg_send closes a
+ * write's segment right after it). */
+static bool holds_to_sync(const pg_conn_t *c, const pg_query_t *q, PGresult *r)
+{
+    ExecStatusType st = PQresultStatus(r);
+    if (c->tx != NULL || (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK))
+        return false;
+    return q->stmt == PG_NO_STMT || !c->pw->stmts[q->stmt].read;
+}
+
 static void resend(pg_conn_t *c, pg_query_t *q)
 {
     q->resent++;
@@ -540,6 +551,22 @@ static void conn_read(pg_conn_t *c)
         }
         if (op->kind == OP_SYNC) { /* no NULL follows a sync */
             bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+            if (c->wq != NULL) {
+                /* the write's commit: its result, or why the commit failed */
+                pg_query_t *wq = c->wq;
+                PGresult *wr = c->wr;
+                c->wq = NULL;
+                c->wr = NULL;
+                if (sync) {
+                    deliver(c, wq, wr);
+                } else {
+                    PQclear(wr);
+                    deliver(c, wq, r);
+                    r = NULL;
+                }
+                if (c->gen != gen)
+                    return;
+            }
             PQclear(r);
             if (sync) {
                 ring_pop(c);
@@ -568,6 +595,9 @@ static void conn_read(pg_conn_t *c)
         if (must_resend(c, q, r)) {
             PQclear(r);
             resend(c, q);
+        } else if (holds_to_sync(c, q, r)) {
+            c->wq = q;
+            c->wr = r;
         } else {
             deliver(c, q, r); /* may send on c, never tears it down */
         }
@@ -953,6 +983,13 @@ static bool teardown(pg_conn_t *c)
 
 static void fail_ops(pg_conn_t *c, const char *msg)
 {
+    if (c->wq != NULL) { /* its commit was never confirmed */
+        pg_query_t *q = c->wq;
+        PQclear(c->wr);
+        c->wq = NULL;
+        c->wr = NULL;
+        flare__pg_complete_err(c->pw, q, q->timed_out ? FLARE_ETIMEDOUT : FLARE_EUNAVAIL, msg);
+    }
     while (c->hhead != NULL) {
         pg_query_t *q = c->hhead;
         c->hhead = q->next;

@@ -106,7 +106,12 @@ struct pg_conn {
     unsigned npreps;   /* OP_PREP entries in ops */
     pg_tx_t *tx;       /* the transaction it is pinned to */
     pg_query_t *hhead, *htail; /* held while the pipeline is aborted (pg_conn.c hold) */
-    pg_op_t *ops;              /* ring: ohead, olen of ocap (a power of two) */
+    /* a write outside a transaction and its result, given once its Sync
+     * has answered: the implicit transaction commits at the Sync, where a
+     * deferred constraint or a serialization failure is reported */
+    pg_query_t *wq;
+    PGresult *wr;
+    pg_op_t *ops; /* ring: ohead, olen of ocap (a power of two) */
     uint32_t ohead, olen, ocap;
     uint64_t *prepared;   /* bit per statement id: Parse sent on this connection */
     uint32_t nprepared;   /* words */

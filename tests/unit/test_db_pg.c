@@ -279,6 +279,26 @@ static void test_injection_and_errors(void **state)
     q(&x, &r, "SELECT 1 AS one, 'two' AS two", NULL, 0);
     assert_int_equal(r.cols, 2);
     ok(&x, "DROP TABLE inj");
+
+    /* a deferred constraint fails at the implicit commit, the pipeline's
+     * Sync, after the statement itself succeeded: the caller is told */
+    ok(&x, "DROP TABLE IF EXISTS dchild");
+    ok(&x, "DROP TABLE IF EXISTS dparent");
+    ok(&x, "CREATE TABLE dparent (id int PRIMARY KEY)");
+    ok(&x, "CREATE TABLE dchild (pid int REFERENCES dparent (id) DEFERRABLE INITIALLY DEFERRED)");
+    flare_db_val_t orphan = FLARE_DB_INT(42);
+    q(&x, &r, "INSERT INTO dchild (pid) VALUES ($1)", &orphan, 1);
+    assert_int_equal(r.err, FLARE_EDB);
+    assert_string_equal(r.sqlstate, "23503");
+    q(&x, &r, "SELECT count(*) FROM dchild", NULL, 0);
+    assert_int_equal(r.i64[0], 0); /* nothing was kept */
+    q(&x, &r, "INSERT INTO dparent (id) VALUES ($1)", &orphan, 1);
+    assert_int_equal(r.err, 0);
+    q(&x, &r, "INSERT INTO dchild (pid) VALUES ($1)", &orphan, 1);
+    assert_int_equal(r.err, 0);
+    assert_int_equal(r.affected, 1);
+    ok(&x, "DROP TABLE dchild");
+    ok(&x, "DROP TABLE dparent");
     ctx_stop(&x);
 }
 
