@@ -72,6 +72,13 @@ struct flare_app {
     unsigned nmodules;
     struct flare_owned *owned; /* objects freed with the app (middleware state) */
     unsigned nmw;
+    /* flare_app_on_reload: run on SIGHUP by the thread in flare_app_run,
+     * in registration order; written only while the app is not running */
+    struct flare_reload_hook {
+        struct flare_reload_hook *next;
+        flare_task_fn fn;
+        void *ud;
+    } *reload_hooks, **reload_tail;
 };
 
 struct flare_worker {
