@@ -361,6 +361,9 @@ static int set_sni(flare_settings_t *s, bool is_key, const char *v, const settin
     flare_settings_listener_t *l = listener0(s, src);
     if (l == NULL)
         return FLARE_ENOMEM;
+    free(l->origin);
+    if ((l->origin = origin_of(src, is_key ? "tls-sni-key" : "tls-sni-cert")) == NULL)
+        return flare__settings_nomem(s);
     size_t *n = is_key ? &s->priv->nsni_key : &s->priv->nsni_cert;
     if (*n >= l->nsni) {
         int rc = flare__settings_add_sni(s, l, NULL, NULL);
@@ -895,10 +898,32 @@ static void diff_listeners(const flare_settings_t *a, const flare_settings_t *b,
     }
 }
 
-size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b, const char **out,
-                           size_t max)
+/* The value a string key has when unset, so that unset and its default
+ * compare equal (what --check-config prints reads back the same). */
+static const char *str_default(const settings_key_t *k)
+{
+    static const char *const defs[][2] = { { "log", "-" },
+                                           { "log-level", "info" },
+                                           { "log-format", "text" },
+                                           { "access-log-format", "combined" } };
+    for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++) {
+        if (strcmp(k->name, defs[i][0]) == 0)
+            return defs[i][1];
+    }
+    return NULL;
+}
+
+size_t flare_settings_diff(const flare_settings_t *a0, const flare_settings_t *b0,
+                           const char **out, size_t max)
 {
     size_t n = 0;
+    /* compare what takes effect: zero limits as their defaults */
+    flare_settings_t ra = *a0, rb = *b0;
+    const flare_settings_t *a = &ra, *b = &rb;
+    if (flare__config_resolve(&ra.app, &a0->app) != 0)
+        ra.app = a0->app;
+    if (flare__config_resolve(&rb.app, &b0->app) != 0)
+        rb.app = b0->app;
 #define DIFFERS(name)      \
     do {                   \
         if (n < max)       \
@@ -926,9 +951,11 @@ size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b,
             d = *(const bool *)x != *(const bool *)y;
             break;
         case K_STR:
-        case K_ENUM:
-            d = !str_eq(*(char *const *)x, *(char *const *)y);
+        case K_ENUM: {
+            const char *sx = *(char *const *)x, *sy = *(char *const *)y;
+            d = !str_eq(sx != NULL ? sx : str_default(k), sy != NULL ? sy : str_default(k));
             break;
+        }
         case K_LIST: {
             size_t na = *(const size_t *)((const char *)a + k->off2);
             size_t nb = *(const size_t *)((const char *)b + k->off2);
