@@ -612,6 +612,12 @@ static void signals_give_back(run_signals_t *rs)
 
 /* ---- reload (SIGHUP) ---- */
 
+struct flare_reload_hook {
+    struct flare_reload_hook *next;
+    flare_task_fn fn;
+    void *ud;
+};
+
 int flare_app_on_reload(flare_app_t *app, flare_task_fn fn, void *ud)
 {
     if (app == NULL || fn == NULL)
@@ -652,9 +658,9 @@ static void reload_hooks_free(flare_app_t *app)
  * (the app then stops too: it cannot be stopped later). */
 static int wait_for_stop(flare_app_t *app, int sfd, int hup_fd)
 {
-    struct pollfd pfd[3] = {
-        { app->stop_fd, POLLIN, 0 }, { sfd, POLLIN, 0 }, { hup_fd, POLLIN, 0 }
-    };
+    struct pollfd pfd[3] = { { app->stop_fd, POLLIN, 0 },
+                             { sfd, POLLIN, 0 },
+                             { hup_fd, POLLIN, 0 } };
     for (;;) {
         int pr = poll(pfd, 3, -1);
         if (pr < 0 && errno != EINTR)

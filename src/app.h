@@ -74,11 +74,8 @@ struct flare_app {
     unsigned nmw;
     /* flare_app_on_reload: run on SIGHUP by the thread in flare_app_run,
      * in registration order; written only while the app is not running */
-    struct flare_reload_hook {
-        struct flare_reload_hook *next;
-        flare_task_fn fn;
-        void *ud;
-    } *reload_hooks, **reload_tail;
+    struct flare_reload_hook *reload_hooks; /* defined in app.c */
+    struct flare_reload_hook **reload_tail;
 };
 
 struct flare_worker {

@@ -55,8 +55,8 @@ typedef struct flare_settings_cert {
 /* One listening address: plain, or TLS with its own certificate (and more
  * certificates chosen by SNI). */
 typedef struct flare_settings_listener {
-    char *addr;                /* HOST:PORT, as flare_app_listen takes it */
-    char *tls_cert, *tls_key;  /* both or neither */
+    char *addr;                 /* HOST:PORT, as flare_app_listen takes it */
+    char *tls_cert, *tls_key;   /* both or neither */
     flare_settings_cert_t *sni; /* more certificates, in the order given */
     size_t nsni;
     char *origin; /* where it was set ("hello.yaml:4", "--listen"), for errors */

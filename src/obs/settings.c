@@ -241,7 +241,8 @@ static int bad(flare_settings_t *s, const settings_src_t *src, const char *key, 
 }
 
 static int set_number(flare_settings_t *s, const settings_src_t *src, const char *name,
-                      settings_kind_t kind, uint64_t min, uint64_t max, const char *v, uint64_t *out)
+                      settings_kind_t kind, uint64_t min, uint64_t max, const char *v,
+                      uint64_t *out)
 {
     char what[96];
     uint64_t x;
@@ -350,7 +351,8 @@ int flare__settings_add_sni(flare_settings_t *s, flare_settings_listener_t *l, c
     v[l->nsni].cert = cert != NULL ? strdup(cert) : NULL;
     v[l->nsni].key = key != NULL ? strdup(key) : NULL;
     l->nsni++;
-    if ((cert != NULL && v[l->nsni - 1].cert == NULL) || (key != NULL && v[l->nsni - 1].key == NULL))
+    if ((cert != NULL && v[l->nsni - 1].cert == NULL) ||
+        (key != NULL && v[l->nsni - 1].key == NULL))
         return flare__settings_nomem(s);
     return 0;
 }
@@ -580,7 +582,8 @@ static int priv_setup(flare_settings_t *s, int argc, char **argv,
     }
     for (size_t j = 0; j < nextra; j++) {
         const flare_settings_option_t *o = &extra[j];
-        if (o->name == NULL || flare__settings_find(s, o->name, strlen(o->name)) != (int)(NKEYS + j))
+        if (o->name == NULL ||
+            flare__settings_find(s, o->name, strlen(o->name)) != (int)(NKEYS + j))
             return flare__settings_fail(s, NULL, o->name != NULL ? o->name : "(null)",
                                         "extra option: no name, or the name of another key");
         settings_value_t d = { 0 };
@@ -894,7 +897,8 @@ static void diff_listeners(const flare_settings_t *a, const flare_settings_t *b,
         *tls |= !str_eq(x->tls_cert, y->tls_cert) || !str_eq(x->tls_key, y->tls_key) ||
                 x->nsni != y->nsni;
         for (size_t j = 0; !*tls && j < x->nsni; j++)
-            *tls |= !str_eq(x->sni[j].cert, y->sni[j].cert) || !str_eq(x->sni[j].key, y->sni[j].key);
+            *tls |=
+                !str_eq(x->sni[j].cert, y->sni[j].cert) || !str_eq(x->sni[j].key, y->sni[j].key);
     }
 }
 
@@ -913,8 +917,8 @@ static const char *str_default(const settings_key_t *k)
     return NULL;
 }
 
-size_t flare_settings_diff(const flare_settings_t *a0, const flare_settings_t *b0,
-                           const char **out, size_t max)
+size_t flare_settings_diff(const flare_settings_t *a0, const flare_settings_t *b0, const char **out,
+                           size_t max)
 {
     size_t n = 0;
     /* compare what takes effect: zero limits as their defaults */

@@ -130,7 +130,7 @@ static void on_reload(void *ud)
         n = 64;
     char applied[512] = "", later[512] = "";
     size_t na = 0, nl = 0;
-#define ADD(buf, len, k) \
+#define ADD(buf, len, k)                                                                  \
     len += (size_t)snprintf(buf + len, len < sizeof(buf) ? sizeof(buf) - len : 0, "%s%s", \
                             len > 0 ? ", " : "", k)
     for (size_t i = 0; i < n; i++) {
@@ -158,8 +158,7 @@ static void on_reload(void *ud)
     flare_settings_free(&next);
     fprintf(stderr, "flare: reload: %s: applied: %s%s%s\n",
             s->config_file != NULL ? s->config_file : "(no file)", na > 0 ? applied : "nothing",
-            nl > 0 ? "; needs an upgrade (SIGUSR2), kept as they were: " : "",
-            nl > 0 ? later : "");
+            nl > 0 ? "; needs an upgrade (SIGUSR2), kept as they were: " : "", nl > 0 ? later : "");
     if (s->priv->log_fn != NULL)
         s->priv->log_fn(s, s->priv->log_ud);
 }

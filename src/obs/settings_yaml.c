@@ -131,9 +131,9 @@ static int load_listener(const loader_t *ld, const yaml_node_t *e)
     settings_src_t src = src_at(ld, e);
     if (e->type == YAML_SCALAR_NODE) {
         int rc = scalar_of(ld, e, "listen", "HOST:PORT");
-        return rc != 0 ? rc : flare__settings_add_listener(ld->s, text(e), &src, true) != NULL
-                                  ? 0
-                                  : FLARE_ENOMEM;
+        return rc != 0                                                            ? rc
+               : flare__settings_add_listener(ld->s, text(e), &src, true) != NULL ? 0
+                                                                                  : FLARE_ENOMEM;
     }
     if (e->type != YAML_MAPPING_NODE)
         return flare__settings_fail(ld->s, &src, "listen",
@@ -178,7 +178,8 @@ static int load_listener(const loader_t *ld, const yaml_node_t *e)
     return 0;
 }
 
-static int load_pair(const loader_t *ld, const yaml_node_t *kn, const yaml_node_t *v, bool listen_pass)
+static int load_pair(const loader_t *ld, const yaml_node_t *kn, const yaml_node_t *v,
+                     bool listen_pass)
 {
     flare_settings_t *s = ld->s;
     const char *key = text(kn);
@@ -260,8 +261,9 @@ int flare__settings_load_file(flare_settings_t *s, const char *path)
         /* an empty file: nothing set */
     } else if (root->type != YAML_MAPPING_NODE) {
         settings_src_t src = src_at(&ld, root);
-        rc = flare__settings_fail(s, &src, NULL, "expected a mapping of keys (workers: 4 ...), "
-                                                 "got %s",
+        rc = flare__settings_fail(s, &src, NULL,
+                                  "expected a mapping of keys (workers: 4 ...), "
+                                  "got %s",
                                   root->type == YAML_SCALAR_NODE ? "a scalar" : kind_name(root));
     } else if ((rc = check_keys(&ld, root, "(top)")) == 0) {
         /* listen first, so a top-level tls-cert goes to its first listener
@@ -378,8 +380,10 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     const struct {
         const char *name;
         unsigned ms;
-    } t[] = { { "header-timeout", c.header_timeout_ms }, { "body-timeout", c.body_timeout_ms },
-              { "idle-timeout", c.idle_timeout_ms },     { "write-timeout", c.write_timeout_ms },
+    } t[] = { { "header-timeout", c.header_timeout_ms },
+              { "body-timeout", c.body_timeout_ms },
+              { "idle-timeout", c.idle_timeout_ms },
+              { "write-timeout", c.write_timeout_ms },
               { "drain-timeout", c.drain_timeout_ms } };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         fprintf(out, "%s: ", t[i].name);

@@ -94,8 +94,10 @@ static void test_file_errors(void **state)
                       ":3: workers: duplicated key (first at line 1)");
     expect_file_error("idle-timeout: 5x\n",
                       ":1: idle-timeout: expected a duration (30, 500ms, 30s, 2m, 1h), got \"5x\"");
-    expect_file_error("idle-timeout: 0\n", ":1: idle-timeout: 0 is out of range (1ms..2147483647ms)");
-    expect_file_error("max-body: 1t\n", ":1: max-body: expected a size (1048576, 64k, 1m), got \"1t\"");
+    expect_file_error("idle-timeout: 0\n",
+                      ":1: idle-timeout: 0 is out of range (1ms..2147483647ms)");
+    expect_file_error("max-body: 1t\n",
+                      ":1: max-body: expected a size (1048576, 64k, 1m), got \"1t\"");
     expect_file_error("max-body: 2048g\n",
                       ":1: max-body: 2048g is out of range (0..1099511627776 bytes)");
     expect_file_error("mw-stats: maybe\n", ":1: mw-stats: expected true or false, got \"maybe\"");
@@ -118,7 +120,8 @@ static void test_file_errors(void **state)
                       ":2: listen 127.0.0.1:1: tls-cert without tls-key");
     expect_file_error("- workers\n", ":1: expected a mapping of keys (workers: 4 ...), got a list");
     expect_file_error("workers: 1\n---\nworkers: 2\n", ":3: a second YAML document (one expected)");
-    expect_file_error("tls-handshake-timeout: 5s\n", "tls-handshake-timeout: no listener has tls-cert");
+    expect_file_error("tls-handshake-timeout: 5s\n",
+                      "tls-handshake-timeout: no listener has tls-cert");
 
     /* a missing file names it and the system's reason */
     flare_settings_t s;
@@ -218,14 +221,13 @@ static void test_precedence(void **state)
     setenv("FLARE_IDLE_TIMEOUT", "20s", 1);
     setenv("FLARE_LOG_LEVEL", "error", 1);
     setenv("FLARE_LISTEN", "127.0.0.1:2222,127.0.0.1:3333", 1);
-    assert_int_equal(parse(&s, NULL, 0, "--config", path, "--workers", "6", "--listen=127.0.0.1:4444",
-                           NULL),
-                     0);
-    assert_int_equal(s.app.workers, 6);              /* flag */
-    assert_int_equal(s.app.idle_timeout_ms, 20000);  /* env */
-    assert_int_equal(s.app.max_body, 1024);          /* file */
-    assert_string_equal(s.log_level, "error");       /* env */
-    assert_int_equal(s.nlisteners, 1);               /* the flag's list replaces the env's */
+    assert_int_equal(
+        parse(&s, NULL, 0, "--config", path, "--workers", "6", "--listen=127.0.0.1:4444", NULL), 0);
+    assert_int_equal(s.app.workers, 6);             /* flag */
+    assert_int_equal(s.app.idle_timeout_ms, 20000); /* env */
+    assert_int_equal(s.app.max_body, 1024);         /* file */
+    assert_string_equal(s.log_level, "error");      /* env */
+    assert_int_equal(s.nlisteners, 1);              /* the flag's list replaces the env's */
     assert_string_equal(s.listeners[0].addr, "127.0.0.1:4444");
     flare_settings_free(&s);
     assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
@@ -387,7 +389,8 @@ static void test_extra_options(void **state)
     assert_string_equal(flare_settings_error(&s), want);
     flare_settings_free(&s);
     assert_int_equal(parse(&s, extra, 5, "--fast=sometimes", NULL), FLARE_EINVAL);
-    assert_string_equal(flare_settings_error(&s), "--fast: expected true or false, got \"sometimes\"");
+    assert_string_equal(flare_settings_error(&s),
+                        "--fast: expected true or false, got \"sometimes\"");
     flare_settings_free(&s);
     /* a name that is already a key is refused */
     const flare_settings_option_t clash[] = { { "workers", FLARE_SETTING_UINT, "", NULL, 0, 0 } };
@@ -471,7 +474,8 @@ static void test_on_reload(void **state)
     assert_int_equal(order[0], 1);
     assert_int_equal(order[1], 2);
     /* still serving */
-    char *r = harness_roundtrip(&h, "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    char *r =
+        harness_roundtrip(&h, "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_non_null(r);
     assert_non_null(strstr(r, "404"));
     free(r);
@@ -486,10 +490,10 @@ static void test_on_reload(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_file_errors),  cmocka_unit_test(test_values),
-        cmocka_unit_test(test_precedence),   cmocka_unit_test(test_flag_errors),
-        cmocka_unit_test(test_listeners),    cmocka_unit_test(test_extra_options),
-        cmocka_unit_test(test_reload_diff),  cmocka_unit_test(test_on_reload),
+        cmocka_unit_test(test_file_errors), cmocka_unit_test(test_values),
+        cmocka_unit_test(test_precedence),  cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_listeners),   cmocka_unit_test(test_extra_options),
+        cmocka_unit_test(test_reload_diff), cmocka_unit_test(test_on_reload),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
