@@ -60,8 +60,17 @@ int flare_settings_static(flare_settings_t *s, flare_app_t *app, const flare_sta
         }
         int rc = flare_static(app, prefix, dir, opts);
         if (rc != 0) {
-            flare__settings_fail(s, NULL, "static", "%s: %s%s%s", v, flare_strerror(rc),
-                                 rc == FLARE_EINVAL ? ": " : "",
+            /* named as it was given: "--static DIR", "FLARE_STATIC DIR",
+             * "hello.yaml: static DIR" */
+            int idx = flare__settings_find(s, "static", 6);
+            int layer = s->priv->layer != NULL ? s->priv->layer[idx] : LAYER_DEFAULT;
+            flare__settings_fail(s, NULL, NULL, "%s%s%s %s: %s%s%s",
+                                 layer == LAYER_FILE && s->config_file ? s->config_file : "",
+                                 layer == LAYER_FILE && s->config_file ? ": " : "",
+                                 layer == LAYER_FLAGS ? "--static"
+                                 : layer == LAYER_ENV ? "FLARE_STATIC"
+                                                      : "static",
+                                 v, flare_strerror(rc), rc == FLARE_EINVAL ? ": " : "",
                                  rc == FLARE_EINVAL ? flare_last_error() : "");
             return rc;
         }
