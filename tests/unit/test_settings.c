@@ -487,6 +487,55 @@ static void test_on_reload(void **state)
     flare_app_free(app);
 }
 
+/* flare_settings_watch: SIGHUP re-reads the file, the log callback sees the
+ * new logging keys, what needs an upgrade keeps its value */
+static atomic_int log_calls;
+static char seen_level[16];
+
+static void on_log(const flare_settings_t *s, void *ud)
+{
+    (void)ud;
+    snprintf(seen_level, sizeof(seen_level), "%s", s->log_level != NULL ? s->log_level : "");
+    atomic_fetch_add(&log_calls, 1);
+}
+
+static void test_watch(void **state)
+{
+    (void)state;
+    atomic_store(&log_calls, 0);
+    const char *path = write_file("w.yaml", "workers: 1\nlog-level: info\n");
+    char file[128];
+    snprintf(file, sizeof(file), "%s", path);
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", file, NULL), 0);
+    flare_config_t cfg;
+    flare_settings_app_config(&s, &cfg);
+    flare_app_t *app = flare_app_new(&cfg);
+    assert_non_null(app);
+    assert_int_equal(flare_settings_watch(&s, app), 0);
+    flare_settings_on_log(&s, on_log, NULL);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+
+    write_file("w.yaml", "workers: 2\nlog-level: debug\n");
+    kill(getpid(), SIGHUP);
+    for (int i = 0; i < 500 && atomic_load(&log_calls) < 1; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&log_calls), 1);
+    assert_string_equal(seen_level, "debug");
+
+    /* broken: no callback, nothing changes */
+    write_file("w.yaml", "workers: 2\nlog-level: warn\nlog-level: error\n");
+    kill(getpid(), SIGHUP);
+    usleep(200000);
+    assert_int_equal(atomic_load(&log_calls), 1);
+    assert_int_equal(harness_stop(&h), 0);
+    assert_string_equal(s.log_level, "debug");
+    assert_int_equal(s.app.workers, 1); /* needs an upgrade: kept */
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_precedence),  cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_listeners),   cmocka_unit_test(test_extra_options),
         cmocka_unit_test(test_reload_diff), cmocka_unit_test(test_on_reload),
+        cmocka_unit_test(test_watch),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
