@@ -165,7 +165,9 @@ FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_sett
 
 /* Called after each successful reload with the settings in effect, whose
  * logging fields (log, log-level, log-format, access-log,
- * access-log-format) are the new ones: reopen the files, set the level. */
+ * access-log-format) are the new ones: reopen the files, set the level.
+ * Runs on the thread that runs flare_app_run. Set it after
+ * flare_settings_parse_args (which starts from a clean structure). */
 typedef void (*flare_settings_log_fn)(const flare_settings_t *s, void *ud);
 FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn fn, void *ud);
 
