@@ -448,9 +448,11 @@ static int order[4];
 
 static void hook_a(void *ud)
 {
-    int i = atomic_fetch_add(&hooks_ran, 1);
+    /* hooks run on one thread: write, then publish */
+    int i = atomic_load(&hooks_ran);
     if (i < 4)
         order[i] = (int)(intptr_t)ud;
+    atomic_store(&hooks_ran, i + 1);
 }
 
 static void test_on_reload(void **state)
