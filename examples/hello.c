@@ -1,9 +1,14 @@
 /* The example server: the routes the benchmarks and the outside tests use.
  *
- *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
- *         [--max-body BYTES] [--static DIR]
+ *   hello [--config FILE] [--check-config] --listen HOST:PORT --workers N
+ *         [--header-timeout S] [--idle-timeout S] [--max-body BYTES] [--static DIR]
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
+ *         [--log FILE|-] [--log-level error|warn|info|debug] [--access-log FILE|-]
+ *
+ * Every flag is also a key of the --config YAML file and a FLARE_* variable
+ * (flags win, then the environment, then the file: flare/settings.h,
+ * docs/config.md); SIGHUP re-reads the file (examples/hello.yaml).
  *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.
@@ -20,11 +25,9 @@
 #include <string.h>
 
 #include <flare/flare.h>
+#include <flare/settings.h>
 #include <flare/tls.h>
 #include <flare/ws.h>
-
-#define MAX_SNI_CERTS       16
-#define MAX_PLAIN_LISTENERS 8
 
 static int plaintext(flare_req_t *req, flare_res_t *res, void *ud)
 {
@@ -133,127 +136,18 @@ static int pass(flare_req_t *req, flare_res_t *res, void *ud)
     return 0;
 }
 
-static void usage(const char *argv0)
+/* Every route of the example, in one place (the contract the tests and the
+ * benchmarks use). */
+static int add_routes(flare_app_t *app)
 {
-    fprintf(stderr,
-            "usage: %s --listen HOST:PORT --workers N [--header-timeout SECONDS]\n"
-            "          [--idle-timeout SECONDS] [--max-body BYTES] [--static DIR]\n"
-            "          [--tls-cert FILE --tls-key FILE]\n"
-            "          [--tls-sni-cert FILE --tls-sni-key FILE]...\n"
-            "          [--tls-handshake-timeout SECONDS] [--listen-plain HOST:PORT]...\n"
-            "  --tls-cert, --tls-key    the --listen address speaks TLS with this certificate\n"
-            "                           chain (PEM, leaf first) and its private key\n"
-            "  --tls-sni-cert/-key      one more certificate, chosen by SNI (repeatable; the\n"
-            "                           n-th --tls-sni-key goes with the n-th --tls-sni-cert)\n"
-            "  --tls-handshake-timeout  seconds from accept to the end of the handshake [10]\n"
-            "  --listen-plain           an extra plain HTTP listener (repeatable)\n",
-            argv0);
-}
-
-static int parse_num(const char *s, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    if (s == NULL || *s == '\0' || *s == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    const char *listen = "127.0.0.1:8080";
-    const char *static_dir = NULL;
-    flare_tls_config_t tls = { 0 };
-    flare_tls_cert_t sni[MAX_SNI_CERTS] = { { 0 } };
-    size_t nsni_cert = 0, nsni_key = 0;
-    const char *plain[MAX_PLAIN_LISTENERS];
-    size_t nplain = 0;
-    flare_config_t cfg;
-    flare_config_init(&cfg);
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned long long v;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(argv[0]);
-            return 0;
-        }
-        if (val == NULL) {
-            fprintf(stderr, "%s: missing value for %s\n", argv[0], arg);
-            usage(argv[0]);
-            return 2;
-        }
-        i++;
-        if (strcmp(arg, "--listen") == 0) {
-            listen = val;
-        } else if (strcmp(arg, "--workers") == 0 && parse_num(val, 1024, &v) == 0) {
-            cfg.workers = (unsigned)v;
-        } else if (strcmp(arg, "--header-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
-                   v > 0) {
-            cfg.header_timeout_ms = (unsigned)v * 1000;
-        } else if (strcmp(arg, "--idle-timeout") == 0 && parse_num(val, 86400, &v) == 0 && v > 0) {
-            cfg.idle_timeout_ms = (unsigned)v * 1000;
-        } else if (strcmp(arg, "--max-body") == 0 && parse_num(val, 1ull << 40, &v) == 0) {
-            cfg.max_body = (size_t)v;
-        } else if (strcmp(arg, "--static") == 0) {
-            static_dir = val;
-        } else if (strcmp(arg, "--tls-cert") == 0) {
-            tls.cert_file = val;
-        } else if (strcmp(arg, "--tls-key") == 0) {
-            tls.key_file = val;
-        } else if (strcmp(arg, "--tls-sni-cert") == 0 && nsni_cert < MAX_SNI_CERTS) {
-            sni[nsni_cert++].cert_file = val;
-        } else if (strcmp(arg, "--tls-sni-key") == 0 && nsni_key < MAX_SNI_CERTS) {
-            sni[nsni_key++].key_file = val;
-        } else if (strcmp(arg, "--tls-handshake-timeout") == 0 && parse_num(val, 86400, &v) == 0 &&
-                   v > 0) {
-            tls.handshake_timeout_ms = (unsigned)v * 1000;
-        } else if (strcmp(arg, "--listen-plain") == 0 && nplain < MAX_PLAIN_LISTENERS) {
-            plain[nplain++] = val;
-        } else {
-            fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
-            usage(argv[0]);
-            return 2;
-        }
-    }
-
-    bool use_tls = tls.cert_file != NULL || tls.key_file != NULL;
-    if (use_tls && (tls.cert_file == NULL || tls.key_file == NULL)) {
-        fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", argv[0]);
-        return 2;
-    }
-    if (nsni_cert != nsni_key) {
-        fprintf(stderr, "%s: %zu --tls-sni-cert but %zu --tls-sni-key\n", argv[0], nsni_cert,
-                nsni_key);
-        return 2;
-    }
-    if (!use_tls && (nsni_cert > 0 || tls.handshake_timeout_ms != 0)) {
-        fprintf(stderr, "%s: --tls-sni-* and --tls-handshake-timeout need --tls-cert\n", argv[0]);
-        return 2;
-    }
-    tls.more_certs = nsni_cert > 0 ? sni : NULL;
-    tls.nmore_certs = nsni_cert;
-
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "flare: %s\n", flare_last_error());
-        return 1;
-    }
-    int rc = 0;
+    int rc;
     if ((rc = flare_get(app, "/plaintext", plaintext, NULL)) != 0 ||
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
         (rc = flare_get(app, "/slow", slow, NULL)) != 0 ||
-        (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0) {
-        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
-        flare_app_free(app);
-        return 1;
-    }
+        (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0)
+        return rc;
     /* /mw/plaintext: the same answer behind ten synchronous middlewares */
     flare_group_t *mw = flare_group_new(app, "/mw");
     static const char *names[10] = { "mw0", "mw1", "mw2", "mw3", "mw4",
@@ -264,46 +158,59 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = flare_group_route(mw, FLARE_METHOD_GET, "/plaintext", plaintext, NULL);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* --config FILE, FLARE_*, then the flags (flare/settings.h, docs/config.md):
+     * --listen, --workers, the timeouts and limits, --static, --tls-cert/--tls-key,
+     * --tls-sni-cert/--tls-sni-key, --tls-handshake-timeout, --listen-plain, --log,
+     * --log-level, --access-log, --check-config... (--help lists them) */
+    flare_settings_t s;
+    flare_settings_init(&s);
+    int rc = flare_settings_parse_args(&s, argc, argv, NULL, 0);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "%s: %s\n", argv[0], flare_settings_error(&s));
+        int code = rc > 0 ? 0 : s.check_config ? 1 : 2;
+        flare_settings_free(&s);
+        return code;
+    }
+    flare_config_t cfg;
+    flare_settings_app_config(&s, &cfg);
+    flare_app_t *app = flare_app_new(&cfg);
+    if (app == NULL) {
+        fprintf(stderr, "flare: %s\n", flare_last_error());
+        flare_settings_free(&s);
+        return 1;
+    }
+    if ((rc = add_routes(app)) != 0) {
+        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
+        goto out;
+    }
+    /* every listener through flare_app_listen, in order (--listen is
+     * listener 0, then each --listen-plain); --static under /static with
+     * precompressed "x.gz" beside x, for clients that take gzip */
     flare_static_opts_t so;
     flare_static_opts_init(&so);
-    so.precompressed = true; /* x.gz beside x, for clients that take gzip */
-    if (rc == 0 && static_dir != NULL &&
-        (rc = flare_static(app, "/static", static_dir, &so)) != 0) {
-        fprintf(stderr, "flare: --static %s: %s\n", static_dir, flare_strerror(rc));
-        flare_app_free(app);
-        return 1;
+    so.precompressed = true;
+    if ((rc = flare_settings_apply(&s, app, &so)) != 0) {
+        fprintf(stderr, "flare: %s\n", flare_settings_error(&s));
+        goto out;
     }
-    if (rc != 0) {
-        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
-        flare_app_free(app);
-        return 1;
+    if ((rc = flare_settings_watch(&s, app)) != 0) {
+        fprintf(stderr, "flare: reload hook: %s\n", flare_strerror(rc));
+        goto out;
     }
-    if (use_tls || nplain > 0) {
-        /* every listener through flare_app_listen, in this order: --listen
-         * is listener 0, then each --listen-plain */
-        if ((rc = flare_app_listen(app, listen, use_tls ? &tls : NULL)) != 0) {
-            fprintf(stderr, "flare: --listen %s: %s: %s\n", listen, flare_strerror(rc),
-                    flare_last_error());
-            flare_app_free(app);
-            return 1;
-        }
-        fprintf(stderr, "hello: listening on %s%s\n", listen, use_tls ? " (TLS)" : "");
-        for (size_t i = 0; i < nplain; i++) {
-            if ((rc = flare_app_listen(app, plain[i], NULL)) != 0) {
-                fprintf(stderr, "flare: --listen-plain %s: %s: %s\n", plain[i], flare_strerror(rc),
-                        flare_last_error());
-                flare_app_free(app);
-                return 1;
-            }
-            fprintf(stderr, "hello: listening on %s\n", plain[i]);
-        }
-        rc = flare_app_run(app, NULL);
-    } else {
-        fprintf(stderr, "hello: listening on %s\n", listen);
-        rc = flare_app_run(app, listen);
-    }
+    for (size_t i = 0; i < s.nlisteners; i++)
+        fprintf(stderr, "hello: listening on %s%s\n", s.listeners[i].addr,
+                s.listeners[i].tls_cert != NULL ? " (TLS)" : "");
+    rc = flare_app_run(app, NULL);
     if (rc != 0)
         fprintf(stderr, "flare: %s: %s\n", flare_strerror(rc), flare_last_error());
+out:
     flare_app_free(app);
+    flare_settings_free(&s);
     return rc != 0;
 }

@@ -507,8 +507,27 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
+/* SIGHUP delivered to a thread that does not block it: the same path as
+ * one read from the signalfd (the run loop reads this eventfd too). */
+static _Atomic int signal_hup_fd = -1;
+
+static void on_hup_signal(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    int fd = atomic_load(&signal_hup_fd);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t r = write(fd, &one, sizeof(one));
+        (void)r;
+    }
+    errno = saved;
+}
+
 typedef struct run_signals {
     sigset_t old_mask;
+    struct sigaction old_hup; /* reload */
+    int hup_fd;               /* reload: eventfd woken by on_hup_signal */
     struct sigaction old_int, old_term, old_pipe;
     bool masked, handlers, pipe;
     int sfd;
@@ -520,6 +539,7 @@ static int signals_take(flare_app_t *app, run_signals_t *rs)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP); /* reload: see run_reload_hooks */
     /* writes to a closed socket return EPIPE instead of killing the process */
     struct sigaction ign = { .sa_handler = SIG_IGN };
     sigemptyset(&ign.sa_mask);
@@ -547,6 +567,19 @@ static int signals_take(flare_app_t *app, run_signals_t *rs)
             atomic_store(&signal_stop_fd, -1);
             return flare__fail(FLARE_ESYS, e, "sigaction(SIGTERM)");
         }
+        /* reload: a SIGHUP reaching a thread that does not block it would
+         * otherwise end the process */
+        rs->hup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        struct sigaction hup = { .sa_handler = on_hup_signal, .sa_flags = SA_RESTART };
+        sigemptyset(&hup.sa_mask);
+        if (rs->hup_fd < 0 || sigaction(SIGHUP, &hup, &rs->old_hup) != 0) {
+            int e = errno;
+            sigaction(SIGINT, &rs->old_int, NULL);
+            sigaction(SIGTERM, &rs->old_term, NULL);
+            atomic_store(&signal_stop_fd, -1);
+            return flare__fail(FLARE_ESYS, e, "sigaction(SIGHUP)");
+        }
+        atomic_store(&signal_hup_fd, rs->hup_fd);
         rs->handlers = true;
     }
     return 0;
@@ -565,24 +598,94 @@ static void signals_give_back(run_signals_t *rs)
         sigaction(SIGINT, &rs->old_int, NULL);
         sigaction(SIGTERM, &rs->old_term, NULL);
         atomic_store(&signal_stop_fd, -1);
+        /* reload */
+        sigaction(SIGHUP, &rs->old_hup, NULL);
+        atomic_store(&signal_hup_fd, -1);
     }
+    if (rs->hup_fd >= 0)
+        close(rs->hup_fd);
     if (rs->masked)
         pthread_sigmask(SIG_SETMASK, &rs->old_mask, NULL);
     if (rs->pipe)
         sigaction(SIGPIPE, &rs->old_pipe, NULL);
 }
 
-/* Waits for a stop: a signal, or flare_app_stop. 0, or FLARE_ESYS when
- * poll itself fails (the app then stops too: it cannot be stopped later). */
-static int wait_for_stop(flare_app_t *app, int sfd)
+/* ---- reload (SIGHUP) ---- */
+
+struct flare_reload_hook {
+    struct flare_reload_hook *next;
+    flare_task_fn fn;
+    void *ud;
+};
+
+int flare_app_on_reload(flare_app_t *app, flare_task_fn fn, void *ud)
 {
-    struct pollfd pfd[2] = { { app->stop_fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+    if (app == NULL || fn == NULL)
+        return FLARE_EINVAL;
+    if (atomic_load(&app->running))
+        return flare__fail(FLARE_ESTATE, 0, "flare_app_on_reload: the app is running");
+    struct flare_reload_hook *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return FLARE_ENOMEM;
+    h->fn = fn;
+    h->ud = ud;
+    if (app->reload_tail == NULL)
+        app->reload_tail = &app->reload_hooks;
+    *app->reload_tail = h;
+    app->reload_tail = &h->next;
+    return 0;
+}
+
+static void run_reload_hooks(flare_app_t *app)
+{
+    for (struct flare_reload_hook *h = app->reload_hooks; h != NULL; h = h->next)
+        h->fn(h->ud);
+}
+
+static void reload_hooks_free(flare_app_t *app)
+{
+    while (app->reload_hooks != NULL) {
+        struct flare_reload_hook *h = app->reload_hooks;
+        app->reload_hooks = h->next;
+        free(h);
+    }
+    app->reload_tail = NULL;
+}
+
+/* Waits for a stop: a signal, or flare_app_stop. A SIGHUP (from the
+ * signalfd, or through hup_fd when another thread took it) runs the reload
+ * hooks here and goes on waiting. 0, or FLARE_ESYS when poll itself fails
+ * (the app then stops too: it cannot be stopped later). */
+static int wait_for_stop(flare_app_t *app, int sfd, int hup_fd)
+{
+    struct pollfd pfd[3] = { { app->stop_fd, POLLIN, 0 },
+                             { sfd, POLLIN, 0 },
+                             { hup_fd, POLLIN, 0 } };
     for (;;) {
-        int pr = poll(pfd, 2, -1);
-        if (pr > 0)
-            return 0;
+        int pr = poll(pfd, 3, -1);
         if (pr < 0 && errno != EINTR)
             return flare__fail(FLARE_ESYS, errno, "poll (waiting for a stop)");
+        if (pr <= 0)
+            continue;
+        if (pfd[0].revents != 0)
+            return 0;
+        bool reload = false;
+        if (pfd[2].revents != 0) {
+            uint64_t v;
+            while (read(hup_fd, &v, sizeof(v)) > 0) {
+            }
+            reload = true;
+        }
+        if (pfd[1].revents != 0) {
+            struct signalfd_siginfo si;
+            ssize_t n = read(sfd, &si, sizeof(si));
+            if (n == (ssize_t)sizeof(si) && si.ssi_signo == SIGHUP)
+                reload = true;
+            else if (n == (ssize_t)sizeof(si))
+                return 0; /* SIGINT, SIGTERM */
+        }
+        if (reload)
+            run_reload_hooks(app);
     }
 }
 
@@ -708,7 +811,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     if (!atomic_compare_exchange_strong(&app->running, &expected, true))
         return flare__fail(FLARE_ESTATE, 0, "flare_app_run: the app is already running");
     unsigned started = 0, inited = 0;
-    run_signals_t rs = { .sfd = -1 };
+    run_signals_t rs = { .sfd = -1, .hup_fd = -1 };
     atomic_store(&app->port, 0);
 
     int rc = flare__chains_build(app);
@@ -746,7 +849,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     }
     if (rc == 0) {
         gate_open(app);
-        rc = wait_for_stop(app, rs.sfd);
+        rc = wait_for_stop(app, rs.sfd, rs.hup_fd);
     }
     /* the stop nodes are embedded: asking a worker to drain cannot fail */
     for (unsigned i = 0; i < started; i++)
@@ -806,6 +909,7 @@ void flare_app_free(flare_app_t *app)
         free(o);
     }
     flare__modules_free_app(app);
+    reload_hooks_free(app);
     flare__router_free(app->router);
     flare__chains_free(app);
     for (unsigned i = 0; i < app->nlisteners; i++) {

@@ -72,6 +72,10 @@ struct flare_app {
     unsigned nmodules;
     struct flare_owned *owned; /* objects freed with the app (middleware state) */
     unsigned nmw;
+    /* flare_app_on_reload: run on SIGHUP by the thread in flare_app_run,
+     * in registration order; written only while the app is not running */
+    struct flare_reload_hook *reload_hooks; /* defined in app.c */
+    struct flare_reload_hook **reload_tail;
 };
 
 struct flare_worker {

@@ -14,8 +14,9 @@
 set -euo pipefail
 
 # libpq-dev, libsqlite3-dev, libhiredis-dev: the data layer's client libraries (src/data/).
+# libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev)
+    libsqlite3-dev libhiredis-dev libyaml-dev)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).

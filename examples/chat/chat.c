@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <flare/flare.h>
+#include <flare/settings.h>
 #include <flare/ws.h>
 
 #ifndef CHAT_STATIC_DIR
@@ -193,51 +194,31 @@ static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
     free(m);
 }
 
-static void usage(const char *argv0)
-{
-    fprintf(stderr, "usage: %s --listen HOST:PORT --workers N [--static DIR]\n", argv0);
-}
-
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:8080";
-    flare_config_t cfg;
-    flare_config_init(&cfg);
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(argv[0]);
-            return 0;
-        }
-        if (val == NULL) {
-            usage(argv[0]);
-            return 2;
-        }
-        i++;
-        if (strcmp(arg, "--listen") == 0) {
-            listen = val;
-        } else if (strcmp(arg, "--workers") == 0) {
-            char *end;
-            errno = 0;
-            unsigned long n = strtoul(val, &end, 10);
-            if (errno != 0 || *end != '\0' || n > 1024) {
-                usage(argv[0]);
-                return 2;
-            }
-            cfg.workers = (unsigned)n;
-        } else if (strcmp(arg, "--static") == 0) {
-            static_dir = val;
-        } else {
-            usage(argv[0]);
-            return 2;
-        }
+    /* --config FILE, FLARE_*, then the flags (flare/settings.h): --listen,
+     * --workers, --static DIR (the page and its scripts) */
+    flare_settings_t st;
+    flare_settings_init(&st);
+    int rc = flare_settings_parse_args(&st, argc, argv, NULL, 0);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "chat: %s\n", flare_settings_error(&st));
+        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
+        flare_settings_free(&st);
+        return code;
     }
+    if (st.nstatics > 0)
+        static_dir = st.statics[0];
+    flare_config_t cfg;
+    flare_settings_app_config(&st, &cfg);
     flare_static_opts_t so;
     flare_static_opts_init(&so);
     so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
         fprintf(stderr, "chat: %s\n", flare_last_error());
+        flare_settings_free(&st);
         return 1;
     }
     static const flare_ws_config_t ws_cfg = {
@@ -247,18 +228,25 @@ int main(int argc, char **argv)
         .deflate = true,
         .max_message = 64 * 1024,
     };
-    int rc;
     if ((rc = flare_get(app, "/", index_page, NULL)) != 0 ||
         (rc = flare_static(app, "/static", static_dir, &so)) != 0 ||
         (rc = flare_ws_route(app, "/ws", &ws_cfg)) != 0) {
         fprintf(stderr, "chat: route: %s\n", flare_strerror(rc));
         flare_app_free(app);
+        flare_settings_free(&st);
         return 1;
     }
-    fprintf(stderr, "chat: http://%s/ (static files from %s)\n", listen, static_dir);
-    rc = flare_app_run(app, listen);
-    if (rc != 0)
-        fprintf(stderr, "chat: %s: %s\n", flare_strerror(rc), flare_last_error());
+    /* the listeners (static is mounted above, with this page's options) */
+    if ((rc = flare_settings_listen(&st, app)) != 0) {
+        fprintf(stderr, "chat: %s\n", flare_settings_error(&st));
+    } else if ((rc = flare_settings_watch(&st, app)) == 0) {
+        fprintf(stderr, "chat: http://%s/ (static files from %s)\n", st.listeners[0].addr,
+                static_dir);
+        rc = flare_app_run(app, NULL);
+        if (rc != 0)
+            fprintf(stderr, "chat: %s: %s\n", flare_strerror(rc), flare_last_error());
+    }
     flare_app_free(app);
+    flare_settings_free(&st);
     return rc != 0;
 }

@@ -31,6 +31,7 @@
 
 #include "flare/db.h"
 #include "flare/flare.h"
+#include "flare/settings.h"
 
 #define WORLD_ROWS   10000
 #define MAX_QUERIES  500
@@ -563,76 +564,45 @@ static int h_cached(flare_req_t *req, flare_res_t *res, void *ud)
 
 /* ---- main ---- */
 
-static void usage(const char *argv0)
-{
-    fprintf(stderr,
-            "usage: %s --listen HOST:PORT --workers N --db URL [--pool N]\n"
-            "  --db     postgresql://user:pass@host:port/dbname or sqlite:PATH\n"
-            "  --pool   database connections per worker (PostgreSQL) or readers (SQLite)\n",
-            argv0);
-}
-
-static int parse_num(const char *s, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    if (s == NULL || *s == '\0' || *s == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:8080", *url = NULL;
-    flare_config_t cfg;
-    flare_config_init(&cfg);
+    /* --config FILE, FLARE_*, then the flags (flare/settings.h): --listen,
+     * --workers, --db URL (postgresql://user:pass@host:port/dbname or
+     * sqlite:PATH, required) and this example's own --pool N */
     flare_db_config_t dbc = { 0 };
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(argv[0]);
-            return 0;
-        }
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned long long v;
-        if (val == NULL) {
-            fprintf(stderr, "%s: missing value for %s\n", argv[0], arg);
-            usage(argv[0]);
-            return 2;
-        }
-        i++;
-        if (strcmp(arg, "--listen") == 0) {
-            listen = val;
-        } else if (strcmp(arg, "--workers") == 0 && parse_num(val, 1024, &v) == 0) {
-            cfg.workers = (unsigned)v;
-        } else if (strcmp(arg, "--db") == 0) {
-            url = val;
-        } else if (strcmp(arg, "--pool") == 0 && parse_num(val, 64, &v) == 0 && v > 0) {
-            dbc.pool_size = (unsigned)v;
-        } else {
-            fprintf(stderr, "%s: bad option or value: %s %s\n", argv[0], arg, val);
-            usage(argv[0]);
-            return 2;
-        }
+    const flare_settings_option_t extra[] = {
+        { "pool", FLARE_SETTING_UINT,
+          "database connections per worker (PostgreSQL) or readers (SQLite) [the driver's]",
+          &dbc.pool_size, 1, 64 },
+    };
+    flare_settings_t st;
+    flare_settings_init(&st);
+    int rc = flare_settings_parse_args(&st, argc, argv, extra, 1);
+    if (rc == 0 && st.db == NULL) {
+        fprintf(stderr, "%s: --db URL is required (--help)\n", argv[0]);
+        rc = FLARE_EINVAL;
+    } else if (rc < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], flare_settings_error(&st));
     }
-    if (url == NULL) {
-        fprintf(stderr, "%s: --db URL is required\n", argv[0]);
-        usage(argv[0]);
-        return 2;
+    if (rc != 0) {
+        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
+        flare_settings_free(&st);
+        return code;
     }
+    const char *url = st.db;
+    flare_config_t cfg;
+    flare_settings_app_config(&st, &cfg);
     flare_app_t *app = flare_app_new(&cfg);
     if (app == NULL) {
         fprintf(stderr, "tfb: %s\n", flare_last_error());
+        flare_settings_free(&st);
         return 1;
     }
-    int rc = flare_db_open(app, url, &dbc, &db);
+    rc = flare_db_open(app, url, &dbc, &db);
     if (rc != 0) {
         fprintf(stderr, "tfb: --db: %s: %s\n", flare_strerror(rc), flare_last_error());
         flare_app_free(app);
+        flare_settings_free(&st);
         return 1;
     }
     is_pg = strcmp(flare_db_driver(db), "postgresql") == 0;
@@ -645,19 +615,26 @@ int main(int argc, char **argv)
         (rc = flare_get(app, "/cached-queries", h_cached, NULL)) != 0) {
         fprintf(stderr, "tfb: route: %s\n", flare_strerror(rc));
         flare_app_free(app);
+        flare_settings_free(&st);
         return 1;
     }
     caches = calloc(flare_app_workers(app), sizeof(*caches));
     if (caches == NULL) {
         fprintf(stderr, "tfb: out of memory\n");
         flare_app_free(app);
+        flare_settings_free(&st);
         return 1;
     }
-    fprintf(stderr, "tfb: listening on %s (%s)\n", listen, flare_db_driver(db));
-    rc = flare_app_run(app, listen);
-    if (rc != 0)
-        fprintf(stderr, "tfb: %s: %s\n", flare_strerror(rc), flare_last_error());
+    if ((rc = flare_settings_apply(&st, app, NULL)) != 0) {
+        fprintf(stderr, "tfb: %s\n", flare_settings_error(&st));
+    } else if ((rc = flare_settings_watch(&st, app)) == 0) {
+        fprintf(stderr, "tfb: listening on %s (%s)\n", st.listeners[0].addr, flare_db_driver(db));
+        rc = flare_app_run(app, NULL);
+        if (rc != 0)
+            fprintf(stderr, "tfb: %s: %s\n", flare_strerror(rc), flare_last_error());
+    }
     flare_app_free(app);
+    flare_settings_free(&st);
     free(caches);
     return rc != 0;
 }

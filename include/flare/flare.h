@@ -132,6 +132,16 @@ FLARE_API void flare_app_stop(flare_app_t *app);
  * returns). */
 FLARE_API int flare_app_post(flare_app_t *app, unsigned worker, flare_task_fn fn, void *ud);
 
+/* Adds a reload hook: fn(ud) runs on the thread that runs flare_app_run
+ * each time the app gets SIGHUP (see flare_app_run), after every hook added
+ * before it (registration order), while the workers keep serving. A hook
+ * reaches the workers only through the thread-safe calls (flare_app_post,
+ * flare_app_tls_reload...). Hooks stay until flare_app_free, across runs.
+ * Before flare_app_run or between runs: 0, FLARE_EINVAL (fn NULL),
+ * FLARE_ESTATE (running), FLARE_ENOMEM. flare/settings.h's
+ * flare_settings_watch adds one that re-reads the configuration file. */
+FLARE_API int flare_app_on_reload(flare_app_t *app, flare_task_fn fn, void *ud);
+
 /* The number of workers the app runs (or will run). */
 FLARE_API unsigned flare_app_workers(const flare_app_t *app);
 

@@ -1,0 +1,194 @@
+/* Settings: one structure for everything an operator configures, read from a
+ * YAML file, then FLARE_* environment variables, then command-line flags
+ * (each overrides the one before). docs/config.md lists the keys.
+ *
+ *     flare_settings_t s;
+ *     flare_settings_init(&s);
+ *     int rc = flare_settings_parse_args(&s, argc, argv, NULL, 0);
+ *     if (rc != 0) {                           // help or --check-config done,
+ *         if (rc < 0)                          // or an error to print
+ *             fprintf(stderr, "%s\n", flare_settings_error(&s));
+ *         flare_settings_free(&s);
+ *         return rc < 0 ? (s.check_config ? 1 : 2) : 0;
+ *     }
+ *     flare_config_t cfg;
+ *     flare_settings_app_config(&s, &cfg);
+ *     flare_app_t *app = flare_app_new(&cfg);
+ *     ... routes ...
+ *     flare_settings_apply(&s, app, NULL);   // listeners (TLS too), static
+ *     flare_settings_watch(&s, app);         // SIGHUP re-reads the file
+ *     flare_app_run(app, NULL);
+ *
+ * Keys are the long flag names without the dashes: `workers: 4` in the file,
+ * FLARE_WORKERS=4 in the environment, --workers 4 (or --workers=4) on the
+ * command line. Durations are seconds ("30") or suffixed ("500ms", "30s",
+ * "2m", "1h"); sizes are bytes ("1048576") or suffixed ("64k", "1m", "1g",
+ * powers of 1024). A list key (listen, listen-plain, static) given by a
+ * later source replaces the earlier source's list; within one source its
+ * entries add up. Errors name where the value came from, the key and what
+ * was expected: `hello.yaml:7: workers: expected an integer 0..1024, got
+ * "many"`, `FLARE_WORKERS: ...`, `--workers: ...`. Unknown keys and keys
+ * given twice in one mapping are errors.
+ *
+ * Not thread-safe: one thread owns a settings structure (the reload hook
+ * runs on the thread that runs flare_app_run, the one that parsed it). */
+#ifndef FLARE_SETTINGS_H
+#define FLARE_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "flare/flare.h"
+#include "flare/static.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One certificate chosen by SNI (paths). */
+typedef struct flare_settings_cert {
+    char *cert;
+    char *key;
+} flare_settings_cert_t;
+
+/* One listening address: plain, or TLS with its own certificate (and more
+ * certificates chosen by SNI). */
+typedef struct flare_settings_listener {
+    char *addr;                 /* HOST:PORT, as flare_app_listen takes it */
+    char *tls_cert, *tls_key;   /* both or neither */
+    flare_settings_cert_t *sni; /* more certificates, in the order given */
+    size_t nsni;
+    char *origin; /* where it was set ("hello.yaml:4", "--listen"), for errors */
+} flare_settings_listener_t;
+
+/* What an example adds through the same code: its own keys and flags. */
+typedef enum flare_settings_type {
+    FLARE_SETTING_STRING,   /* const char **where: a string owned by the settings */
+    FLARE_SETTING_UINT,     /* unsigned *where, within min..max */
+    FLARE_SETTING_BOOL,     /* bool *where: true/false, yes/no, on/off, 1/0 */
+    FLARE_SETTING_DURATION, /* unsigned *where, milliseconds, within min..max ms */
+    FLARE_SETTING_SIZE      /* size_t *where, bytes, within min..max */
+} flare_settings_type_t;
+
+typedef struct flare_settings_option {
+    const char *name; /* the key and the flag without "--": "pool" */
+    flare_settings_type_t type;
+    const char *help;            /* one line, for --help */
+    void *where;                 /* holds the default before parsing, the value after */
+    unsigned long long min, max; /* bounds (UINT, DURATION in ms, SIZE); max 0: the type's */
+} flare_settings_option_t;
+
+/* An open struct: read the fields; change them only through the calls
+ * below. Strings and arrays are owned by the structure (freed by
+ * flare_settings_free). A zero / NULL field means its default. */
+typedef struct flare_settings {
+    flare_config_t app; /* workers, max-conns, the timeouts and limits, job-threads,
+                           backlog, mw-stats */
+    flare_settings_listener_t *listeners; /* [one: 127.0.0.1:8080] */
+    size_t nlisteners;
+    unsigned tls_handshake_timeout_ms; /* every TLS listener [the TLS layer's 10 s] */
+    char **statics;                    /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
+    size_t nstatics;
+    char *log;               /* "-" (stderr) or a file [stderr] */
+    char *log_level;         /* error|warn|info|debug [info] */
+    char *log_format;        /* text|json [text] */
+    char *access_log;        /* "-" or a file [off] */
+    char *access_log_format; /* combined|json [combined] */
+    char *db;                /* database URL (flare/db.h) */
+    char *sessions;          /* session store URL (redis://HOST:PORT) */
+    char *config_file;       /* --config FILE or FLARE_CONFIG, NULL: none */
+    bool check_config;       /* --check-config was given */
+    struct flare__settings_priv *priv;
+} flare_settings_t;
+
+/* Returned by flare_settings_parse_args when the work is done (--help or
+ * --check-config printed on stdout): main exits 0. */
+#define FLARE_SETTINGS_EXIT 1
+
+/* Fills *s with the defaults (no allocation). */
+FLARE_API void flare_settings_init(flare_settings_t *s);
+
+/* Frees what *s owns; *s is then as after flare_settings_init. */
+FLARE_API void flare_settings_free(flare_settings_t *s);
+
+/* Reads the configuration: finds `--config FILE` (else $FLARE_CONFIG) and
+ * loads that file, then the FLARE_* variables, then every flag of argv (the
+ * standard keys and the `extra` options, which must outlive *s). Then
+ * checks the whole: a TLS listener needs both tls-cert and tls-key, the
+ * limits their bounds (flare_config_t). argv is copied for
+ * flare_settings_reload. Extra options' `where` is written once all passed.
+ *
+ * --help prints the flags on stdout and returns FLARE_SETTINGS_EXIT.
+ * --check-config also builds a scratch app with the result (so certificate
+ * files are loaded and static directories opened, nothing bound), prints
+ * the effective configuration as YAML on stdout and returns
+ * FLARE_SETTINGS_EXIT; on an error it returns the error (main exits 1, as
+ * `nginx -t`). Returns 0 (run), FLARE_SETTINGS_EXIT, or FLARE_EINVAL /
+ * FLARE_ENOMEM with the message in flare_settings_error. */
+FLARE_API int flare_settings_parse_args(flare_settings_t *s, int argc, char **argv,
+                                        const flare_settings_option_t *extra, size_t nextra);
+
+/* The message of the last failed call on *s ("" when none): valid until
+ * the next call on *s. */
+FLARE_API const char *flare_settings_error(const flare_settings_t *s);
+
+/* *out = the app configuration (limits, timeouts, workers...) for
+ * flare_app_new. */
+FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config_t *out);
+
+/* Adds every listener to app with flare_app_listen (TLS ones with their
+ * certificates and tls-handshake-timeout), in order, and mounts every
+ * static directory with flare_static (opts: NULL for the defaults). Before
+ * flare_app_run, which then takes NULL as its address. 0, or the failing
+ * call's code with flare_settings_error naming the key ("listen
+ * 0.0.0.0:443: ..."). */
+FLARE_API int flare_settings_apply(flare_settings_t *s, flare_app_t *app,
+                                   const flare_static_opts_t *opts);
+/* The two halves of flare_settings_apply. */
+FLARE_API int flare_settings_listen(flare_settings_t *s, flare_app_t *app);
+FLARE_API int flare_settings_static(flare_settings_t *s, flare_app_t *app,
+                                    const flare_static_opts_t *opts);
+
+/* Reads the configuration again as parse_args did (the same file, the
+ * environment as it is now, the same flags and extra options) into *next
+ * (initialized here; free it with flare_settings_free). Extra options'
+ * `where` is not written. 0, or an error in flare_settings_error(next), for
+ * example "hello.yaml:3: workers: ...". */
+FLARE_API int flare_settings_reload(const flare_settings_t *cur, flare_settings_t *next);
+
+/* The keys whose values differ between a and b ("workers", "listen",
+ * "tls-cert" for any certificate path, extra options by name), up to max
+ * of them in out (static strings); returns how many differ. */
+FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b,
+                                     const char **out, size_t max);
+
+/* Called after each successful reload with the settings in effect, whose
+ * logging fields (log, log-level, log-format, access-log,
+ * access-log-format) are the new ones: reopen the files, set the level.
+ * Runs on the thread that runs flare_app_run. Set it after
+ * flare_settings_parse_args (which starts from a clean structure). */
+typedef void (*flare_settings_log_fn)(const flare_settings_t *s, void *ud);
+FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn fn, void *ud);
+
+/* Makes SIGHUP (flare_app_on_reload) re-read the configuration:
+ *   - a file that does not parse or check changes nothing; one line on
+ *     stderr says why ("flare: reload: nothing changed: hello.yaml:7: ...");
+ *   - the TLS certificates and keys are re-read (flare_app_tls_reload) when
+ *     the app has a TLS listener; a new path for them is logged as needing
+ *     an upgrade (the files at the paths in effect are what is re-read);
+ *   - the logging fields are taken and the flare_settings_on_log callback
+ *     runs;
+ *   - every other key that differs is logged as needing an upgrade.
+ * *s must stay valid until flare_app_free(app). 0 or FLARE_E* from
+ * flare_app_on_reload. */
+FLARE_API int flare_settings_watch(flare_settings_t *s, flare_app_t *app);
+
+/* Prints the effective configuration as YAML (what --check-config shows). */
+FLARE_API int flare_settings_print(const flare_settings_t *s, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,551 @@
+/* flare/settings.h: the file, the environment and the flags, every error
+ * message, the precedence, listeners with their own certificates, the
+ * extension options, the reload diff; and flare_app_on_reload (SIGHUP). */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <flare/settings.h>
+
+#include "harness.h"
+
+static char dir[64];
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/flare-settings-XXXXXX");
+    return mkdtemp(dir) != NULL ? 0 : -1;
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Writes text to dir/name; returns the path (static buffer per call site
+ * is not needed: each test uses one file at a time). */
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[128];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Parses argv given as strings, NULL-terminated, after "prog". */
+static int parse(flare_settings_t *s, const flare_settings_option_t *extra, size_t nextra, ...)
+{
+    char *argv[32] = { "prog" };
+    int argc = 1;
+    va_list ap;
+    va_start(ap, nextra);
+    for (char *a; (a = va_arg(ap, char *)) != NULL && argc < 31;)
+        argv[argc++] = a;
+    va_end(ap);
+    flare_settings_init(s);
+    return flare_settings_parse_args(s, argc, argv, extra, nextra);
+}
+
+/* The file's error, as main would print it. */
+static void expect_file_error(const char *text, const char *expected)
+{
+    const char *path = write_file("t.yaml", text);
+    char want[512];
+    /* errors of one line start with the file's name; those of the whole do not */
+    snprintf(want, sizeof(want), "%s%s", expected[0] == ':' ? path : "", expected);
+    flare_settings_t s;
+    int rc = parse(&s, NULL, 0, "--config", path, NULL);
+    assert_int_equal(rc, FLARE_EINVAL);
+    assert_string_equal(flare_settings_error(&s), want);
+    flare_settings_free(&s);
+}
+
+static void test_file_errors(void **state)
+{
+    (void)state;
+    expect_file_error("workers: 2\nlisten: [oops\n",
+                      ":3: YAML syntax error: did not find expected ',' or ']' while parsing a "
+                      "flow sequence");
+    expect_file_error("workers: 2\nbogus: 1\n", ":2: bogus: unknown key");
+    expect_file_error("workers: 2\ntls-sni-cert: x\n", ":2: tls-sni-cert: unknown key");
+    expect_file_error("\n\n\n\n\n\nworkers: many\n",
+                      ":7: workers: expected an integer 0..1024, got \"many\"");
+    expect_file_error("workers: [1, 2]\n", ":1: workers: expected an integer 0..1024, got a list");
+    expect_file_error("workers:\n", ":1: workers: expected an integer 0..1024, got nothing");
+    expect_file_error("workers: 2000\n", ":1: workers: expected an integer 0..1024, got \"2000\"");
+    expect_file_error("workers: -1\n", ":1: workers: expected an integer 0..1024, got \"-1\"");
+    expect_file_error("workers: 1\nidle-timeout: 3s\nworkers: 2\n",
+                      ":3: workers: duplicated key (first at line 1)");
+    expect_file_error("idle-timeout: 5x\n",
+                      ":1: idle-timeout: expected a duration (30, 500ms, 30s, 2m, 1h), got \"5x\"");
+    expect_file_error("idle-timeout: 0\n",
+                      ":1: idle-timeout: 0 is out of range (1ms..2147483647ms)");
+    expect_file_error("max-body: 1t\n",
+                      ":1: max-body: expected a size (1048576, 64k, 1m), got \"1t\"");
+    expect_file_error("max-body: 2048g\n",
+                      ":1: max-body: 2048g is out of range (0..1099511627776 bytes)");
+    expect_file_error("mw-stats: maybe\n", ":1: mw-stats: expected true or false, got \"maybe\"");
+    expect_file_error("log-level: loud\n",
+                      ":1: log-level: expected error|warn|info|debug, got \"loud\"");
+    expect_file_error("access-log-format: xml\n",
+                      ":1: access-log-format: expected combined|json, got \"xml\"");
+    expect_file_error("listen:\n  - 127.0.0.1:1\n  - tls-cert: a.pem\n    tls-key: a.key\n",
+                      ":3: listen: entry without an address (listen: HOST:PORT)");
+    expect_file_error("listen:\n  - listen: 127.0.0.1:1\n    tls-cert: a.pem\n",
+                      ":2: listen 127.0.0.1:1: tls-cert without tls-key");
+    expect_file_error("listen:\n  - listen: 127.0.0.1:1\n    tls-key: a.key\n",
+                      ":2: listen 127.0.0.1:1: tls-key without tls-cert");
+    expect_file_error("listen:\n  - listen: 127.0.0.1:1\n    tls-crt: a.pem\n",
+                      ":3: listen: unknown key \"tls-crt\" in a listener entry (listen, "
+                      "tls-cert, tls-key, sni)");
+    expect_file_error("listen:\n  - listen: 127.0.0.1:1\n    listen: 127.0.0.1:2\n",
+                      ":3: listen: duplicated key (first at line 2)");
+    expect_file_error("listen: 127.0.0.1:1\ntls-cert: a.pem\n",
+                      ":2: listen 127.0.0.1:1: tls-cert without tls-key");
+    expect_file_error("- workers\n", ":1: expected a mapping of keys (workers: 4 ...), got a list");
+    expect_file_error("workers: 1\n---\nworkers: 2\n", ":3: a second YAML document (one expected)");
+    expect_file_error("tls-handshake-timeout: 5s\n",
+                      "tls-handshake-timeout: no listener has tls-cert");
+
+    /* a missing file names it and the system's reason */
+    flare_settings_t s;
+    char missing[128];
+    snprintf(missing, sizeof(missing), "%s/nope.yaml", dir);
+    assert_int_equal(parse(&s, NULL, 0, "--config", missing, NULL), FLARE_EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want), "%s: cannot open: No such file or directory", missing);
+    assert_string_equal(flare_settings_error(&s), want);
+    flare_settings_free(&s);
+}
+
+static void test_values(void **state)
+{
+    (void)state;
+    const char *path = write_file("v.yaml", "# a comment\n"
+                                            "workers: 3\n"
+                                            "idle-timeout: 500ms\n"
+                                            "header-timeout: 2m\n"
+                                            "body-timeout: 7\n"
+                                            "max-body: 64k\n"
+                                            "max-head: 1m\n"
+                                            "max-headers: 50\n"
+                                            "backlog: 128\n"
+                                            "mw-stats: yes\n"
+                                            "static: [/srv/a, /img=/srv/b]\n"
+                                            "log: /var/log/flare.log\n"
+                                            "log-level: debug\n"
+                                            "log-format: json\n"
+                                            "access-log: \"-\"\n"
+                                            "access-log-format: json\n"
+                                            "db: sqlite:x.db\n"
+                                            "sessions: redis://127.0.0.1:6379\n");
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.app.workers, 3);
+    assert_int_equal(s.app.idle_timeout_ms, 500);
+    assert_int_equal(s.app.header_timeout_ms, 120000);
+    assert_int_equal(s.app.body_timeout_ms, 7000);
+    assert_int_equal(s.app.max_body, 65536);
+    assert_int_equal(s.app.max_head, 1048576);
+    assert_int_equal(s.app.max_headers, 50);
+    assert_int_equal(s.app.backlog, 128);
+    assert_true(s.app.mw_stats);
+    assert_int_equal(s.nstatics, 2);
+    assert_string_equal(s.statics[1], "/img=/srv/b");
+    assert_string_equal(s.log, "/var/log/flare.log");
+    assert_string_equal(s.log_level, "debug");
+    assert_string_equal(s.log_format, "json");
+    assert_string_equal(s.access_log, "-");
+    assert_string_equal(s.access_log_format, "json");
+    assert_string_equal(s.db, "sqlite:x.db");
+    assert_string_equal(s.sessions, "redis://127.0.0.1:6379");
+    /* no listen anywhere: the one default */
+    assert_int_equal(s.nlisteners, 1);
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:8080");
+    assert_null(s.listeners[0].tls_cert);
+    flare_config_t c;
+    flare_settings_app_config(&s, &c);
+    assert_int_equal(c.workers, 3);
+    assert_int_equal(c.max_body, 65536);
+
+    /* what --check-config prints reads back to the same settings */
+    char out[128];
+    snprintf(out, sizeof(out), "%s/printed.yaml", dir);
+    FILE *f = fopen(out, "w");
+    assert_non_null(f);
+    assert_int_equal(flare_settings_print(&s, f), 0);
+    fclose(f);
+    flare_settings_t back;
+    assert_int_equal(parse(&back, NULL, 0, "--config", out, NULL), 0);
+    const char *keys[8];
+    assert_int_equal(flare_settings_diff(&s, &back, keys, 8), 0);
+    flare_settings_free(&back);
+    flare_settings_free(&s);
+
+    /* an empty file sets nothing */
+    path = write_file("empty.yaml", "");
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.app.workers, 0);
+    flare_settings_free(&s);
+}
+
+static void test_precedence(void **state)
+{
+    (void)state;
+    const char *path = write_file("p.yaml", "workers: 2\nidle-timeout: 10\nmax-body: 1k\n"
+                                            "listen: 127.0.0.1:1111\nlog-level: warn\n");
+    flare_settings_t s;
+    /* file only */
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.app.workers, 2);
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:1111");
+    flare_settings_free(&s);
+    /* env over file, flags over env */
+    setenv("FLARE_WORKERS", "4", 1);
+    setenv("FLARE_IDLE_TIMEOUT", "20s", 1);
+    setenv("FLARE_LOG_LEVEL", "error", 1);
+    setenv("FLARE_LISTEN", "127.0.0.1:2222,127.0.0.1:3333", 1);
+    assert_int_equal(
+        parse(&s, NULL, 0, "--config", path, "--workers", "6", "--listen=127.0.0.1:4444", NULL), 0);
+    assert_int_equal(s.app.workers, 6);             /* flag */
+    assert_int_equal(s.app.idle_timeout_ms, 20000); /* env */
+    assert_int_equal(s.app.max_body, 1024);         /* file */
+    assert_string_equal(s.log_level, "error");      /* env */
+    assert_int_equal(s.nlisteners, 1);              /* the flag's list replaces the env's */
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:4444");
+    flare_settings_free(&s);
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.nlisteners, 2); /* the env's list replaces the file's */
+    assert_string_equal(s.listeners[1].addr, "127.0.0.1:3333");
+    flare_settings_free(&s);
+    /* FLARE_CONFIG names the file when --config does not */
+    unsetenv("FLARE_LISTEN");
+    setenv("FLARE_CONFIG", path, 1);
+    assert_int_equal(parse(&s, NULL, 0, NULL), 0);
+    assert_string_equal(s.config_file, path);
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:1111");
+    flare_settings_free(&s);
+    /* an env error names the variable */
+    setenv("FLARE_WORKERS", "lots", 1);
+    assert_int_equal(parse(&s, NULL, 0, NULL), FLARE_EINVAL);
+    assert_string_equal(flare_settings_error(&s),
+                        "FLARE_WORKERS: expected an integer 0..1024, got \"lots\"");
+    flare_settings_free(&s);
+    unsetenv("FLARE_CONFIG");
+    unsetenv("FLARE_WORKERS");
+    unsetenv("FLARE_IDLE_TIMEOUT");
+    unsetenv("FLARE_LOG_LEVEL");
+}
+
+static void test_flag_errors(void **state)
+{
+    (void)state;
+    flare_settings_t s;
+    struct {
+        const char *a, *b, *want;
+    } cases[] = {
+        { "--workers", "many", "--workers: expected an integer 0..1024, got \"many\"" },
+        { "--bogus", "1", "--bogus: unknown option (see --help)" },
+        { "stray", NULL, "unexpected argument \"stray\" (see --help)" },
+        { "--workers", NULL, "--workers: missing value" },
+        { "--config", NULL, "--config: missing value" },
+        { "--max-body", "12q", "--max-body: expected a size (1048576, 64k, 1m), got \"12q\"" },
+        { "--tls-cert", "c.pem", "--tls-cert: listen 127.0.0.1:8080: tls-cert without tls-key" },
+        { "--tls-sni-cert", "c.pem",
+          "--tls-sni-cert: listen 127.0.0.1:8080: SNI certificate 1 needs tls-cert and tls-key" },
+        { "--log-level", "trace", "--log-level: expected error|warn|info|debug, got \"trace\"" },
+        { "--check-config=1", NULL, "--check-config: takes no value" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(parse(&s, NULL, 0, cases[i].a, cases[i].b, NULL), FLARE_EINVAL);
+        assert_string_equal(flare_settings_error(&s), cases[i].want);
+        flare_settings_free(&s);
+    }
+    /* a limit the app refuses, named as flare_app_new names it */
+    assert_int_equal(parse(&s, NULL, 0, "--max-conns", "0", NULL), FLARE_EINVAL);
+    assert_string_equal(flare_settings_error(&s),
+                        "--max-conns: expected an integer 1..4294967295, got \"0\"");
+    flare_settings_free(&s);
+    /* --help is done: the caller exits 0 */
+    fflush(stdout);
+    assert_int_equal(parse(&s, NULL, 0, "--help", NULL), FLARE_SETTINGS_EXIT);
+    flare_settings_free(&s);
+}
+
+static void test_listeners(void **state)
+{
+    (void)state;
+    const char *path = write_file("l.yaml", "listen:\n"
+                                            "  - 127.0.0.1:80\n"
+                                            "  - listen: 127.0.0.1:443\n"
+                                            "    tls-cert: /c/a.pem\n"
+                                            "    tls-key: /c/a.key\n"
+                                            "    sni:\n"
+                                            "      - {tls-cert: /c/b.pem, tls-key: /c/b.key}\n"
+                                            "  - {listen: '[::1]:8443', tls-cert: /c/d.pem, "
+                                            "tls-key: /c/d.key}\n"
+                                            "tls-handshake-timeout: 3s\n");
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.nlisteners, 3);
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:80");
+    assert_null(s.listeners[0].tls_cert);
+    assert_string_equal(s.listeners[1].addr, "127.0.0.1:443");
+    assert_string_equal(s.listeners[1].tls_cert, "/c/a.pem");
+    assert_string_equal(s.listeners[1].tls_key, "/c/a.key");
+    assert_int_equal(s.listeners[1].nsni, 1);
+    assert_string_equal(s.listeners[1].sni[0].cert, "/c/b.pem");
+    assert_string_equal(s.listeners[2].addr, "[::1]:8443");
+    assert_string_equal(s.listeners[2].tls_key, "/c/d.key");
+    assert_int_equal(s.tls_handshake_timeout_ms, 3000);
+    flare_settings_free(&s);
+
+    /* hello's flags: --tls-cert before --listen still goes to it, SNI pairs
+     * in order, --listen-plain after */
+    assert_int_equal(parse(&s, NULL, 0, "--tls-cert", "a.pem", "--tls-key", "a.key", "--listen",
+                           "127.0.0.1:9443", "--tls-sni-cert", "b.pem", "--tls-sni-cert", "c.pem",
+                           "--tls-sni-key", "b.key", "--tls-sni-key", "c.key", "--listen-plain",
+                           "127.0.0.1:9080", NULL),
+                     0);
+    assert_int_equal(s.nlisteners, 2);
+    assert_string_equal(s.listeners[0].addr, "127.0.0.1:9443");
+    assert_string_equal(s.listeners[0].tls_cert, "a.pem");
+    assert_int_equal(s.listeners[0].nsni, 2);
+    assert_string_equal(s.listeners[0].sni[1].cert, "c.pem");
+    assert_string_equal(s.listeners[0].sni[1].key, "c.key");
+    assert_string_equal(s.listeners[1].addr, "127.0.0.1:9080");
+    assert_null(s.listeners[1].tls_cert);
+    flare_settings_free(&s);
+
+    /* a top-level tls-cert goes to the first listener, wherever it is written */
+    path = write_file("l2.yaml", "tls-cert: a.pem\ntls-key: a.key\nlisten: 127.0.0.1:7443\n");
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
+    assert_int_equal(s.nlisteners, 1);
+    assert_string_equal(s.listeners[0].tls_cert, "a.pem");
+    flare_settings_free(&s);
+
+    /* sni entries need both files */
+    expect_file_error("listen:\n  - listen: 127.0.0.1:1\n    tls-cert: a\n    tls-key: b\n"
+                      "    sni:\n      - {tls-cert: c}\n",
+                      ":6: sni: tls-cert without tls-key");
+}
+
+static void test_extra_options(void **state)
+{
+    (void)state;
+    unsigned pool = 5, grace = 0;
+    const char *name = "default";
+    bool fast = false;
+    size_t chunk = 0;
+    const flare_settings_option_t extra[] = {
+        { "pool", FLARE_SETTING_UINT, "connections", &pool, 1, 64 },
+        { "name", FLARE_SETTING_STRING, "a name", &name, 0, 0 },
+        { "fast", FLARE_SETTING_BOOL, "go fast", &fast, 0, 0 },
+        { "grace", FLARE_SETTING_DURATION, "grace", &grace, 0, 0 },
+        { "chunk", FLARE_SETTING_SIZE, "chunk", &chunk, 0, 0 },
+    };
+    flare_settings_t s;
+    /* defaults stay what `where` held */
+    assert_int_equal(parse(&s, extra, 5, NULL), 0);
+    assert_int_equal(pool, 5);
+    assert_string_equal(name, "default");
+    flare_settings_free(&s);
+    name = "default";
+
+    const char *path = write_file("x.yaml", "pool: 8\nname: file\ngrace: 250ms\nchunk: 4k\n");
+    setenv("FLARE_NAME", "env", 1);
+    assert_int_equal(parse(&s, extra, 5, "--config", path, "--fast", "--pool", "9", NULL), 0);
+    assert_int_equal(pool, 9);
+    assert_string_equal(name, "env");
+    assert_true(fast);
+    assert_int_equal(grace, 250);
+    assert_int_equal(chunk, 4096);
+    flare_settings_free(&s);
+    unsetenv("FLARE_NAME");
+    name = "default";
+
+    /* their errors are the standard keys' errors */
+    expect_file_error("workers: 1\npools: 8\n", ":2: pools: unknown key");
+    path = write_file("x.yaml", "pool: 100\n");
+    assert_int_equal(parse(&s, extra, 5, "--config", path, NULL), FLARE_EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:1: pool: expected an integer 1..64, got \"100\"", path);
+    assert_string_equal(flare_settings_error(&s), want);
+    flare_settings_free(&s);
+    assert_int_equal(parse(&s, extra, 5, "--fast=sometimes", NULL), FLARE_EINVAL);
+    assert_string_equal(flare_settings_error(&s),
+                        "--fast: expected true or false, got \"sometimes\"");
+    flare_settings_free(&s);
+    /* a name that is already a key is refused */
+    const flare_settings_option_t clash[] = { { "workers", FLARE_SETTING_UINT, "", NULL, 0, 0 } };
+    assert_int_equal(parse(&s, clash, 1, NULL), FLARE_EINVAL);
+    flare_settings_free(&s);
+}
+
+static void test_reload_diff(void **state)
+{
+    (void)state;
+    unsigned pool = 1;
+    const flare_settings_option_t extra[] = {
+        { "pool", FLARE_SETTING_UINT, "connections", &pool, 1, 64 },
+    };
+    const char *path = write_file("r.yaml", "workers: 2\nlog-level: info\npool: 3\n"
+                                            "listen:\n  - listen: 127.0.0.1:1\n"
+                                            "    tls-cert: a.pem\n    tls-key: a.key\n");
+    flare_settings_t s, next;
+    assert_int_equal(parse(&s, extra, 1, "--config", path, "--max-body", "2k", NULL), 0);
+    assert_int_equal(flare_settings_reload(&s, &next), 0);
+    const char *keys[16];
+    assert_int_equal(flare_settings_diff(&s, &next, keys, 16), 0);
+    flare_settings_free(&next);
+
+    write_file("r.yaml", "workers: 4\nlog-level: debug\npool: 5\nmax-body: 1m\n"
+                         "listen:\n  - listen: 127.0.0.1:1\n"
+                         "    tls-cert: b.pem\n    tls-key: a.key\n");
+    assert_int_equal(flare_settings_reload(&s, &next), 0);
+    size_t n = flare_settings_diff(&s, &next, keys, 16);
+    assert_int_equal(n, 4);
+    assert_string_equal(keys[0], "tls-cert");
+    assert_string_equal(keys[1], "workers");
+    assert_string_equal(keys[2], "log-level");
+    assert_string_equal(keys[3], "pool");
+    /* the flags still win on reload: max-body stays the flag's */
+    assert_int_equal(next.app.max_body, 2048);
+    assert_int_equal(pool, 3); /* a reload does not write `where` */
+    assert_int_equal(flare_settings_diff(&s, &next, keys, 1), 4);
+    flare_settings_free(&next);
+
+    /* a broken file: the error, nothing else */
+    write_file("r.yaml", "workers: 4\nworkers: 5\n");
+    assert_int_equal(flare_settings_reload(&s, &next), FLARE_EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2: workers: duplicated key (first at line 1)", path);
+    assert_string_equal(flare_settings_error(&next), want);
+    flare_settings_free(&next);
+    flare_settings_free(&s);
+}
+
+/* ---- flare_app_on_reload ---- */
+
+static atomic_int hooks_ran;
+static int order[4];
+
+static void hook_a(void *ud)
+{
+    /* hooks run on one thread: write, then publish */
+    int i = atomic_load(&hooks_ran);
+    if (i < 4)
+        order[i] = (int)(intptr_t)ud;
+    atomic_store(&hooks_ran, i + 1);
+}
+
+static void test_on_reload(void **state)
+{
+    (void)state;
+    atomic_store(&hooks_ran, 0);
+    flare_app_t *app = flare_app_new(&(flare_config_t){ .workers = 1 });
+    assert_non_null(app);
+    assert_int_equal(flare_app_on_reload(app, NULL, NULL), FLARE_EINVAL);
+    assert_int_equal(flare_app_on_reload(app, hook_a, (void *)1), 0);
+    assert_int_equal(flare_app_on_reload(app, hook_a, (void *)2), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    assert_int_equal(flare_app_on_reload(app, hook_a, (void *)3), FLARE_ESTATE);
+    /* process-directed: this thread does not block SIGHUP, so the handler
+     * the run installed takes it (the run's thread reads the signalfd) */
+    kill(getpid(), SIGHUP);
+    for (int i = 0; i < 500 && atomic_load(&hooks_ran) < 2; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&hooks_ran), 2);
+    assert_int_equal(order[0], 1);
+    assert_int_equal(order[1], 2);
+    /* still serving */
+    char *r =
+        harness_roundtrip(&h, "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_non_null(r);
+    assert_non_null(strstr(r, "404"));
+    free(r);
+    assert_int_equal(harness_stop(&h), 0);
+    /* the disposition is given back */
+    struct sigaction sa;
+    sigaction(SIGHUP, NULL, &sa);
+    assert_true(sa.sa_handler == SIG_DFL);
+    flare_app_free(app);
+}
+
+/* flare_settings_watch: SIGHUP re-reads the file, the log callback sees the
+ * new logging keys, what needs an upgrade keeps its value */
+static atomic_int log_calls;
+static char seen_level[16];
+
+static void on_log(const flare_settings_t *s, void *ud)
+{
+    (void)ud;
+    snprintf(seen_level, sizeof(seen_level), "%s", s->log_level != NULL ? s->log_level : "");
+    atomic_fetch_add(&log_calls, 1);
+}
+
+static void test_watch(void **state)
+{
+    (void)state;
+    atomic_store(&log_calls, 0);
+    const char *path = write_file("w.yaml", "workers: 1\nlog-level: info\n");
+    char file[128];
+    snprintf(file, sizeof(file), "%s", path);
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", file, NULL), 0);
+    flare_config_t cfg;
+    flare_settings_app_config(&s, &cfg);
+    flare_app_t *app = flare_app_new(&cfg);
+    assert_non_null(app);
+    assert_int_equal(flare_settings_watch(&s, app), 0);
+    flare_settings_on_log(&s, on_log, NULL);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+
+    write_file("w.yaml", "workers: 2\nlog-level: debug\n");
+    kill(getpid(), SIGHUP);
+    for (int i = 0; i < 500 && atomic_load(&log_calls) < 1; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&log_calls), 1);
+    assert_string_equal(seen_level, "debug");
+
+    /* broken: no callback, nothing changes */
+    write_file("w.yaml", "workers: 2\nlog-level: warn\nlog-level: error\n");
+    kill(getpid(), SIGHUP);
+    usleep(200000);
+    assert_int_equal(atomic_load(&log_calls), 1);
+    assert_int_equal(harness_stop(&h), 0);
+    assert_string_equal(s.log_level, "debug");
+    assert_int_equal(s.app.workers, 1); /* needs an upgrade: kept */
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_errors), cmocka_unit_test(test_values),
+        cmocka_unit_test(test_precedence),  cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_listeners),   cmocka_unit_test(test_extra_options),
+        cmocka_unit_test(test_reload_diff), cmocka_unit_test(test_on_reload),
+        cmocka_unit_test(test_watch),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+}
