@@ -49,20 +49,20 @@ extern "C" {
 #endif
 
 /* Why a body was refused: X(NAME, HTTP status, message). */
-#define FLARE_MULTIPART_ERR_MAP(X)                                                               \
-    X(NONE, 0, "no error")                                                                       \
-    X(NOT_FORM_DATA, 415, "Content-Type is not multipart/form-data")                             \
-    X(BOUNDARY, 400, "multipart boundary missing or invalid (1 to 70 RFC 2046 characters)")      \
-    X(DELIMITER, 400, "multipart: unexpected bytes after a boundary")                            \
-    X(HEADER, 400, "multipart: malformed part header")                                           \
+#define FLARE_MULTIPART_ERR_MAP(X)                                                              \
+    X(NONE, 0, "no error")                                                                      \
+    X(NOT_FORM_DATA, 415, "Content-Type is not multipart/form-data")                            \
+    X(BOUNDARY, 400, "multipart boundary missing or invalid (1 to 70 RFC 2046 characters)")     \
+    X(DELIMITER, 400, "multipart: unexpected bytes after a boundary")                           \
+    X(HEADER, 400, "multipart: malformed part header")                                          \
     X(DISPOSITION, 400, "multipart: part without a valid Content-Disposition: form-data; name") \
-    X(TRUNCATED, 400, "multipart: body ends before the closing boundary")                        \
-    X(PARTS, 413, "multipart: too many parts")                                                   \
-    X(PART_SIZE, 413, "multipart: part too large")                                               \
-    X(TOTAL_SIZE, 413, "multipart: body too large")                                              \
-    X(HEADER_SIZE, 431, "multipart: part headers too large")                                     \
-    X(HEADER_COUNT, 431, "multipart: too many part headers")                                     \
-    X(NOMEM, 500, "multipart: out of memory")                                                    \
+    X(TRUNCATED, 400, "multipart: body ends before the closing boundary")                       \
+    X(PARTS, 413, "multipart: too many parts")                                                  \
+    X(PART_SIZE, 413, "multipart: part too large")                                              \
+    X(TOTAL_SIZE, 413, "multipart: body too large")                                             \
+    X(HEADER_SIZE, 431, "multipart: part headers too large")                                    \
+    X(HEADER_COUNT, 431, "multipart: too many part headers")                                    \
+    X(NOMEM, 500, "multipart: out of memory")                                                   \
     X(IO, 500, "multipart: cannot write a temporary file")
 
 typedef enum flare_multipart_err {

@@ -152,8 +152,7 @@ int flare_multipart_init_boundary(flare_multipart_t *mp, flare_str_t boundary,
     mp->limits = limits != NULL ? *limits : (flare_multipart_limits_t){ 0 };
     if (mp->limits.max_parts == 0)
         mp->limits.max_parts = FLARE_MULTIPART_MAX_PARTS;
-    if (mp->limits.max_header_size == 0 ||
-        mp->limits.max_header_size > FLARE_MULTIPART_HEADER_MAX)
+    if (mp->limits.max_header_size == 0 || mp->limits.max_header_size > FLARE_MULTIPART_HEADER_MAX)
         mp->limits.max_header_size = FLARE_MULTIPART_HEADER_MAX;
     if (!boundary_ok(boundary)) {
         mp->state = S_ERROR;
@@ -557,8 +556,7 @@ int64_t flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len
                 ev->type = FLARE_MULTIPART_PART_END;
                 return done(mp, pos);
             }
-            if (mp->limits.max_part_size != 0 &&
-                out.len > mp->limits.max_part_size - mp->part_size)
+            if (mp->limits.max_part_size != 0 && out.len > mp->limits.max_part_size - mp->part_size)
                 return fail(mp, FLARE_MULTIPART_ERR_PART_SIZE);
             mp->part_size += out.len;
             if (found) {
