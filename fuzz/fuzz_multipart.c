@@ -127,8 +127,8 @@ static int feed(run_t *r, const char *base, size_t total, const char *p, size_t 
             CHECK(r->content.len == r->part_len);
             CHECK(r->content.len < mp->dlen ||
                   memmem(r->content.buf, r->content.len, mp->delim, mp->dlen) == NULL);
-            put_str(&r->log, 'D', (flare_str_t){ r->content.buf != NULL ? r->content.buf : "",
-                                                 r->content.len });
+            put_str(&r->log, 'D',
+                    (flare_str_t){ r->content.buf != NULL ? r->content.buf : "", r->content.len });
             put(&r->log, "E", 1);
             break;
         case FLARE_MULTIPART_DONE:
@@ -241,10 +241,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     flare_str_t f = { first, fl };
 
     check_mode(f, body, n, NULL);
-    flare_multipart_limits_t tight = { .max_parts = 3,
-                                       .max_header_size = 96,
-                                       .max_part_size = 40,
-                                       .max_total_size = n / 2 + 8 };
+    flare_multipart_limits_t tight = {
+        .max_parts = 3, .max_header_size = 96, .max_part_size = 40, .max_total_size = n / 2 + 8
+    };
     check_mode(f, body, n, &tight);
 
     free(first);

@@ -4,7 +4,7 @@
  *
  * 1. A pure, resumable, streaming parser (flare_multipart_t): bytes in, in
  *    any split down to one byte per call, part events out. No I/O, no
- *    allocation: the state is one struct (about 8 KiB, with its bounded
+ *    allocation: the state is one struct (about 9 KiB, with its bounded
  *    header storage) the caller places where it likes. Data events are
  *    views into the bytes passed in, or (for the few bytes that looked like
  *    the start of a boundary at the end of the previous call and were not)
