@@ -189,8 +189,7 @@ typedef struct flare_multipart_field {
     uint64_t size;            /* bytes of content */
     flare_str_t data;         /* in memory (fd == -1): the content, a view of the body */
     int fd;                   /* in a file: read it with pread from offset 0; else -1 */
-    struct flare_multipart_files *files_; /* private */
-    char *path_;                          /* private: the mkstemp path, or NULL */
+    char *path_;              /* private: the mkstemp path, or NULL */
 } flare_multipart_field_t;
 
 typedef struct flare_multipart_form {

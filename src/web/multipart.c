@@ -299,8 +299,8 @@ static int decode_ext(flare_str_t v, char *out, size_t *olen)
                 return -1;
             c = (unsigned char)(hi << 4 | lo);
             p += 2;
-        } else if (!flare__is_tchar(c) || c == '\'' || c == '%') {
-            return -1; /* attr-char only */
+        } else if (!flare__is_tchar(c) || c == '\'' || c == '*') {
+            return -1; /* attr-char only: tchar without "'", "*" and "%" */
         }
         if (latin1 && c >= 0x80) {
             out[o++] = (char)(0xC0 | c >> 6);

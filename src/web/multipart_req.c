@@ -19,7 +19,7 @@
 bool flare__multipart_no_tmpfile = false;
 
 /* What the cleanup hook walks: the form's fields as they are now. */
-typedef struct flare_multipart_files {
+typedef struct files {
     flare_multipart_field_t *fields;
     size_t count;
     bool hooked;
@@ -164,7 +164,7 @@ static int begin(ctx_t *c, const flare_multipart_part_t *part)
         return rc;
     flare_multipart_field_t *f = &c->form->fields[c->form->count];
     bool oom = false;
-    *f = (flare_multipart_field_t){ .fd = -1, .files_ = c->files };
+    *f = (flare_multipart_field_t){ .fd = -1 };
     f->name = copy_str(c->req, part->name, &oom);
     f->filename = copy_str(c->req, part->filename, &oom);
     f->content_type = copy_str(c->req, part->content_type, &oom);

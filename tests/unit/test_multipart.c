@@ -414,8 +414,12 @@ static void test_errors(void **state)
                "Content-Type: c/d\r\n\r\n\r\n--b--",
                NULL, E, FLARE_MULTIPART_ERR_HEADER, 400);
     /* malformed filename* */
-    static const char *const star[] = { "filename*=nothing", "filename*=UTF-8'only-one",
-                                        "filename*=UTF-8''bad%zz", "filename*=UTF-8''cut%4",
+    static const char *const star[] = { "filename*=nothing",
+                                        "filename*=UTF-8'only-one",
+                                        "filename*=UTF-8''bad%zz",
+                                        "filename*=UTF-8''cut%4",
+                                        "filename*=UTF-8''star*",
+                                        "filename*=UTF-8''sp ace",
                                         "filename*=UTF-8''a; filename*=UTF-8''b" };
     for (size_t i = 0; i < sizeof(star) / sizeof(star[0]); i++) {
         char body[256];
