@@ -378,6 +378,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/loop.h"
 #include "flare/mapping.h"
 #include "flare/middleware.h"
+#include "flare/multipart.h"
 #include "flare/rest.h"
 #include "flare/session.h"
 #include "flare/static.h"
