@@ -49,11 +49,11 @@ typedef enum flare_coding {
 FLARE_API int flare_accept_encoding(flare_str_t value, unsigned offered);
 
 typedef struct flare_compress_config {
-    int gzip_level;   /* zlib level 1..9 [6] */
-    int br_quality;   /* brotli quality 1..11 [4] */
-    size_t min_size;  /* buffered bodies shorter than this are sent as they are [256] */
-    bool no_gzip;     /* do not offer gzip */
-    bool no_br;       /* do not offer brotli */
+    int gzip_level;  /* zlib level 1..9 [6] */
+    int br_quality;  /* brotli quality 1..11 [4] */
+    size_t min_size; /* buffered bodies shorter than this are sent as they are [256] */
+    bool no_gzip;    /* do not offer gzip */
+    bool no_br;      /* do not offer brotli */
     /* Content types to compress (the media type before any ';', compared
      * case-insensitively): exact ("application/json") or a type with "/ *"
      * written as "text/" "*". NULL-terminated; NULL: text/ *,

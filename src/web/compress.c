@@ -134,8 +134,13 @@ typedef struct compress {
 } compress_t;
 
 static const char *const default_types[] = {
-    "text/",         "application/json", "application/javascript", "application/xml",
-    "application/wasm", "image/svg+xml", NULL,
+    "text/",
+    "application/json",
+    "application/javascript",
+    "application/xml",
+    "application/wasm",
+    "image/svg+xml",
+    NULL,
 };
 
 static void compress_free(void *p)
@@ -337,9 +342,9 @@ static flare_str_t compress_whole(filter_t *f, int coding, flare_str_t body)
             return none;
         uint8_t *out = flare__arena_alloc(&ex->arena, cap);
         size_t n = cap;
-        if (out == NULL || !BrotliEncoderCompress(f->c->br_quality, BROTLI_DEFAULT_WINDOW,
-                                                  BROTLI_MODE_TEXT, body.len,
-                                                  (const uint8_t *)body.ptr, &n, out) ||
+        if (out == NULL ||
+            !BrotliEncoderCompress(f->c->br_quality, BROTLI_DEFAULT_WINDOW, BROTLI_MODE_TEXT,
+                                   body.len, (const uint8_t *)body.ptr, &n, out) ||
             n >= body.len)
             return none;
         return (flare_str_t){ (const char *)out, n };
@@ -418,8 +423,7 @@ static int f_stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
         z_stream *z = calloc(1, sizeof(*z));
         if (z == NULL)
             return FLARE_ENOMEM;
-        if (deflateInit2(z, f->c->gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-            Z_OK) {
+        if (deflateInit2(z, f->c->gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
             free(z);
             return FLARE_ENOMEM;
         }
@@ -579,7 +583,8 @@ int flare_compress(flare_app_t *app, const flare_compress_config_t *cfg, flare_m
     c->gzip_level = cfg->gzip_level != 0 ? cfg->gzip_level : DEF_GZIP_LEVEL;
     c->br_quality = cfg->br_quality != 0 ? cfg->br_quality : DEF_BR_QUALITY;
     c->min_size = cfg->min_size != 0 ? cfg->min_size : DEF_MIN_SIZE;
-    c->offered = (cfg->no_gzip ? 0 : FLARE_CODING_GZIP_BIT) | (cfg->no_br ? 0 : FLARE_CODING_BR_BIT);
+    c->offered =
+        (cfg->no_gzip ? 0 : FLARE_CODING_GZIP_BIT) | (cfg->no_br ? 0 : FLARE_CODING_BR_BIT);
     c->default_types = cfg->types == NULL;
     const char *const *types = cfg->types != NULL ? cfg->types : default_types;
     size_t n = 0;
