@@ -164,8 +164,9 @@ class Compress(ServerTestCase):
         """One chunk of a chunked body: its bytes (b'' for the last)."""
         line = c._read_until(b"\r\n", deadline)
         n = int(line.split(b";")[0].strip(), 16)
-        data = c._read_exact(n + 2, deadline)[:n]
-        return data
+        data = c._read_exact(n + 2, deadline)  # the last one: "0" CRLF CRLF (no trailers)
+        self.assertEqual(data[n:], b"\r\n")
+        return data[:n]
 
     def stream_incrementally(self, ae, decoder):
         # 6 KiB, one KiB every 300 ms: each write must decode on arrival,
@@ -194,7 +195,6 @@ class Compress(ServerTestCase):
         # the first KiB decoded before the rest was even written (5 x 300 ms)
         self.assertIsNotNone(first_at)
         self.assertLess(first_at, 1.0)
-        c._read_until(b"\r\n", deadline)  # the last chunk's CRLF (no trailers)
 
     def test_stream_gzip_flushed_per_write(self):
         class Gz:
