@@ -1,7 +1,8 @@
 /* The example server: the routes the benchmarks and the outside tests use.
  *
  *   hello --listen HOST:PORT --workers N [--header-timeout S] [--idle-timeout S]
- *         [--max-body BYTES] [--static DIR]
+ *         [--max-body BYTES] [--static DIR] [--gzip-level N] [--br-quality N]
+ *         [--compress-min BYTES]
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
  *
@@ -215,10 +216,28 @@ static int text(flare_req_t *req, flare_res_t *res, void *ud)
                           (flare_str_t){ body, kb * 1024 });
 }
 
+/* --gzip-level N (1..9), --br-quality N (1..11), --compress-min BYTES: the
+ * middleware's settings (defaults: 6, 4, 256) */
+static flare_compress_config_t text_cz;
+
+static bool text_flag(const char *arg, const char *val)
+{
+    unsigned long v;
+    if (strcmp(arg, "--gzip-level") == 0 && text_num(flare_str(val), 9, &v) == 0 && v > 0)
+        text_cz.gzip_level = (int)v;
+    else if (strcmp(arg, "--br-quality") == 0 && text_num(flare_str(val), 11, &v) == 0 && v > 0)
+        text_cz.br_quality = (int)v;
+    else if (strcmp(arg, "--compress-min") == 0 && text_num(flare_str(val), 1u << 30, &v) == 0)
+        text_cz.min_size = v;
+    else
+        return false;
+    return true;
+}
+
 static int text_route(flare_app_t *app)
 {
     flare_middleware_t cz;
-    int rc = flare_compress(app, NULL, &cz); /* gzip 6, brotli 4, from 256 bytes */
+    int rc = flare_compress(app, &text_cz, &cz);
     if (rc != 0)
         return rc;
     return flare_route_mw(app, FLARE_METHOD_GET, "/text", text, NULL, &cz, 1);
@@ -237,7 +256,8 @@ static void usage(const char *argv0)
             "  --tls-sni-cert/-key      one more certificate, chosen by SNI (repeatable; the\n"
             "                           n-th --tls-sni-key goes with the n-th --tls-sni-cert)\n"
             "  --tls-handshake-timeout  seconds from accept to the end of the handshake [10]\n"
-            "  --listen-plain           an extra plain HTTP listener (repeatable)\n",
+            "  --listen-plain           an extra plain HTTP listener (repeatable)\n"
+            "  --gzip-level, --br-quality, --compress-min  compression of GET /text [6, 4, 256]\n",
             argv0);
 }
 
@@ -305,6 +325,8 @@ int main(int argc, char **argv)
             tls.handshake_timeout_ms = (unsigned)v * 1000;
         } else if (strcmp(arg, "--listen-plain") == 0 && nplain < MAX_PLAIN_LISTENERS) {
             plain[nplain++] = val;
+        } else if (text_flag(arg, val)) {
+            /* the compression settings of GET /text */
         } else {
             fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
             usage(argv[0]);

@@ -295,5 +295,45 @@ class Compress(ServerTestCase):
             self.assertEqual(rr.body, f.read()[:10])
 
 
+class CompressFlags(ServerTestCase):
+    """hello's --gzip-level, --br-quality, --compress-min reach the middleware."""
+    server_args = ("--gzip-level", "1", "--br-quality", "11", "--compress-min", "70000")
+    workers = 1
+
+    def get(self, target, ae):
+        return self.connect().request("GET", target, headers={"Accept-Encoding": ae})
+
+    def test_min_size(self):
+        r = self.get("/text?kb=68", "gzip")  # 69632 bytes < 70000
+        self.assertIsNone(r.get("Content-Encoding"))
+        self.assertEqual(r.body, text(68))
+        self.assertIn("Accept-Encoding", r.get("Vary"))
+        r = self.get("/text?kb=69", "gzip")  # 70656
+        self.assertEqual(gzip.decompress(r.body), text(69))
+
+    def test_levels(self):
+        # level 1 against the default level 6 of the first class's server: a
+        # fresh compression of the same text at 1 and at 9 by zlib itself
+        r = self.get("/text?kb=512", "gzip")
+        body = text(512)
+        self.assertEqual(gzip.decompress(r.body), body)
+        at1 = len(gzip.compress(body, compresslevel=1))
+        at9 = len(gzip.compress(body, compresslevel=9))
+        self.assertNotEqual(at1, at9)
+        self.assertLess(abs(len(r.body) - at1), abs(len(r.body) - at9))
+        if brotli is not None:
+            r = self.get("/text?kb=512", "br")
+            self.assertEqual(brotli.decompress(r.body), body)
+            self.assertLess(len(r.body), len(brotli.compress(body, quality=1)))
+
+    def test_bad_flags_refused(self):
+        for flag, val in (("--gzip-level", "0"), ("--gzip-level", "10"),
+                          ("--br-quality", "12"), ("--compress-min", "x")):
+            p = subprocess.run([flaretest.HELLO, "--listen", "127.0.0.1:0", flag, val],
+                               capture_output=True, timeout=10)
+            self.assertEqual(p.returncode, 2, (flag, val, p.stderr))
+            self.assertIn(b"invalid option or value", p.stderr)
+
+
 if __name__ == "__main__":
     flaretest.main()
