@@ -5,6 +5,7 @@
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
  *         [--log FILE|-] [--log-level error|warn|info|debug] [--access-log FILE|-]
+ *         [--gzip-level N] [--br-quality N] [--compress-min BYTES]
  *
  * Every flag is also a key of the --config YAML file and a FLARE_* variable
  * (flags win, then the environment, then the file: flare/settings.h,
@@ -136,6 +137,105 @@ static int pass(flare_req_t *req, flare_res_t *res, void *ud)
     return 0;
 }
 
+/* ---- GET /text?kb=N[&stream=MS]: N x 1024 bytes of compressible text
+ * (1 <= N <= 10240), behind the compression middleware (flare/compress.h).
+ * Line j of KiB k is "kkkkk.jj the quick brown fox jumps over the lazy dog
+ * 0123456789\n" (64 bytes, k modulo 100000). With stream=MS the same text
+ * goes out as N writes of 1 KiB, MS ms apart (0..10000): a chunked response
+ * compressed as produced. ---- */
+static void text_kib(char *out, unsigned k)
+{
+    static const char tail[] = " the quick brown fox jumps over the lazy dog 0123456789\n";
+    for (unsigned j = 0; j < 16; j++) {
+        char *l = out + j * 64;
+        unsigned v = k % 100000;
+        for (int d = 4; d >= 0; d--, v /= 10)
+            l[d] = (char)('0' + v % 10);
+        l[5] = '.';
+        l[6] = (char)('0' + j / 10);
+        l[7] = (char)('0' + j % 10);
+        memcpy(l + 8, tail, 56);
+    }
+}
+
+static int text_num(flare_str_t s, unsigned long max, unsigned long *out)
+{
+    unsigned long v = 0;
+    if (s.len == 0 || s.len > 8)
+        return -1;
+    for (size_t i = 0; i < s.len; i++) {
+        if (s.ptr[i] < '0' || s.ptr[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned long)(s.ptr[i] - '0');
+    }
+    if (v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+typedef struct text_stream {
+    flare_res_t *res;
+    flare_worker_t *w;
+    unsigned next, n, ms;
+} text_stream_t;
+
+static void text_tick(void *ud)
+{
+    text_stream_t *ts = ud;
+    char kib[1024];
+    text_kib(kib, ts->next++);
+    if (flare_res_write(ts->res, (flare_str_t){ kib, sizeof(kib) }) != 0 || ts->next == ts->n ||
+        flare_worker_timer(ts->w, ts->ms, text_tick, ts) != 0)
+        flare_res_end(ts->res); /* also what frees an exchange whose client left */
+}
+
+static int text(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    unsigned long kb, ms = 0;
+    flare_str_t stream = flare_req_query_param(req, "stream");
+    if (text_num(flare_req_query_param(req, "kb"), 10240, &kb) != 0 || kb == 0 ||
+        (stream.ptr != NULL && text_num(stream, 10000, &ms) != 0))
+        return flare_res_send(res, 400, FLARE_STR("text/plain"),
+                              FLARE_STR("kb must be 1..10240 (and stream 0..10000 ms)\n"));
+    if (stream.ptr != NULL) {
+        text_stream_t *ts = flare_req_alloc(req, sizeof(*ts));
+        if (ts == NULL)
+            return FLARE_ENOMEM;
+        *ts = (text_stream_t){ res, flare_req_worker(req), 0, (unsigned)kb, (unsigned)ms };
+        int rc = flare_res_begin(res, 200, FLARE_STR("text/plain; charset=utf-8"));
+        if (rc != 0)
+            return rc;
+        text_tick(ts); /* the first KiB now, the rest on the timer */
+        return 0;
+    }
+    char *body = flare_req_alloc(req, kb * 1024); /* lives until the response is sent */
+    if (body == NULL)
+        return FLARE_ENOMEM;
+    for (unsigned k = 0; k < kb; k++)
+        text_kib(body + (size_t)k * 1024, k);
+    return flare_res_send(res, 200, FLARE_STR("text/plain; charset=utf-8"),
+                          (flare_str_t){ body, kb * 1024 });
+}
+
+/* --gzip-level N (1..9), --br-quality N (1..11), --compress-min BYTES (also
+ * keys of the --config file): the middleware's settings */
+static unsigned text_gzip_level = 6, text_br_quality = 4;
+static size_t text_compress_min = 256;
+
+static int text_route(flare_app_t *app)
+{
+    flare_compress_config_t cc = { .gzip_level = (int)text_gzip_level,
+                                   .br_quality = (int)text_br_quality,
+                                   .min_size = text_compress_min };
+    flare_middleware_t cz;
+    int rc = flare_compress(app, &cc, &cz);
+    if (rc != 0)
+        return rc;
+    return flare_route_mw(app, FLARE_METHOD_GET, "/text", text, NULL, &cz, 1);
+}
+
 /* Every route of the example, in one place (the contract the tests and the
  * benchmarks use). */
 static int add_routes(flare_app_t *app)
@@ -145,7 +245,7 @@ static int add_routes(flare_app_t *app)
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
-        (rc = flare_get(app, "/slow", slow, NULL)) != 0 ||
+        (rc = flare_get(app, "/slow", slow, NULL)) != 0 || (rc = text_route(app)) != 0 ||
         (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0)
         return rc;
     /* /mw/plaintext: the same answer behind ten synchronous middlewares */
@@ -167,9 +267,16 @@ int main(int argc, char **argv)
      * --listen, --workers, the timeouts and limits, --static, --tls-cert/--tls-key,
      * --tls-sni-cert/--tls-sni-key, --tls-handshake-timeout, --listen-plain, --log,
      * --log-level, --access-log, --check-config... (--help lists them) */
+    const flare_settings_option_t extra[] = {
+        { "gzip-level", FLARE_SETTING_UINT, "gzip level of GET /text [6]", &text_gzip_level, 1, 9 },
+        { "br-quality", FLARE_SETTING_UINT, "brotli quality of GET /text [4]", &text_br_quality, 1,
+          11 },
+        { "compress-min", FLARE_SETTING_SIZE, "smallest body GET /text compresses [256]",
+          &text_compress_min, 0, 1u << 30 },
+    };
     flare_settings_t s;
     flare_settings_init(&s);
-    int rc = flare_settings_parse_args(&s, argc, argv, NULL, 0);
+    int rc = flare_settings_parse_args(&s, argc, argv, extra, sizeof(extra) / sizeof(extra[0]));
     if (rc != 0) {
         if (rc < 0)
             fprintf(stderr, "%s: %s\n", argv[0], flare_settings_error(&s));

@@ -15,8 +15,9 @@ set -euo pipefail
 
 # libpq-dev, libsqlite3-dev, libhiredis-dev: the data layer's client libraries (src/data/).
 # libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
+# libbrotli-dev: brotli response compression (src/web/compress.c).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev libyaml-dev)
+    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
@@ -25,8 +26,9 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # redis-server: the private server of the Redis tests (tests/services_redis.py); postgresql:
 # the server tests/services.py starts privately (tests/unit/test_db_pg.c, test_tfb); sqlite3 (the
 # command): examples/tfb/setup.sh fills the SQLite TFB database.
-test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets chromium locales
-    openssl curl testssl.sh redis-server postgresql sqlite3)
+# python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
+test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
+    locales openssl curl testssl.sh redis-server postgresql sqlite3)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")

@@ -21,9 +21,12 @@
  *     with If-Range; a request for several ranges gets the whole file (200);
  *   - Content-Type from the file extension (text types with charset=utf-8),
  *     application/octet-stream when unknown;
- *   - optional precompressed variants: with opts.precompressed, "x.js.gz"
- *     next to "x.js" is sent with Content-Encoding: gzip to clients that
- *     accept gzip (Vary: Accept-Encoding on both);
+ *   - optional precompressed variants: with opts.precompressed, "x.js.br"
+ *     or "x.js.gz" next to "x.js" is sent with Content-Encoding: br or gzip
+ *     to clients that accept it, the one with the higher q first (ties:
+ *     br; flare_accept_encoding in flare/compress.h), the other when the
+ *     first is missing (Vary: Accept-Encoding on all; each sibling has its
+ *     own ETag);
  *   - files up to 16 KiB are kept per worker (contents, validators and an
  *     open descriptor; 64 per worker): a hit costs one fstat(2), which sees
  *     a file changed in place at once; the path itself is looked up again
@@ -58,7 +61,7 @@ typedef struct flare_static_opts {
     uint32_t max_age;          /* > 0: Cache-Control: public, max-age=N [0: none] */
     const char *cache_control; /* when set, used as Cache-Control instead of max_age */
     bool dotfiles;             /* serve names starting with '.' [false] */
-    bool precompressed;        /* look for "<file>.gz" [false] */
+    bool precompressed;        /* look for "<file>.br" and "<file>.gz" [false] */
     uint32_t cache_ms;         /* small-file cache: revalidate paths after [1000] */
     /* extra or overriding types, looked up before the built-in table; an
      * array ended by { NULL, NULL } (copied at registration), or NULL */

@@ -16,6 +16,7 @@
 
 #include "core/clock.h"
 #include "core/core.h"
+#include "flare/compress.h"
 #include "flare/flare.h"
 #include "flare/static.h"
 #include "app.h"
@@ -436,8 +437,8 @@ typedef struct cache_entry {
     int fd; /* -1: empty slot */
     uint32_t pathlen;
     bool slash;         /* the request path ended with '/' (a directory's index) */
-    bool gzreq;         /* the client takes gzip (key), and precompressed is on */
-    bool gz;            /* the entry holds the ".gz" sibling */
+    uint8_t gzreq;      /* the siblings the client takes, in its order (key): WANT_* */
+    uint8_t gz;         /* the entry holds the ".gz" (1) or ".br" (2) sibling, or 0 */
     uint64_t opened_ms; /* when the path was last opened */
     dev_t dev;
     ino_t ino;
@@ -681,7 +682,7 @@ typedef struct file_info {
     const char *body;
     cbody_t *shared; /* body's owner when it comes from the cache */
     int fd;
-    bool gz;
+    uint8_t gz; /* 0, FLARE_CODING_GZIP or FLARE_CODING_BR: the sibling served */
 } file_info_t;
 
 static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, file_info_t *fi,
@@ -691,7 +692,9 @@ static int respond(flare_req_t *req, flare_res_t *res, const static_dir_t *sd, f
     if (rc == 0)
         rc = flare__res_header_block(res, (flare_str_t){ sd->fixed_hdrs, sd->fixed_len });
     if (rc == 0 && fi->gz)
-        rc = flare__res_header_block(res, FLARE_STR("Content-Encoding: gzip\r\n"));
+        rc = flare__res_header_block(res, fi->gz == FLARE_CODING_BR
+                                              ? FLARE_STR("Content-Encoding: br\r\n")
+                                              : FLARE_STR("Content-Encoding: gzip\r\n"));
     if (rc != 0)
         goto done;
 
@@ -806,7 +809,7 @@ static static_cache_t *worker_cache(static_dir_t *sd, flare_req_t *req)
 }
 
 static cache_entry_t *cache_find(static_cache_t *c, const char *rel, size_t rlen, bool slash,
-                                 bool gzreq)
+                                 uint8_t gzreq)
 {
     uint32_t h = path_hash(rel, rlen);
     for (uint32_t k = 0; k < CACHE_PROBE; k++) {
@@ -855,7 +858,7 @@ static void info_from_entry(file_info_t *fi, const cache_entry_t *e)
 
 /* Reads a small regular file into a cache slot, which takes fd. */
 static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen, bool slash,
-                                 bool gzreq, bool gz, int fd, const struct stat *st,
+                                 uint8_t gzreq, uint8_t gz, int fd, const struct stat *st,
                                  flare_str_t ctype, uint64_t now)
 {
     cbody_t *cb = malloc(sizeof(*cb) + (st->st_size > 0 ? (size_t)st->st_size : 1));
@@ -897,6 +900,39 @@ static flare_str_t dir_mime_type(const static_dir_t *sd, flare_str_t name)
     return flare_mime_type(name);
 }
 
+/* Precompressed siblings: which the client takes, in the order it prefers
+ * them (flare_accept_encoding's q-values, ties to br). A malformed
+ * Accept-Encoding keeps the lenient gzip-only reading it always had. */
+enum { WANT_NONE, WANT_GZ, WANT_BR, WANT_BR_GZ, WANT_GZ_BR };
+
+static uint8_t want_siblings(flare_str_t ae)
+{
+    const unsigned both = FLARE_CODING_GZIP_BIT | FLARE_CODING_BR_BIT;
+    int first = flare_accept_encoding(ae, both);
+    if (first < 0)
+        return flare__accepts_gzip(ae) ? WANT_GZ : WANT_NONE;
+    if (first == FLARE_CODING_BR)
+        return flare_accept_encoding(ae, FLARE_CODING_GZIP_BIT) == FLARE_CODING_GZIP ? WANT_BR_GZ
+                                                                                     : WANT_BR;
+    if (first == FLARE_CODING_GZIP)
+        return flare_accept_encoding(ae, FLARE_CODING_BR_BIT) == FLARE_CODING_BR ? WANT_GZ_BR
+                                                                                 : WANT_GZ;
+    return WANT_NONE;
+}
+
+/* The k-th sibling to try (0: none left). */
+static int want_sibling(uint8_t want, int k)
+{
+    static const uint8_t order[][2] = {
+        [WANT_NONE] = { 0, 0 },
+        [WANT_GZ] = { FLARE_CODING_GZIP, 0 },
+        [WANT_BR] = { FLARE_CODING_BR, 0 },
+        [WANT_BR_GZ] = { FLARE_CODING_BR, FLARE_CODING_GZIP },
+        [WANT_GZ_BR] = { FLARE_CODING_GZIP, FLARE_CODING_BR },
+    };
+    return order[want][k];
+}
+
 static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, flare_str_t raw,
                         bool bare_prefix)
 {
@@ -917,11 +953,12 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     if (st != 0)
         return fail(res, 404, "Not Found\n");
 
-    /* want_gz: a precompressed sibling is wanted (it is looked for when the
-     * path is opened; the cache remembers what was found) */
+    /* want_gz: the precompressed siblings wanted, in the client's order
+     * (they are looked for when the path is opened; the cache remembers
+     * what was found) */
     conds_t cd;
     scan_conds(req, &cd);
-    bool want_gz = sd->o.precompressed && cd.ae.ptr != NULL && flare__accepts_gzip(cd.ae);
+    uint8_t want_gz = sd->o.precompressed && cd.ae.ptr != NULL ? want_siblings(cd.ae) : WANT_NONE;
     file_info_t fi;
     uint64_t now = req->worker->loop.now;
     static_cache_t *cache = rlen < CACHE_PATH_MAX ? worker_cache(sd, req) : NULL;
@@ -974,8 +1011,12 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     }
     flare_str_t ctype = dir_mime_type(sd, (flare_str_t){ rel, rlen });
 
-    if (want_gz) {
-        memcpy(rel + rlen, ".gz", 4);
+    fi.gz = 0;
+    for (int k = 0; k < 2 && want_gz != WANT_NONE && fi.gz == 0; k++) {
+        int coding = want_sibling(want_gz, k);
+        if (coding == 0)
+            break;
+        memcpy(rel + rlen, coding == FLARE_CODING_BR ? ".br" : ".gz", 4);
         int gfd = open_beneath(sd->root, rel);
         rel[rlen] = '\0';
         struct stat gst;
@@ -983,14 +1024,10 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
             close(fd);
             fd = gfd;
             stt = gst;
-            fi.gz = true;
-        } else {
-            if (gfd >= 0)
-                close(gfd);
-            fi.gz = false;
+            fi.gz = (uint8_t)coding;
+        } else if (gfd >= 0) {
+            close(gfd);
         }
-    } else {
-        fi.gz = false;
     }
 
     if (cache != NULL && stt.st_size <= CACHE_FILE_MAX) {
