@@ -334,7 +334,7 @@ static void stream_close(flare_sse_t *s, int reason)
         flare_res_t *res = &req->res;
         if (reason != 0 && reason != FLARE_EUNAVAIL)
             flare_res_close(res); /* dropped: this connection carries nothing more */
-        if (flare_res_end(res) != 0) {
+        if (flare_res_end(res) == FLARE_ENOMEM) {
             /* out of memory for the last chunk: the body cannot be
              * terminated, so the connection has to go */
             flare_res_close(res);
