@@ -104,8 +104,8 @@ FLARE_API int flare_sse_route(flare_app_t *app, const char *pattern, flare_handl
  * handler then returns FLARE_ASYNC (or 0: both mean the stream goes on).
  * For HEAD only the head goes out and the stream is ended at once (on_close
  * follows with 0). *out is set on success. 0, or FLARE_EINVAL (NULL
- * argument), FLARE_ESTATE (not on a route of flare_sse_route's app, or a
- * response was already begun), FLARE_EUNAVAIL (the worker is draining: answer
+ * argument), FLARE_ESTATE (the app has no flare_sse_route, or a response
+ * was already begun), FLARE_EUNAVAIL (the worker is draining: answer
  * 503 yourself), FLARE_ENOMEM, FLARE_ECLOSED (the client is gone already). */
 FLARE_API int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_sse_config_t *cfg,
                               flare_sse_t **out);
