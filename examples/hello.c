@@ -27,6 +27,7 @@
 
 #include <flare/flare.h>
 #include <flare/settings.h>
+#include <flare/sse.h>
 #include <flare/tls.h>
 #include <flare/ws.h>
 
@@ -236,6 +237,91 @@ static int text_route(flare_app_t *app)
     return flare_route_mw(app, FLARE_METHOD_GET, "/text", text, NULL, &cz, 1);
 }
 
+/* ---- GET /sse?n=N&ms=M[&hb=H]: N events "data: i" with ids 1..N, M ms
+ * apart (the first at once), then the end of the stream; H: heartbeat
+ * period in ms [15000]. A reconnecting client's Last-Event-ID k resumes at
+ * k+1. (flare/sse.h) ---- */
+
+typedef struct sse_demo {
+    flare_sse_t *s;
+    flare_timer_t *t;
+    unsigned long long next, n, ms;
+} sse_demo_t;
+
+/* A decimal number in 0..max from a query value (a view, not NUL-terminated). */
+static int sse_num(flare_str_t v, unsigned long long max, unsigned long long *out)
+{
+    unsigned long long x = 0;
+    if (v.ptr == NULL || v.len == 0 || v.len > 20)
+        return -1;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.ptr[i] < '0' || v.ptr[i] > '9')
+            return -1;
+        x = x * 10 + (unsigned long long)(v.ptr[i] - '0');
+        if (x > max)
+            return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static void sse_demo_tick(void *ud)
+{
+    sse_demo_t *d = ud;
+    if (d->next > d->n) {
+        flare_sse_end(d->s); /* on_close frees d */
+        return;
+    }
+    char num[24];
+    int len = snprintf(num, sizeof(num), "%llu", d->next++);
+    flare_sse_event_t ev = { .id = { num, (size_t)len }, .data = { num, (size_t)len } };
+    if (flare_sse_send(d->s, &ev) == 0)
+        flare_timer_start(d->t, d->next > d->n ? 0 : d->ms);
+}
+
+static void sse_demo_closed(flare_sse_t *s, int reason, void *ud)
+{
+    (void)s;
+    (void)reason;
+    sse_demo_t *d = ud;
+    flare_timer_free(d->t);
+    free(d);
+}
+
+static int sse_demo(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    unsigned long long n, ms, hb = 0, last = 0;
+    flare_str_t hbs = flare_req_query_param(req, "hb");
+    if (sse_num(flare_req_query_param(req, "n"), 100000, &n) != 0 || n == 0 ||
+        sse_num(flare_req_query_param(req, "ms"), 60000, &ms) != 0 ||
+        (hbs.ptr != NULL && (sse_num(hbs, 600000, &hb) != 0 || hb < 10)))
+        return flare_res_send(res, 400, FLARE_STR("text/plain"),
+                              FLARE_STR("n must be 1..100000, ms 0..60000, hb 10..600000\n"));
+    /* an id that is not ours (or past the end) is ignored: start over */
+    if (sse_num(flare_req_header(req, "Last-Event-ID"), n, &last) != 0)
+        last = 0;
+    sse_demo_t *d = calloc(1, sizeof(*d));
+    if (d == NULL || flare_timer_new(flare_req_worker(req), sse_demo_tick, d, &d->t) != 0) {
+        free(d);
+        return FLARE_ENOMEM;
+    }
+    d->next = last + 1;
+    d->n = n;
+    d->ms = ms;
+    flare_sse_config_t cfg = { .heartbeat_ms = (unsigned)hb, .on_close = sse_demo_closed, .ud = d };
+    int rc = flare_sse_start(req, res, &cfg, &d->s);
+    if (rc != 0) {
+        flare_timer_free(d->t);
+        free(d);
+        if (rc == FLARE_EUNAVAIL)
+            return flare_res_send(res, 503, FLARE_STR("text/plain"), FLARE_STR("draining\n"));
+        return rc;
+    }
+    sse_demo_tick(d); /* the first event at once */
+    return FLARE_ASYNC;
+}
+
 /* Every route of the example, in one place (the contract the tests and the
  * benchmarks use). */
 static int add_routes(flare_app_t *app)
@@ -258,6 +344,9 @@ static int add_routes(flare_app_t *app)
     }
     if (rc == 0)
         rc = flare_group_route(mw, FLARE_METHOD_GET, "/plaintext", plaintext, NULL);
+    /* GET /sse: server-sent events */
+    if (rc == 0)
+        rc = flare_sse_route(app, "/sse", sse_demo, NULL);
     return rc;
 }
 

@@ -68,6 +68,9 @@ typedef struct flare_proto_ops {
     flare_proto_t (*protocol)(const struct flare_req *ex);
     bool (*secure)(const struct flare_req *ex);
     int (*peer)(const struct flare_req *ex, uint8_t addr[16]); /* AF_INET/AF_INET6, 0 */
+    /* response bytes queued for the client and not yet written (a stream's
+     * backpressure: server-sent events); NULL: not known, taken as 0 */
+    size_t (*unsent)(const struct flare_req *ex);
 } flare_proto_ops_t;
 
 /* An exchange: one request and its response. Recycled through the worker. */

@@ -348,6 +348,16 @@ static int peer(const struct flare_req *ex, uint8_t addr[16])
     return c->peer_family;
 }
 
+/* What waits for the client: the stream's output when this exchange is
+ * the head of the queue, its own buffer until then. */
+static size_t unsent(const struct flare_req *ex)
+{
+    const flare_conn_t *c = ex->conn;
+    if (c == NULL)
+        return 0;
+    return c->qhead == ex ? flare__stream_unsent(&c->s) : ex->out.len;
+}
+
 const flare_proto_ops_t flare__http1_ops = {
     .respond = respond,
     .respond_ref = respond_ref,
@@ -360,4 +370,5 @@ const flare_proto_ops_t flare__http1_ops = {
     .protocol = protocol,
     .secure = secure,
     .peer = peer,
+    .unsent = unsent,
 };

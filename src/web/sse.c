@@ -1,0 +1,665 @@
+/* Server-sent events (flare/sse.h) on top of the streamed response.
+ *
+ * A stream is an exchange whose chunked response never ends by itself: the
+ * handler returns with the response begun, so the protocol keeps the
+ * connection (no idle timeout while a response is owed) and every event is
+ * one chunk. What this file adds:
+ * - the encoding (pure: flare_sse_format);
+ * - per worker, the list of its streams and its rooms (a module: module.h),
+ *   nothing shared between workers; a broadcast is encoded once into a
+ *   refcounted buffer and posted to every worker, as the WebSocket hub does;
+ * - one embedded loop timer per stream: the heartbeat, and the deferred
+ *   close notification (on_close always runs from the loop, so no caller
+ *   sees its handle freed under it);
+ * - the backpressure bound (the protocol's `unsent` op);
+ * - drain: every stream is ended when the worker starts draining, and each
+ *   is held (flare__worker_conn_hold) until its on_close has run, so the
+ *   worker does not stop before the application heard of it.
+ *
+ * A client that goes away leaves an orphaned exchange (the protocol cannot
+ * tell us: it only marks the exchange): the next send or heartbeat sees it
+ * (flare_req_connected) and ends the stream, which frees the exchange. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flare/sse.h"
+#include "app.h"
+
+#define ROOM_NAME_MAX      255
+#define ROOM_BUCKETS       64 /* per worker; chains beyond that stay short for tens of rooms */
+#define HEARTBEAT_DEFAULT  15000u
+#define MAX_QUEUED_DEFAULT (256u * 1024u)
+#define FORMAT_STACK       512 /* events up to this size are encoded on the stack */
+
+/* ---- encoding ---- */
+
+static bool has_crlf(flare_str_t s, bool nul)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        char c = s.ptr[i];
+        if (c == '\r' || c == '\n' || (nul && c == '\0'))
+            return true;
+    }
+    return false;
+}
+
+typedef struct emit {
+    char *p;
+    size_t cap, len;
+} emit_t;
+
+static void put(emit_t *e, const char *s, size_t n)
+{
+    if (e->len + n <= e->cap && n > 0)
+        memcpy(e->p + e->len, s, n);
+    e->len += n;
+}
+
+static void put_field(emit_t *e, const char *name, size_t nlen, const char *v, size_t vlen)
+{
+    put(e, name, nlen);
+    put(e, v, vlen);
+    put(e, "\n", 1);
+}
+
+static size_t utoa(char *out, unsigned v)
+{
+    char tmp[12];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+int flare_sse_format(const flare_sse_event_t *ev, char *out, size_t cap, size_t *len)
+{
+    if (ev == NULL || len == NULL || (out == NULL && cap > 0))
+        return FLARE_EINVAL;
+    if ((ev->id.len > 0 && ev->id.ptr == NULL) || (ev->event.len > 0 && ev->event.ptr == NULL) ||
+        (ev->data.len > 0 && ev->data.ptr == NULL))
+        return FLARE_EINVAL;
+    if ((ev->id.ptr != NULL && has_crlf(ev->id, true)) ||
+        (ev->event.ptr != NULL && has_crlf(ev->event, false)))
+        return FLARE_EINVAL;
+    emit_t e = { out, cap, 0 };
+    if (ev->event.ptr != NULL)
+        put_field(&e, "event: ", 7, ev->event.ptr, ev->event.len);
+    if (ev->id.ptr != NULL)
+        put_field(&e, "id: ", 4, ev->id.ptr, ev->id.len);
+    if (ev->retry_ms > 0) {
+        char num[12];
+        put_field(&e, "retry: ", 7, num, utoa(num, ev->retry_ms));
+    }
+    if (ev->data.ptr != NULL) {
+        /* one "data:" line per line of the data: CRLF, CR and LF all end a
+         * line (the client's parser splits on each of them) */
+        const char *p = ev->data.ptr, *end = p + ev->data.len;
+        for (;;) {
+            const char *q = p;
+            while (q < end && *q != '\r' && *q != '\n')
+                q++;
+            put_field(&e, "data: ", 6, p, (size_t)(q - p));
+            if (q == end)
+                break;
+            p = q + 1;
+            if (*q == '\r' && p < end && *p == '\n')
+                p++;
+        }
+    }
+    put(&e, "\n", 1);
+    *len = e.len;
+    return e.len <= cap ? 0 : FLARE_ETOOBIG;
+}
+
+int flare_sse_format_comment(flare_str_t text, char *out, size_t cap, size_t *len)
+{
+    if (len == NULL || (out == NULL && cap > 0) || (text.len > 0 && text.ptr == NULL) ||
+        has_crlf(text, false))
+        return FLARE_EINVAL;
+    emit_t e = { out, cap, 0 };
+    put_field(&e, ": ", 2, text.ptr, text.len);
+    *len = e.len;
+    return e.len <= cap ? 0 : FLARE_ETOOBIG;
+}
+
+/* ---- state ---- */
+
+typedef struct sse_room sse_room_t;
+typedef struct sse_member sse_member_t;
+
+typedef struct sse_app {
+    unsigned slot;
+} sse_app_t;
+
+typedef struct sse_worker {
+    flare_worker_t *w;
+    flare_sse_t *streams; /* every stream of the worker, open or closing */
+    sse_room_t *rooms[ROOM_BUCKETS];
+} sse_worker_t;
+
+struct sse_room {
+    sse_room_t *next; /* hash chain */
+    uint64_t hash;
+    sse_member_t *members;
+    size_t count;
+    size_t nlen;
+    char name[];
+};
+
+struct sse_member {
+    sse_room_t *room;
+    flare_sse_t *s;
+    sse_member_t *rprev, *rnext; /* in the room */
+    sse_member_t *snext;         /* in the stream's list */
+};
+
+enum { SSE_OPEN, SSE_CLOSING };
+
+struct flare_sse {
+    flare_sse_t *prev, *next; /* in sw->streams */
+    sse_worker_t *sw;
+    flare_req_t *req; /* NULL once the response has ended: never touched again */
+    flare__timer_t timer;
+    int state;
+    int reason; /* for on_close */
+    unsigned heartbeat_ms;
+    size_t max_queued;
+    flare_sse_close_fn on_close;
+    void *ud;
+    sse_member_t *rooms;
+    size_t idlen;
+    char last_id[];
+};
+
+static void sse_drain(flare_worker_t *w, void *state);
+static void sse_dispose(flare_worker_t *w, void *state);
+static void sse_app_free(flare_app_t *app, void *state);
+
+static const flare_module_t sse_module = {
+    .name = "sse",
+    .drain_worker = sse_drain,
+    .dispose_worker = sse_dispose,
+    .free_app = sse_app_free,
+};
+
+static void sse_app_free(flare_app_t *app, void *state)
+{
+    (void)app;
+    free(state);
+}
+
+/* The worker's state, made at its first stream (a worker that never
+ * streams pays nothing). On w's thread. */
+static sse_worker_t *worker_state(flare_worker_t *w, const sse_app_t *sa, bool make)
+{
+    sse_worker_t *sw = flare__worker_module_state(w, sa->slot);
+    if (sw != NULL || !make)
+        return sw;
+    sw = calloc(1, sizeof(*sw));
+    if (sw == NULL)
+        return NULL;
+    sw->w = w;
+    flare__worker_module_set(w, sa->slot, sw);
+    return sw;
+}
+
+int flare_sse_route(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud)
+{
+    if (app == NULL)
+        return FLARE_EINVAL;
+    if (flare__app_module_state(app, &sse_module) == NULL) {
+        sse_app_t *sa = calloc(1, sizeof(*sa));
+        if (sa == NULL)
+            return FLARE_ENOMEM;
+        int rc = flare__app_module(app, &sse_module, sa, &sa->slot);
+        if (rc != 0) {
+            free(sa);
+            return rc;
+        }
+    }
+    return flare_get(app, pattern, fn, ud);
+}
+
+/* ---- rooms ---- */
+
+static uint64_t hash_bytes(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static sse_room_t **room_slot(sse_worker_t *sw, flare_str_t name, uint64_t h)
+{
+    sse_room_t **p = &sw->rooms[h % ROOM_BUCKETS];
+    while (*p != NULL && !((*p)->hash == h && (*p)->nlen == name.len &&
+                           memcmp((*p)->name, name.ptr, name.len) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+static bool room_name_ok(flare_str_t room)
+{
+    return room.ptr != NULL && room.len > 0 && room.len <= ROOM_NAME_MAX;
+}
+
+int flare_sse_join(flare_sse_t *s, flare_str_t room)
+{
+    if (s == NULL || !room_name_ok(room))
+        return FLARE_EINVAL;
+    if (s->state != SSE_OPEN)
+        return FLARE_ECLOSED;
+    for (sse_member_t *m = s->rooms; m != NULL; m = m->snext) {
+        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0)
+            return 0;
+    }
+    uint64_t h = hash_bytes(room.ptr, room.len);
+    sse_room_t **slot = room_slot(s->sw, room, h);
+    sse_member_t *m = malloc(sizeof(*m));
+    if (m == NULL)
+        return FLARE_ENOMEM;
+    sse_room_t *r = *slot;
+    if (r == NULL) {
+        r = malloc(sizeof(*r) + room.len);
+        if (r == NULL) {
+            free(m);
+            return FLARE_ENOMEM;
+        }
+        *r = (sse_room_t){ .hash = h, .nlen = room.len };
+        memcpy(r->name, room.ptr, room.len);
+        *slot = r;
+    }
+    *m = (sse_member_t){ .room = r, .s = s, .rnext = r->members, .snext = s->rooms };
+    if (r->members != NULL)
+        r->members->rprev = m;
+    r->members = m;
+    r->count++;
+    s->rooms = m;
+    return 0;
+}
+
+static void member_drop(sse_worker_t *sw, sse_member_t *m)
+{
+    sse_room_t *r = m->room;
+    if (m->rprev != NULL)
+        m->rprev->rnext = m->rnext;
+    else
+        r->members = m->rnext;
+    if (m->rnext != NULL)
+        m->rnext->rprev = m->rprev;
+    free(m);
+    if (--r->count == 0) {
+        *room_slot(sw, (flare_str_t){ r->name, r->nlen }, r->hash) = r->next;
+        free(r);
+    }
+}
+
+int flare_sse_leave(flare_sse_t *s, flare_str_t room)
+{
+    if (s == NULL || !room_name_ok(room))
+        return FLARE_EINVAL;
+    for (sse_member_t **p = &s->rooms; *p != NULL; p = &(*p)->snext) {
+        sse_member_t *m = *p;
+        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0) {
+            *p = m->snext;
+            member_drop(s->sw, m);
+            return 0;
+        }
+    }
+    return FLARE_ENOTFOUND;
+}
+
+/* ---- streams ---- */
+
+/* Ends the response (the exchange is freed by it, now or once it reaches
+ * the head of its connection's queue) and schedules on_close. Rooms are
+ * left only in finish(): a broadcast walking a room may end a stream. */
+static void stream_close(flare_sse_t *s, int reason)
+{
+    if (s->state != SSE_OPEN)
+        return;
+    s->state = SSE_CLOSING;
+    s->reason = reason;
+    flare_req_t *req = s->req;
+    s->req = NULL;
+    if (req != NULL) {
+        flare_res_t *res = &req->res;
+        if (reason != 0 && reason != FLARE_EUNAVAIL)
+            flare_res_close(res); /* dropped: this connection carries nothing more */
+        if (flare_res_end(res) == FLARE_ENOMEM) {
+            /* out of memory for the last chunk: the body cannot be
+             * terminated, so the connection has to go */
+            flare_res_close(res);
+            req->flags |= EX_SENT;
+            flare__ex_complete(req);
+        }
+    }
+    flare__timer_start(&s->sw->w->loop, &s->timer, 0);
+}
+
+/* The stream is over: tell the application, free it. */
+static void finish(flare_sse_t *s)
+{
+    sse_worker_t *sw = s->sw;
+    flare__timer_stop(&sw->w->loop, &s->timer);
+    while (s->rooms != NULL) {
+        sse_member_t *m = s->rooms;
+        s->rooms = m->snext;
+        member_drop(sw, m);
+    }
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        sw->streams = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    if (s->on_close != NULL)
+        s->on_close(s, s->reason, s->ud);
+    flare_worker_t *w = sw->w;
+    free(s);
+    flare__worker_conn_release(w);
+}
+
+static int stream_write(flare_sse_t *s, const char *p, size_t n)
+{
+    if (s->state != SSE_OPEN)
+        return FLARE_ECLOSED;
+    flare_req_t *req = s->req;
+    if (!flare_req_connected(req)) {
+        stream_close(s, FLARE_ECLOSED);
+        return FLARE_ECLOSED;
+    }
+    size_t queued = req->ops->unsent != NULL ? req->ops->unsent(req) : 0;
+    if (queued + n > s->max_queued) {
+        stream_close(s, FLARE_ETOOBIG);
+        return FLARE_ETOOBIG;
+    }
+    int rc = flare_res_write(&req->res, (flare_str_t){ p, n });
+    if (rc != 0) {
+        stream_close(s, rc);
+        return rc;
+    }
+    return 0;
+}
+
+static void on_timer(void *ud)
+{
+    flare_sse_t *s = ud;
+    if (s->state != SSE_OPEN) {
+        finish(s);
+        return;
+    }
+    static const char ping[] = ": ping\n";
+    if (stream_write(s, ping, sizeof(ping) - 1) == 0)
+        flare__timer_start(&s->sw->w->loop, &s->timer, s->heartbeat_ms);
+}
+
+int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_sse_config_t *cfg,
+                    flare_sse_t **out)
+{
+    if (req == NULL || res == NULL || out == NULL || flare__res_ex(res) != req)
+        return FLARE_EINVAL;
+    flare_worker_t *w = req->worker;
+    const sse_app_t *sa = flare__app_module_state(w->app, &sse_module);
+    if (sa == NULL || (req->flags & (EX_SENT | EX_STREAM)))
+        return FLARE_ESTATE;
+    if (!flare_req_connected(req))
+        return FLARE_ECLOSED;
+    if (w->draining)
+        return FLARE_EUNAVAIL;
+    flare_sse_config_t c = cfg != NULL ? *cfg : (flare_sse_config_t){ 0 };
+    sse_worker_t *sw = worker_state(w, sa, true);
+    if (sw == NULL)
+        return FLARE_ENOMEM;
+    flare_str_t last = flare_req_header(req, "Last-Event-ID");
+    flare_sse_t *s = calloc(1, sizeof(*s) + last.len + 1);
+    if (s == NULL)
+        return FLARE_ENOMEM;
+    if (last.len > 0)
+        memcpy(s->last_id, last.ptr, last.len);
+    s->idlen = last.len;
+    s->sw = sw;
+    s->req = req;
+    s->heartbeat_ms = c.heartbeat_ms != 0 ? c.heartbeat_ms : HEARTBEAT_DEFAULT;
+    s->max_queued = c.max_queued != 0 ? c.max_queued : MAX_QUEUED_DEFAULT;
+    s->on_close = c.on_close;
+    s->ud = c.ud;
+    flare__timer_init(&s->timer, on_timer, s);
+
+    int rc;
+    if ((rc = flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-cache"))) != 0 ||
+        (rc = flare_res_header(res, FLARE_STR("X-Accel-Buffering"), FLARE_STR("no"))) != 0 ||
+        (rc = flare_res_begin(res, 200, FLARE_STR("text/event-stream"))) != 0) {
+        free(s);
+        return rc;
+    }
+    /* an after hook may have answered instead, or the client left */
+    if (!(req->flags & EX_STREAM) || (req->flags & EX_SENT) || !flare_req_connected(req)) {
+        free(s);
+        return FLARE_ECLOSED;
+    }
+    s->next = sw->streams;
+    if (sw->streams != NULL)
+        sw->streams->prev = s;
+    sw->streams = s;
+    flare__worker_conn_hold(w);
+    *out = s;
+    if (req->flags & EX_HEAD_ONLY) {
+        stream_close(s, 0);
+        return 0;
+    }
+    if (c.retry_ms > 0) {
+        char buf[32];
+        size_t n;
+        flare_sse_format(&(flare_sse_event_t){ .retry_ms = c.retry_ms }, buf, sizeof(buf), &n);
+        if (stream_write(s, buf, n) != 0)
+            return 0; /* closing: on_close tells */
+    }
+    if (s->heartbeat_ms != FLARE_SSE_HEARTBEAT_OFF)
+        flare__timer_start(&w->loop, &s->timer, s->heartbeat_ms);
+    return 0;
+}
+
+flare_str_t flare_sse_last_event_id(const flare_sse_t *s)
+{
+    return (flare_str_t){ s->last_id, s->idlen };
+}
+
+/* Encodes on the stack when it fits, else in a heap buffer for the call. */
+static int send_formatted(flare_sse_t *s, const flare_sse_event_t *ev, flare_str_t comment,
+                          bool is_comment)
+{
+    char stack[FORMAT_STACK];
+    size_t n = 0;
+    int rc = is_comment ? flare_sse_format_comment(comment, stack, sizeof(stack), &n)
+                        : flare_sse_format(ev, stack, sizeof(stack), &n);
+    if (rc == 0)
+        return stream_write(s, stack, n);
+    if (rc != FLARE_ETOOBIG)
+        return rc;
+    char *heap = malloc(n);
+    if (heap == NULL)
+        return FLARE_ENOMEM;
+    size_t m;
+    rc = is_comment ? flare_sse_format_comment(comment, heap, n, &m)
+                    : flare_sse_format(ev, heap, n, &m);
+    if (rc == 0)
+        rc = stream_write(s, heap, m);
+    free(heap);
+    return rc;
+}
+
+int flare_sse_send(flare_sse_t *s, const flare_sse_event_t *ev)
+{
+    if (s == NULL || ev == NULL)
+        return FLARE_EINVAL;
+    if (s->state != SSE_OPEN)
+        return FLARE_ECLOSED;
+    return send_formatted(s, ev, FLARE_STR_NULL, false);
+}
+
+int flare_sse_comment(flare_sse_t *s, flare_str_t text)
+{
+    if (s == NULL)
+        return FLARE_EINVAL;
+    if (s->state != SSE_OPEN)
+        return FLARE_ECLOSED;
+    return send_formatted(s, NULL, text, true);
+}
+
+size_t flare_sse_queued(const flare_sse_t *s)
+{
+    const flare_req_t *req = s->req;
+    if (s->state != SSE_OPEN || req == NULL || req->ops->unsent == NULL)
+        return 0;
+    return req->ops->unsent(req);
+}
+
+bool flare_sse_open(const flare_sse_t *s)
+{
+    return s->state == SSE_OPEN && flare_req_connected(s->req);
+}
+
+flare_worker_t *flare_sse_worker(const flare_sse_t *s)
+{
+    return s->sw->w;
+}
+
+void flare_sse_end(flare_sse_t *s)
+{
+    if (s != NULL)
+        stream_close(s, 0);
+}
+
+/* ---- drain and shutdown ---- */
+
+static void sse_drain(flare_worker_t *w, void *state)
+{
+    sse_worker_t *sw = worker_state(w, state, false);
+    if (sw == NULL)
+        return;
+    /* ended now, freed when their timers fire (the holds keep the loop
+     * running until then) */
+    for (flare_sse_t *s = sw->streams; s != NULL; s = s->next)
+        stream_close(s, FLARE_EUNAVAIL);
+}
+
+static void sse_dispose(flare_worker_t *w, void *state)
+{
+    const sse_app_t *sa = state;
+    sse_worker_t *sw = worker_state(w, sa, false);
+    if (sw == NULL)
+        return;
+    /* the loop has ended: what is left (a drain cut short by its deadline,
+     * streams begun during the drain) is ended and reported here; their
+     * exchanges are orphans by now, so ending one frees it */
+    while (sw->streams != NULL) {
+        flare_sse_t *s = sw->streams;
+        stream_close(s, FLARE_EUNAVAIL);
+        finish(s);
+    }
+    flare__worker_module_set(w, sa->slot, NULL);
+    free(sw);
+}
+
+/* ---- broadcast ---- */
+
+typedef struct shared_event {
+    _Atomic unsigned refs;
+    size_t len;
+    char data[];
+} shared_event_t;
+
+static void shared_unref(shared_event_t *e)
+{
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1)
+        free(e);
+}
+
+typedef struct bcast_task {
+    flare_worker_t *w;
+    const sse_app_t *sa;
+    shared_event_t *ev;
+    size_t rlen;
+    char room[];
+} bcast_task_t;
+
+static void deliver(sse_worker_t *sw, flare_str_t room, const shared_event_t *ev)
+{
+    /* a write may end a stream, never free it (that waits for its timer),
+     * so the lists hold still while we walk them */
+    if (room.len == 0) {
+        for (flare_sse_t *s = sw->streams; s != NULL; s = s->next)
+            stream_write(s, ev->data, ev->len);
+        return;
+    }
+    sse_room_t *r = *room_slot(sw, room, hash_bytes(room.ptr, room.len));
+    for (sse_member_t *m = r != NULL ? r->members : NULL; m != NULL; m = m->rnext)
+        stream_write(m->s, ev->data, ev->len);
+}
+
+static void bcast_run(void *ud)
+{
+    bcast_task_t *t = ud;
+    /* on t->w's thread; NULL when it has no stream, or has stopped */
+    sse_worker_t *sw = worker_state(t->w, t->sa, false);
+    if (sw != NULL)
+        deliver(sw, (flare_str_t){ t->room, t->rlen }, t->ev);
+    shared_unref(t->ev);
+    free(t);
+}
+
+static int broadcast(flare_app_t *app, const sse_app_t *sa, flare_str_t room, shared_event_t *ev)
+{
+    int rc = 0;
+    for (unsigned i = 0; i < app->nworkers; i++) {
+        bcast_task_t *t = malloc(sizeof(*t) + room.len);
+        if (t == NULL) {
+            rc = FLARE_ENOMEM;
+            continue;
+        }
+        *t = (bcast_task_t){ &app->workers[i], sa, ev, room.len };
+        if (room.len > 0)
+            memcpy(t->room, room.ptr, room.len);
+        atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+        if (flare__loop_post(&app->workers[i].loop, bcast_run, t) != 0) {
+            atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_relaxed);
+            free(t);
+            rc = FLARE_ENOMEM;
+        }
+    }
+    return rc;
+}
+
+int flare_sse_broadcast(flare_app_t *app, flare_str_t room, const flare_sse_event_t *ev)
+{
+    if (app == NULL || ev == NULL || room.len > ROOM_NAME_MAX || (room.len > 0 && room.ptr == NULL))
+        return FLARE_EINVAL;
+    size_t n;
+    int rc = flare_sse_format(ev, NULL, 0, &n);
+    if (rc != 0 && rc != FLARE_ETOOBIG)
+        return rc;
+    const sse_app_t *sa = flare__app_module_state(app, &sse_module);
+    if (sa == NULL)
+        return FLARE_ESTATE;
+    shared_event_t *e = malloc(sizeof(*e) + n);
+    if (e == NULL)
+        return FLARE_ENOMEM;
+    atomic_init(&e->refs, 1);
+    flare_sse_format(ev, e->data, n, &e->len);
+    rc = flare__app_enter(app); /* the workers stay while we are inside */
+    if (rc == 0) {
+        rc = broadcast(app, sa, room, e);
+        flare__app_leave(app);
+    }
+    shared_unref(e);
+    return rc;
+}
