@@ -93,7 +93,7 @@ struct flare_worker {
     flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
     flare_listen_io_t *lios;     /* its listening sockets (net/listen.c: flare__worker_listen) */
     unsigned nlios;
-    int reserve_fd;              /* EMFILE guard */
+    int reserve_fd; /* EMFILE guard */
     unsigned nconns;
     bool draining;
     uint64_t drain_deadline;
@@ -123,7 +123,7 @@ struct flare_worker {
      * counts; the worker counts what it ran. Every WATCHDOG_USEC/2, not per
      * request: no cache line of its own. */
     flare_post_node_t ping_node;
-    unsigned long ping_posted;         /* run thread only */
+    unsigned long ping_posted;        /* run thread only */
     _Atomic unsigned long ping_acked; /* written by the worker only */
 };
 

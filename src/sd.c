@@ -108,8 +108,7 @@ int flare__sd_watchdog_parse(const char *usec, const char *pid, pid_t self, uint
         return 0;
     if (pid != NULL) {
         if (!parse_uint(pid, INT_MAX, &v))
-            return flare__fail(FLARE_EINVAL, 0, "WATCHDOG_PID=\"%s\": expected a process id",
-                               pid);
+            return flare__fail(FLARE_EINVAL, 0, "WATCHDOG_PID=\"%s\": expected a process id", pid);
         if ((pid_t)v != self)
             return 0;
     }
@@ -158,8 +157,8 @@ static int listen_init(void)
         return flare__fail(FLARE_ENOMEM, 0, "socket activation: out of memory");
     }
     unsigned n;
-    int rc = flare__sd_listen_parse(fds, pid, names, getpid(), &n, buf, bufsize, nv,
-                                    FLARE__SD_FDS_MAX);
+    int rc =
+        flare__sd_listen_parse(fds, pid, names, getpid(), &n, buf, bufsize, nv, FLARE__SD_FDS_MAX);
     if (rc == 0 && n > 0) {
         sd.fds = malloc(n * sizeof(*sd.fds));
         if (sd.fds == NULL)

@@ -14,7 +14,7 @@
 /* The first descriptor socket activation passes (SD_LISTEN_FDS_START). */
 #define FLARE__SD_FDS_START 3
 /* More inherited descriptors than this is refused as malformed. */
-#define FLARE__SD_FDS_MAX 4096
+#define FLARE__SD_FDS_MAX   4096
 
 /* Where the old process tells its new one to report first during an
  * upgrade; NOTIFY_SOCKET is then the old process's private socket and this

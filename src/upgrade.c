@@ -101,8 +101,9 @@ void flare__upgrade_capture(void)
 
 static bool replaced(const char *e)
 {
-    static const char *const names[] = { "LISTEN_FDS=",    "LISTEN_PID=",         "LISTEN_FDNAMES=",
-                                         "NOTIFY_SOCKET=", FLARE__SD_NEXT_ENV "=", "WATCHDOG_PID=" };
+    static const char *const names[] = { "LISTEN_FDS=",          "LISTEN_PID=",
+                                         "LISTEN_FDNAMES=",      "NOTIFY_SOCKET=",
+                                         FLARE__SD_NEXT_ENV "=", "WATCHDOG_PID=" };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strncmp(e, names[i], strlen(names[i])) == 0)
             return true;
@@ -123,9 +124,8 @@ static char *kv(const char *k, const char *v, size_t room)
     return s;
 }
 
-char **flare__upgrade_env(char *const *env, unsigned nfds, const char *names,
-                          const char *notify, const char *next, bool watchdog,
-                          char **pid_slots)
+char **flare__upgrade_env(char *const *env, unsigned nfds, const char *names, const char *notify,
+                          const char *next, bool watchdog, char **pid_slots)
 {
     size_t n = 0;
     while (env != NULL && env[n] != NULL)
@@ -487,8 +487,9 @@ static bool read_notify(flare_upgrade_t *u)
             char b[CMSG_SPACE(sizeof(struct ucred))];
         } ctl;
         struct iovec iov = { buf, sizeof(buf) - 1 };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl,
-                             .msg_controllen = sizeof(ctl) };
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof(ctl)
+        };
         ssize_t r = recvmsg(u->notify_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (r < 0)
             return ready;

@@ -14,10 +14,10 @@ typedef struct flare_app flare_app_t;
 #define FLARE__UPGRADE_TIMEOUT_MS 30000
 
 typedef struct flare_upgrade {
-    pid_t child;     /* the new process until it is ready or gone; 0: none */
-    int notify_fd;   /* our private notify socket while waiting; -1 */
-    uint64_t start;  /* monotonic ms the child was started */
-    uint64_t limit;  /* ms it has to report ready */
+    pid_t child;      /* the new process until it is ready or gone; 0: none */
+    int notify_fd;    /* our private notify socket while waiting; -1 */
+    uint64_t start;   /* monotonic ms the child was started */
+    uint64_t limit;   /* ms it has to report ready */
     uint64_t wd_next; /* monotonic ms of the next watchdog check; 0: off */
 } flare_upgrade_t;
 
@@ -47,9 +47,8 @@ void flare__upgrade_dispose(flare_upgrade_t *u);
  * WATCHDOG_PID= when `watchdog`) with room for a pid that the child writes
  * after fork (*pid_slots, up to 2, point at where). NULL when out of memory;
  * free the array and its strings with flare__upgrade_env_free. */
-char **flare__upgrade_env(char *const *env, unsigned nfds, const char *names,
-                          const char *notify, const char *next, bool watchdog,
-                          char **pid_slots);
+char **flare__upgrade_env(char *const *env, unsigned nfds, const char *names, const char *notify,
+                          const char *next, bool watchdog, char **pid_slots);
 void flare__upgrade_env_free(char **env);
 /* Writes pid in decimal at p followed by a NUL (async-signal-safe). */
 void flare__upgrade_put_pid(char *p, long pid);

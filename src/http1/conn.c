@@ -769,8 +769,7 @@ void flare__conn_drain(flare_worker_t *w)
             !flare__stream_has_output(&c->s)) {
             if (w->loop.now - c->s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
                 conn_close_clean(c); /* idle long enough: nothing is on its way */
-        }
-        else {
+        } else {
             c->flags |= C_CLOSING;
             mark_last_close(c);
         }

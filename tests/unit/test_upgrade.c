@@ -33,7 +33,8 @@ static void test_sd_addr(void **state)
     assert_int_equal(flare__sd_addr("/run/systemd/notify", &sa, &sl), 0);
     assert_int_equal(sa.sun_family, AF_UNIX);
     assert_string_equal(sa.sun_path, "/run/systemd/notify");
-    assert_int_equal(sl, offsetof(struct sockaddr_un, sun_path) + strlen("/run/systemd/notify") + 1);
+    assert_int_equal(sl,
+                     offsetof(struct sockaddr_un, sun_path) + strlen("/run/systemd/notify") + 1);
     assert_int_equal(flare__sd_addr("@abc", &sa, &sl), 0);
     assert_int_equal(sa.sun_path[0], '\0');
     assert_memory_equal(sa.sun_path + 1, "abc", 3);
@@ -78,9 +79,9 @@ static void test_listen_parse(void **state)
     assert_string_equal(names[1], "api");
     assert_string_equal(names[2], "");
 
-    assert_int_equal(flare__sd_listen_parse("3", "42", "web:api", 42, &n, buf, sizeof(buf),
-                                            names, 8),
-                     FLARE_EINVAL);
+    assert_int_equal(
+        flare__sd_listen_parse("3", "42", "web:api", 42, &n, buf, sizeof(buf), names, 8),
+        FLARE_EINVAL);
     assert_string_equal(flare_last_error(),
                         "LISTEN_FDNAMES has 2 names for LISTEN_FDS=3 descriptors");
     assert_int_equal(flare__sd_listen_parse("0", "42", NULL, 42, &n, buf, sizeof(buf), names, 8),
@@ -89,9 +90,8 @@ static void test_listen_parse(void **state)
                         "LISTEN_FDS=\"0\": expected a number of descriptors, 1 to 4096");
     assert_int_equal(flare__sd_listen_parse("3x", "42", NULL, 42, &n, buf, sizeof(buf), names, 8),
                      FLARE_EINVAL);
-    assert_int_equal(
-        flare__sd_listen_parse("4097", "42", NULL, 42, &n, buf, sizeof(buf), names, 8),
-        FLARE_EINVAL);
+    assert_int_equal(flare__sd_listen_parse("4097", "42", NULL, 42, &n, buf, sizeof(buf), names, 8),
+                     FLARE_EINVAL);
     assert_int_equal(flare__sd_listen_parse("-1", "42", NULL, 42, &n, buf, sizeof(buf), names, 8),
                      FLARE_EINVAL);
     assert_int_equal(flare__sd_listen_parse("1", "4x", NULL, 42, &n, buf, sizeof(buf), names, 8),
@@ -139,12 +139,19 @@ static const char *env_get(char **env, const char *name)
 static void test_upgrade_env(void **state)
 {
     (void)state;
-    char *in[] = { "PATH=/usr/bin", "LISTEN_FDS=9",      "LISTEN_PID=1",     "LISTEN_FDNAMES=x",
-                   "HOME=/root",    "NOTIFY_SOCKET=/old", "WATCHDOG_PID=1",   "WATCHDOG_USEC=10",
-                   "FLARE_NOTIFY_NEXT=/older",              NULL };
+    char *in[] = { "PATH=/usr/bin",
+                   "LISTEN_FDS=9",
+                   "LISTEN_PID=1",
+                   "LISTEN_FDNAMES=x",
+                   "HOME=/root",
+                   "NOTIFY_SOCKET=/old",
+                   "WATCHDOG_PID=1",
+                   "WATCHDOG_USEC=10",
+                   "FLARE_NOTIFY_NEXT=/older",
+                   NULL };
     char *slots[2];
-    char **env = flare__upgrade_env(in, 4, "127.0.0.1_80:127.0.0.1_80", "@12ab", "/run/notify",
-                                    true, slots);
+    char **env =
+        flare__upgrade_env(in, 4, "127.0.0.1_80:127.0.0.1_80", "@12ab", "/run/notify", true, slots);
     assert_non_null(env);
     assert_string_equal(env_get(env, "PATH"), "/usr/bin");
     assert_string_equal(env_get(env, "HOME"), "/root");
@@ -197,7 +204,8 @@ static void test_adopt_and_notify(void **state)
     assert_true(notify_next(msg, sizeof(msg)));
     assert_string_equal(msg, "READY=1");
     for (int i = 0; i < 12; i++) {
-        char *r = harness_roundtrip(&h, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        char *r =
+            harness_roundtrip(&h, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         assert_non_null(strstr(r, "HTTP/1.1 404"));
         free(r);
     }
@@ -271,10 +279,8 @@ int main(void)
     setenv("LISTEN_FDNAMES", "web", 1);
 
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sd_addr),
-        cmocka_unit_test(test_listen_parse),
-        cmocka_unit_test(test_watchdog_parse),
-        cmocka_unit_test(test_upgrade_env),
+        cmocka_unit_test(test_sd_addr),          cmocka_unit_test(test_listen_parse),
+        cmocka_unit_test(test_watchdog_parse),   cmocka_unit_test(test_upgrade_env),
         cmocka_unit_test(test_adopt_and_notify),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
