@@ -187,14 +187,16 @@ static void worker_ping(void *ud)
 {
     flare_worker_t *w = ud;
     unsigned long n = atomic_load_explicit(&w->ping_acked, memory_order_relaxed);
-    atomic_store_explicit(&w->ping_acked, n + 1, memory_order_relaxed); /* one writer */
+    /* release: the node is done with before the run thread, which loads with
+     * acquire, posts it again */
+    atomic_store_explicit(&w->ping_acked, n + 1, memory_order_release); /* one writer */
 }
 
 static void watchdog_post(flare_app_t *app)
 {
     for (unsigned i = 0; i < app->nworkers; i++) {
         flare_worker_t *w = &app->workers[i];
-        if (atomic_load_explicit(&w->ping_acked, memory_order_relaxed) != w->ping_posted)
+        if (atomic_load_explicit(&w->ping_acked, memory_order_acquire) != w->ping_posted)
             continue; /* still queued: posting it again would corrupt the queue */
         w->ping_node.fn = worker_ping;
         w->ping_node.ud = w;
@@ -526,7 +528,7 @@ bool flare__upgrade_poll(flare_upgrade_t *u, flare_app_t *app)
         bool alive = true;
         for (unsigned i = 0; i < app->nworkers; i++) {
             flare_worker_t *w = &app->workers[i];
-            if (atomic_load_explicit(&w->ping_acked, memory_order_relaxed) != w->ping_posted)
+            if (atomic_load_explicit(&w->ping_acked, memory_order_acquire) != w->ping_posted)
                 alive = false;
         }
         if (alive)
