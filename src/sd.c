@@ -201,6 +201,15 @@ int flare__sd_init(void)
         return sd.rc;
     sd.done = true;
     copy_env(sd.target, sizeof(sd.target), "NOTIFY_SOCKET");
+    const char *ns = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa;
+    socklen_t sl;
+    if (ns != NULL && flare__sd_addr(ns, &sa, &sl) != 0) {
+        /* a supervisor waiting for a READY=1 that cannot be sent would wait
+         * forever: say so now */
+        sd.rc = flare__fail(FLARE_EINVAL, 0, "NOTIFY_SOCKET=\"%s\": expected /path or @name", ns);
+        return sd.rc;
+    }
     sd.upgraded = getenv(FLARE__SD_NEXT_ENV) != NULL;
     copy_env(sd.next, sizeof(sd.next), FLARE__SD_NEXT_ENV);
     unsetenv(FLARE__SD_NEXT_ENV);

@@ -1,7 +1,7 @@
 /* The server of tests/integ/test_upgrade.py: "/" answers the serving
  * process's pid, so a client sees which binary answered it.
  *
- *   upgrade_server --listen HOST:PORT [--workers N] [--drain-ms MS]
+ *   upgrade_server --listen HOST:PORT [--workers N | --workers-file F] [--drain-ms MS]
  *
  * Exits with flare_app_run's result: 0 after a drain (SIGTERM, or an
  * upgrade's hand-over). */
@@ -32,7 +32,17 @@ int main(int argc, char **argv)
             listen = argv[i + 1];
         else if (strcmp(argv[i], "--workers") == 0)
             cfg.workers = (unsigned)strtoul(argv[i + 1], NULL, 10);
-        else if (strcmp(argv[i], "--drain-ms") == 0)
+        else if (strcmp(argv[i], "--workers-file") == 0) {
+            /* read at each start: the test changes it between upgrades */
+            FILE *f = fopen(argv[i + 1], "r");
+            unsigned n = 0;
+            if (f == NULL || fscanf(f, "%u", &n) != 1) {
+                fprintf(stderr, "upgrade_server: --workers-file %s: no number\n", argv[i + 1]);
+                return 2;
+            }
+            fclose(f);
+            cfg.workers = n;
+        } else if (strcmp(argv[i], "--drain-ms") == 0)
             cfg.drain_timeout_ms = (unsigned)strtoul(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "upgrade_server: unknown option %s\n", argv[i]);

@@ -209,12 +209,13 @@ class UpgradeTest(unittest.TestCase):
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def start(self, *args, env=None, workers=2):
+    def start(self, *args, env=None, workers=None):
         e = dict(os.environ)
         e["NOTIFY_SOCKET"] = self.notify.path
         e.update(env or {})
-        p = subprocess.Popen([self.exe, "--listen", "%s:%d" % (HOST, self.port), "--workers",
-                              str(workers), "--drain-ms", str(DRAIN_MS)] + list(args),
+        w = [] if "--workers-file" in args else ["--workers", str(workers or 2)]
+        p = subprocess.Popen([self.exe, "--listen", "%s:%d" % (HOST, self.port)] + w +
+                             ["--drain-ms", str(DRAIN_MS)] + list(args),
                              env=e, stdout=subprocess.DEVNULL, stderr=self.log)
         self.procs.append(p)
         self.notify.wait(lambda m: m == (p.pid, "READY=1"))
@@ -287,6 +288,40 @@ class UpgradeTest(unittest.TestCase):
         self.assertEqual(wait_exit(third, 10), 0)
         # no STOPPING=1 from a process that handed over
         self.assertEqual(self.notify.count(lambda m: m == (old.pid, "STOPPING=1")), 0)
+
+    def test_upgrade_changes_worker_count(self):
+        # 3 workers (3 sockets) -> 1 worker serving all 3 -> 4 workers, one sharing a dup
+        wf = os.path.join(self.dir, "workers")
+        with open(wf, "w") as f:
+            f.write("3\n")
+        cur = self.start("--workers-file", wf).pid
+        load = Load(self.port, keepalive=3, fresh=2)
+        try:
+            for n in (1, 4):
+                time.sleep(0.5)
+                with open(wf, "w") as f:
+                    f.write("%d\n" % n)
+                self.replace_exe()
+                os.kill(cur, signal.SIGUSR2)
+                new = int(self.notify.wait(
+                    lambda m: m[0] == cur and m[1].startswith("MAINPID="))[1].split("=")[1])
+                self.orphans.append(new)
+                self.notify.wait(lambda m: m == (new, "READY=1"))
+                self.assertEqual(wait_exit(cur, DRAIN_MS / 1000 + 5), 0)
+                self.assertIn("with 3 listening sockets", self.stderr())
+                cur = new
+            time.sleep(0.5)
+        finally:
+            load.finish()
+        print("worker count 3 -> 1 -> 4 under load: %d requests, %d failed" %
+              (load.ok, len(load.failures)), file=sys.stderr)
+        self.assertEqual(load.failures, [], "after %d good requests" % load.ok)
+        self.assertEqual(load.pids[-1][1], cur)
+        # every one of the 3 sockets is served: many new connections all answered
+        for _ in range(60):
+            self.assertEqual(get_pid(self.port), cur)
+        os.kill(cur, signal.SIGTERM)
+        self.assertEqual(wait_exit(cur, 10), 0)
 
     def test_failed_upgrades_keep_serving(self):
         old = self.start(env={"FLARE_UPGRADE_TIMEOUT_MS": "1500"})
@@ -388,6 +423,13 @@ class UpgradeTest(unittest.TestCase):
         self.procs.append(p)
         self.assertEqual(p.wait(10), 1)
         self.assertIn('LISTEN_FDS="two": expected a number of descriptors', self.stderr())
+        # a notify socket that cannot be written to is refused, not ignored
+        env = dict(os.environ, NOTIFY_SOCKET="relative/path")
+        p = subprocess.Popen([self.exe, "--listen", "%s:%d" % (HOST, self.port)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=self.log)
+        self.procs.append(p)
+        self.assertEqual(p.wait(10), 1)
+        self.assertIn('NOTIFY_SOCKET="relative/path": expected /path or @name', self.stderr())
 
 
 if __name__ == "__main__":
