@@ -1,8 +1,9 @@
 /* flare_app_*: wires the layers together and runs the lifecycle.
  *
  * main thread: binds the listeners (errors are reported before any thread
- * starts), blocks SIGINT/SIGTERM and waits on a signalfd + stop eventfd,
- * then asks every worker to drain and joins them. */
+ * starts), blocks SIGINT/SIGTERM/SIGUSR2 and waits on a signalfd + stop
+ * eventfd (running an upgrade on SIGUSR2, upgrade.c, and systemd's watchdog
+ * meanwhile), then asks every worker to drain and joins them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
