@@ -253,7 +253,6 @@ class UpgradeTest(unittest.TestCase):
             time.sleep(1.0)
             self.replace_exe()
             old.send_signal(signal.SIGUSR2)
-            pid, _ = self.notify.wait(lambda m: m[0] == old.pid and m[1].startswith("MAINPID="))
             new_pid = int(self.notify.wait(
                 lambda m: m[0] == old.pid and m[1].startswith("MAINPID="))[1].split("=")[1])
             self.orphans.append(new_pid)
