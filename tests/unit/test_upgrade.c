@@ -179,11 +179,11 @@ static void test_upgrade_env(void **state)
     flare__upgrade_env_free(env);
 }
 
-/* The next datagram on our notify socket (waits up to 2 s). */
+/* The next datagram on our notify socket (waits up to 10 s: sanitizer builds are slow). */
 static bool notify_next(char *out, size_t cap)
 {
     struct pollfd p = { notify_fd, POLLIN, 0 };
-    if (poll(&p, 1, 2000) != 1)
+    if (poll(&p, 1, 10000) != 1)
         return false;
     ssize_t r = recv(notify_fd, out, cap - 1, 0);
     if (r < 0)
@@ -250,15 +250,6 @@ int main(void)
 {
     /* our notify socket (abstract) and an inherited listener at fd 3, set up
      * before anything reads the environment (once per process) */
-    char name[64];
-    snprintf(name, sizeof(name), "@flare-test-upgrade-%ld", (long)getpid());
-    struct sockaddr_un sa;
-    socklen_t sl;
-    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (notify_fd < 0 || flare__sd_addr(name, &sa, &sl) != 0 ||
-        bind(notify_fd, (struct sockaddr *)&sa, sl) != 0)
-        return 1;
-    setenv("NOTIFY_SOCKET", name, 1);
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in in = { .sin_family = AF_INET };
     in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -272,6 +263,16 @@ int main(void)
             return 1;
         close(ls);
     }
+    /* after fd 3 is taken: the notify socket must not be the one dup2 replaces */
+    char name[64];
+    snprintf(name, sizeof(name), "@flare-test-upgrade-%ld", (long)getpid());
+    struct sockaddr_un sa;
+    socklen_t sl;
+    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (notify_fd < 0 || flare__sd_addr(name, &sa, &sl) != 0 ||
+        bind(notify_fd, (struct sockaddr *)&sa, sl) != 0)
+        return 1;
+    setenv("NOTIFY_SOCKET", name, 1);
     char pid[24];
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     setenv("LISTEN_FDS", "1", 1);
