@@ -1,8 +1,9 @@
 /* flare_app_*: wires the layers together and runs the lifecycle.
  *
  * main thread: binds the listeners (errors are reported before any thread
- * starts), blocks SIGINT/SIGTERM and waits on a signalfd + stop eventfd,
- * then asks every worker to drain and joins them. */
+ * starts), blocks SIGINT/SIGTERM/SIGUSR2 and waits on a signalfd + stop
+ * eventfd (running an upgrade on SIGUSR2, upgrade.c, and systemd's watchdog
+ * meanwhile), then asks every worker to drain and joins them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,11 +15,14 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "flare/tls.h"
 #include "app.h"
 #include "http1/conn.h"
+#include "sd.h"
+#include "upgrade.h"
 
 void flare_config_init(flare_config_t *cfg)
 {
@@ -332,7 +336,7 @@ static void worker_stop_task(void *ud)
         return;
     w->draining = true;
     w->drain_deadline = w->loop.now + w->app->cfg.drain_timeout_ms;
-    for (unsigned i = 0; w->lios != NULL && i < w->app->nactive; i++) {
+    for (unsigned i = 0; w->lios != NULL && i < w->nlios; i++) {
         if (w->lios[i].io.fd >= 0) {
             flare__loop_del(&w->loop, &w->lios[i].io);
             close(w->lios[i].io.fd);
@@ -371,7 +375,7 @@ static void worker_reset(flare_worker_t *w)
 /* Closes what a run opened for w; `inited`: its loop exists. */
 static void worker_dispose(flare_worker_t *w, bool inited)
 {
-    for (unsigned i = 0; w->lios != NULL && i < w->app->nactive; i++) {
+    for (unsigned i = 0; w->lios != NULL && i < w->nlios; i++) {
         if (w->lios[i].io.fd >= 0)
             close(w->lios[i].io.fd);
     }
@@ -447,22 +451,11 @@ static int workers_alloc(flare_app_t *app)
 /* One run's worker: listeners, loop, timers, EMFILE reserve. */
 static int worker_setup(flare_worker_t *w, bool *inited)
 {
-    flare_app_t *app = w->app;
     worker_reset(w);
-    w->lios = calloc(app->nactive, sizeof(*w->lios));
-    if (w->lios == NULL)
-        return flare__fail(FLARE_ENOMEM, 0, "flare_app_run: out of memory");
-    for (unsigned i = 0; i < app->nactive; i++)
-        w->lios[i].io.fd = -1;
-    for (unsigned i = 0; i < app->nactive; i++) {
-        flare_listener_t *l = app->active[i];
-        int port = atomic_load(&l->port);
-        int fd = flare__listen_socket(l->name, port, app->cfg.backlog, NULL);
-        if (fd < 0)
-            return fd;
-        w->lios[i] = (flare_listen_io_t){ { fd, 0, flare__worker_accept_cb, NULL }, w, l };
-    }
-    int rc = flare__loop_init(&w->loop);
+    int rc = flare__worker_listen(w); /* bound, or adopted (socket activation, upgrade) */
+    if (rc != 0)
+        return rc;
+    rc = flare__loop_init(&w->loop);
     if (rc != 0)
         return rc;
     *inited = true;
@@ -476,7 +469,7 @@ static int worker_setup(flare_worker_t *w, bool *inited)
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (w->reserve_fd < 0)
         return flare__fail(FLARE_ESYS, errno, "open /dev/null (descriptor reserve)");
-    for (unsigned i = 0; i < app->nactive; i++) {
+    for (unsigned i = 0; i < w->nlios; i++) {
         if (flare__loop_add(&w->loop, &w->lios[i].io, FLARE_IO_READ) != 0)
             return flare__fail(FLARE_ESYS, errno, "watching the listener");
     }
@@ -494,13 +487,17 @@ static int worker_setup(flare_worker_t *w, bool *inited)
 
 static _Atomic int signal_stop_fd = -1;
 
+/* SIGUSR2 caught by the handler (a thread that does not block it): the
+ * stop eventfd gets this instead of 1, and the waiting loop tells the two
+ * apart by the counter's high half. */
+#define STOP_FD_UPGRADE ((uint64_t)1 << 32)
+
 static void on_stop_signal(int sig)
 {
-    (void)sig;
     int saved = errno;
     int fd = atomic_load(&signal_stop_fd);
     if (fd >= 0) {
-        uint64_t one = 1;
+        uint64_t one = sig == SIGUSR2 ? STOP_FD_UPGRADE : 1;
         ssize_t r = write(fd, &one, sizeof(one));
         (void)r;
     }
@@ -529,6 +526,7 @@ typedef struct run_signals {
     struct sigaction old_hup; /* reload */
     int hup_fd;               /* reload: eventfd woken by on_hup_signal */
     struct sigaction old_int, old_term, old_pipe;
+    struct sigaction old_usr2; /* upgrade */
     bool masked, handlers, pipe;
     int sfd;
 } run_signals_t;
@@ -539,7 +537,8 @@ static int signals_take(flare_app_t *app, run_signals_t *rs)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP); /* reload: see run_reload_hooks */
+    sigaddset(&mask, SIGHUP);  /* reload: see run_reload_hooks */
+    sigaddset(&mask, SIGUSR2); /* upgrade (upgrade.c) */
     /* writes to a closed socket return EPIPE instead of killing the process */
     struct sigaction ign = { .sa_handler = SIG_IGN };
     sigemptyset(&ign.sa_mask);
@@ -567,6 +566,13 @@ static int signals_take(flare_app_t *app, run_signals_t *rs)
             atomic_store(&signal_stop_fd, -1);
             return flare__fail(FLARE_ESYS, e, "sigaction(SIGTERM)");
         }
+        if (sigaction(SIGUSR2, &sa, &rs->old_usr2) != 0) {
+            int e = errno;
+            sigaction(SIGINT, &rs->old_int, NULL);
+            sigaction(SIGTERM, &rs->old_term, NULL);
+            atomic_store(&signal_stop_fd, -1);
+            return flare__fail(FLARE_ESYS, e, "sigaction(SIGUSR2)");
+        }
         /* reload: a SIGHUP reaching a thread that does not block it would
          * otherwise end the process */
         rs->hup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -576,6 +582,7 @@ static int signals_take(flare_app_t *app, run_signals_t *rs)
             int e = errno;
             sigaction(SIGINT, &rs->old_int, NULL);
             sigaction(SIGTERM, &rs->old_term, NULL);
+            sigaction(SIGUSR2, &rs->old_usr2, NULL);
             atomic_store(&signal_stop_fd, -1);
             return flare__fail(FLARE_ESYS, e, "sigaction(SIGHUP)");
         }
@@ -597,6 +604,7 @@ static void signals_give_back(run_signals_t *rs)
     if (rs->handlers) {
         sigaction(SIGINT, &rs->old_int, NULL);
         sigaction(SIGTERM, &rs->old_term, NULL);
+        sigaction(SIGUSR2, &rs->old_usr2, NULL);
         atomic_store(&signal_stop_fd, -1);
         /* reload */
         sigaction(SIGHUP, &rs->old_hup, NULL);
@@ -652,40 +660,57 @@ static void reload_hooks_free(flare_app_t *app)
     app->reload_tail = NULL;
 }
 
-/* Waits for a stop: a signal, or flare_app_stop. A SIGHUP (from the
- * signalfd, or through hup_fd when another thread took it) runs the reload
- * hooks here and goes on waiting. 0, or FLARE_ESYS when poll itself fails
- * (the app then stops too: it cannot be stopped later). */
-static int wait_for_stop(flare_app_t *app, int sfd, int hup_fd)
+/* Waits for a stop: SIGINT/SIGTERM, flare_app_stop, or the hand-over of
+ * an upgrade (SIGUSR2, then the new process's READY=1: *handover is set).
+ * Meanwhile it runs the upgrade and systemd's watchdog (upgrade.c), and a
+ * SIGHUP (from the signalfd, or through hup_fd when another thread took it)
+ * runs the reload hooks here and goes on waiting. 0, or FLARE_ESYS when
+ * poll itself fails (the app then stops too: it cannot be stopped later). */
+static int wait_for_stop(flare_app_t *app, int sfd, int hup_fd, flare_upgrade_t *up, bool *handover)
 {
-    struct pollfd pfd[3] = { { app->stop_fd, POLLIN, 0 },
-                             { sfd, POLLIN, 0 },
-                             { hup_fd, POLLIN, 0 } };
     for (;;) {
-        int pr = poll(pfd, 3, -1);
+        struct pollfd pfd[4] = { { app->stop_fd, POLLIN, 0 },
+                                 { sfd, POLLIN, 0 },
+                                 { flare__upgrade_fd(up), POLLIN, 0 },
+                                 { hup_fd, POLLIN, 0 } };
+        int pr = poll(pfd, 4, flare__upgrade_timeout(up));
         if (pr < 0 && errno != EINTR)
             return flare__fail(FLARE_ESYS, errno, "poll (waiting for a stop)");
-        if (pr <= 0)
-            continue;
-        if (pfd[0].revents != 0)
-            return 0;
         bool reload = false;
-        if (pfd[2].revents != 0) {
+        if (pr > 0 && (pfd[0].revents & POLLIN)) {
+            uint64_t v = 0;
+            if (read(app->stop_fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+                v = 1;
+            if (v >= STOP_FD_UPGRADE)
+                flare__upgrade_start(up, app);
+            if ((v & (STOP_FD_UPGRADE - 1)) != 0)
+                return 0;
+        }
+        if (pr > 0 && (pfd[3].revents & POLLIN)) {
             uint64_t v;
             while (read(hup_fd, &v, sizeof(v)) > 0) {
             }
             reload = true;
         }
-        if (pfd[1].revents != 0) {
+        if (pr > 0 && (pfd[1].revents & POLLIN)) {
             struct signalfd_siginfo si;
             ssize_t n = read(sfd, &si, sizeof(si));
-            if (n == (ssize_t)sizeof(si) && si.ssi_signo == SIGHUP)
+            if (n == (ssize_t)sizeof(si) && si.ssi_signo == SIGUSR2)
+                flare__upgrade_start(up, app);
+            else if (n == (ssize_t)sizeof(si) && si.ssi_signo == SIGHUP)
                 reload = true;
             else if (n == (ssize_t)sizeof(si))
                 return 0; /* SIGINT, SIGTERM */
         }
-        if (reload)
+        if (reload) {
+            flare__sd_reloading();
             run_reload_hooks(app);
+            flare__sd_ready();
+        }
+        if (flare__upgrade_poll(up, app)) {
+            *handover = true;
+            return 0;
+        }
     }
 }
 
@@ -710,19 +735,29 @@ static int listeners_begin(flare_app_t *app, const char *listen_addr)
     if (app->nactive == 0)
         return flare__fail(FLARE_EADDR, 0,
                            "flare_app_run: no listen address (pass one, or call flare_app_listen)");
+    /* sockets inherited from systemd or from the process we upgrade */
+    int rc = flare__listen_adopt(app->active, app->nactive);
+    if (rc != 0)
+        return rc;
     for (unsigned i = 0; i < app->nactive; i++) {
-        app->active[i]->on_accept = flare__conn_open; /* every listener speaks HTTP/1.1 */
+        flare_listener_t *l = app->active[i];
+        l->on_accept = flare__conn_open; /* every listener speaks HTTP/1.1 */
         int port = -1;
-        int rc = flare__listen_probe(app->active[i]->name, &port);
-        if (rc != 0)
+        if (l->nfds > 0) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            if (getsockname(l->fds[0], (struct sockaddr *)&ss, &sl) == 0)
+                port = ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same place in v6 */
+        } else if ((rc = flare__listen_probe(l->name, &port)) != 0)
             return rc;
-        atomic_store(&app->active[i]->port, port);
+        atomic_store(&l->port, port);
     }
     return 0;
 }
 
 static void listeners_end(flare_app_t *app)
 {
+    flare__listen_adopt_end(app->active, app->nactive);
     for (unsigned i = 0; i < app->nactive; i++)
         atomic_store(&app->active[i]->port, 0);
     atomic_store(&app->run_addr_used, false);
@@ -813,8 +848,13 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     unsigned started = 0, inited = 0;
     run_signals_t rs = { .sfd = -1, .hup_fd = -1 };
     atomic_store(&app->port, 0);
+    atomic_store_explicit(&app->stopping, false, memory_order_relaxed);
+    flare__upgrade_capture(); /* the path and argv an upgrade starts again */
 
-    int rc = flare__chains_build(app);
+    int rc = flare__sd_init(); /* NOTIFY_SOCKET, WATCHDOG_*, LISTEN_* */
+    if (rc != 0)
+        goto out;
+    rc = flare__chains_build(app);
     if (rc != 0)
         goto out;
     rc = workers_alloc(app);
@@ -847,10 +887,18 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
         }
         started++;
     }
+    flare_upgrade_t up;
+    flare__upgrade_init(&up);
     if (rc == 0) {
         gate_open(app);
-        rc = wait_for_stop(app, rs.sfd, rs.hup_fd);
+        flare__sd_ready(); /* every worker runs: systemd (or the old process) may go on */
+        bool handover = false;
+        rc = wait_for_stop(app, rs.sfd, rs.hup_fd, &up, &handover);
+        if (!handover)
+            flare__sd_notify("STOPPING=1"); /* not after a hand-over: the new one is main */
     }
+    flare__upgrade_dispose(&up);
+    atomic_store_explicit(&app->stopping, true, memory_order_relaxed);
     /* the stop nodes are embedded: asking a worker to drain cannot fail */
     for (unsigned i = 0; i < started; i++)
         flare__loop_post_node(&app->workers[i].loop, &app->workers[i].stop_node);

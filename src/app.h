@@ -53,6 +53,9 @@ struct flare_app {
     unsigned nactive;
     _Atomic int port;     /* 0 until the listeners of the current run are bound */
     _Atomic bool running; /* flare_app_run is between its start and its return */
+    /* set (relaxed) before the drain is posted to the workers: a stop or an
+     * upgrade's hand-over has begun */
+    _Atomic bool stopping;
     /* Other threads reach the workers only through flare__app_enter/leave:
      * the top bit says the workers are up (from the moment every worker has
      * started until all of them have been joined), the rest counts callers
@@ -92,8 +95,9 @@ struct flare_worker {
     flare__timer_t sweep_timer;  /* timeouts, Date line, drain progress */
     flare__timer_t resume_timer; /* listener paused by the EMFILE guard */
     flare_post_node_t stop_node; /* the drain request: posting it cannot fail */
-    flare_listen_io_t *lios;     /* one socket per listener (app->nactive) */
-    int reserve_fd;              /* EMFILE guard */
+    flare_listen_io_t *lios;     /* its listening sockets (net/listen.c: flare__worker_listen) */
+    unsigned nlios;
+    int reserve_fd; /* EMFILE guard */
     unsigned nconns;
     bool draining;
     uint64_t drain_deadline;
@@ -119,6 +123,12 @@ struct flare_worker {
     struct flare_watch *watches;
     struct flare_watch *dead_watches; /* freed after the event batch */
     bool handles_open;                /* the loop runs: handles can be made */
+    /* systemd's watchdog (upgrade.c): the run thread posts ping_node and
+     * counts; the worker counts what it ran. Every WATCHDOG_USEC/2, not per
+     * request: no cache line of its own. */
+    flare_post_node_t ping_node;
+    unsigned long ping_posted;        /* run thread only */
+    _Atomic unsigned long ping_acked; /* written by the worker only */
 };
 
 /* app.c: the window in which other threads may reach the workers (see

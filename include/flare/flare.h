@@ -96,13 +96,20 @@ FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const c
 
 /* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port"), starts the workers and
  * blocks until SIGTERM/SIGINT or flare_app_stop(), then drains: stops
- * accepting, closes idle connections, lets in-flight requests finish for up
- * to drain_timeout_ms. Returns 0 or a FLARE_E* code; on failure
+ * accepting, lets in-flight requests finish (their last response says
+ * Connection: close) for up to drain_timeout_ms, and closes a keep-alive
+ * connection once it has been idle for 250 ms. SIGUSR2 upgrades: the binary
+ * at the same path is started again with the listening sockets, and once it
+ * reports ready this process drains the same way and returns 0 (a new
+ * binary that fails leaves it serving). Listening sockets inherited through
+ * systemd's socket activation (LISTEN_FDS) are adopted instead of bound;
+ * under systemd (NOTIFY_SOCKET) it reports READY=1, STOPPING=1 and the
+ * watchdog. docs/operations.md. Returns 0 or a FLARE_E* code; on failure
  * flare_last_error() says which call failed and why, and flare_last_errno()
  * gives its errno (FLARE_EBIND with EADDRINUSE: the port is taken; with
  * EACCES: a privileged port).
  *
- * Signals: while it runs, SIGINT and SIGTERM belong to the app. They are
+ * Signals: while it runs, SIGINT, SIGTERM and SIGUSR2 belong to the app. They are
  * blocked in the calling thread before any worker or job thread starts (the
  * threads inherit the mask) and read through a signalfd; a handler is also
  * installed for the whole process, so a thread started earlier that does not

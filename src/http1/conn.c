@@ -723,7 +723,7 @@ void flare__conn_sweep(flare_worker_t *w)
         } else if (c->qhead == NULL && !out_pending) {
             unsigned limit =
                 (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
-            if (w->draining || now - t_active > limit)
+            if (w->draining ? now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS : now - t_active > limit)
                 conn_close_clean(c);
         }
         if (w->draining && now >= w->drain_deadline && !(c->flags & C_DEAD))
@@ -732,9 +732,6 @@ void flare__conn_sweep(flare_worker_t *w)
     }
 }
 
-/* Graceful shutdown for one worker: idle connections go now, the others
- * finish their in-flight requests (with Connection: close) or hit the
- * drain deadline in the sweep. */
 /* The last queued response was serialized before the drain began, without
  * "Connection: close": add it, since it is the last one this connection
  * will carry. */
@@ -754,15 +751,25 @@ static void mark_last_close(flare_conn_t *c)
     ex->flags |= EX_CLOSE;
 }
 
+/* Graceful shutdown for one worker (SIGTERM, or an upgrade's hand-over):
+ * the connections with work in flight finish it, their last response says
+ * Connection: close; an idle connection is closed once it has been idle
+ * for FLARE__DRAIN_IDLE_GRACE_MS (the sweep, every 100 ms while draining),
+ * never at once: a client that just had a response may have its next
+ * request on the wire, and closing under it would lose that request (the
+ * client sees a reset or an EOF instead of an answer). A request that
+ * arrives in the grace is answered, with Connection: close. Whatever is
+ * left at the drain deadline is closed by the sweep. */
 void flare__conn_drain(flare_worker_t *w)
 {
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
         if (c->qhead == NULL && c->recv == NULL && c->s.rpos == c->s.rlen &&
-            !flare__stream_has_output(&c->s))
-            conn_close_clean(c);
-        else {
+            !flare__stream_has_output(&c->s)) {
+            if (w->loop.now - c->s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
+                conn_close_clean(c); /* idle long enough: nothing is on its way */
+        } else {
             c->flags |= C_CLOSING;
             mark_last_close(c);
         }

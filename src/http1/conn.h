@@ -41,6 +41,10 @@ struct flare_conn {
     flare_conn_t *prev, *next;
 };
 
+/* Draining: an idle connection is closed once idle this long (ms), so a
+ * request already on its way is answered (Connection: close), not reset. */
+#define FLARE__DRAIN_IDLE_GRACE_MS 250
+
 /* http1/conn.c */
 struct flare_listener;
 void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
