@@ -53,6 +53,9 @@ struct flare_app {
     unsigned nactive;
     _Atomic int port;     /* 0 until the listeners of the current run are bound */
     _Atomic bool running; /* flare_app_run is between its start and its return */
+    /* metrics/health: set (relaxed) by the thread that asks the workers to
+     * stop, before it posts the drain; cleared when a run starts */
+    _Atomic bool stopping;
     /* Other threads reach the workers only through flare__app_enter/leave:
      * the top bit says the workers are up (from the moment every worker has
      * started until all of them have been joined), the rest counts callers
@@ -115,6 +118,9 @@ struct flare_worker {
     struct flare_watch *watches;
     struct flare_watch *dead_watches; /* freed after the event batch */
     bool handles_open;                /* the loop runs: handles can be made */
+    /* src/obs/metrics.c: this worker's counting block, NULL when counting
+     * is off (the request path's hooks test only this) */
+    struct flare_metrics_w *metrics;
 };
 
 /* app.c: the window in which other threads may reach the workers (see
@@ -145,5 +151,7 @@ static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
 /* job pool */
 int flare__jobs_start(flare_app_t *app);
 void flare__jobs_stop(flare_app_t *app);
+/* jobs waiting for a thread (metrics), on a worker while the pool runs */
+size_t flare__jobs_queued(flare_app_t *app);
 
 #endif
