@@ -67,8 +67,14 @@ static void put_value(flare_metrics_writer_t *mw, double v)
         puts_(mw, "+Inf");
     else if (v < -1.7976931348623157e308)
         puts_(mw, "-Inf");
-    else
-        putf(mw, "%.17g", v);
+    else {
+        /* the shortest form that reads back as the same double */
+        char tmp[40];
+        snprintf(tmp, sizeof(tmp), "%.15g", v);
+        if (strtod(tmp, NULL) != v)
+            snprintf(tmp, sizeof(tmp), "%.17g", v);
+        puts_(mw, tmp);
+    }
 }
 
 static void put_u64(flare_metrics_writer_t *mw, uint64_t v)

@@ -412,7 +412,7 @@ static int metric_new(flare_app_t *app, int type, const char *name, const char *
         if (o->type != type || strcmp(o->help, help) != 0 || o->nlabels != nl)
             return flare__fail(FLARE_EINVAL, 0,
                                "flare_metrics_%s: %s is already registered with another type, "
-                               "help or label names",
+                               "help or number of labels",
                                what[type], name);
         if (type == FLARE__M_HISTOGRAM &&
             (o->nbounds != nb || memcmp(o->bounds, bounds, nb * sizeof(*bounds)) != 0))
