@@ -75,15 +75,13 @@ static void count_on_worker(void *ud)
 static void collect(flare_metrics_writer_t *mw, void *ud)
 {
     (void)ud;
-    assert_int_equal(flare_metrics_family(mw, "app_log_lines_dropped_total", "counter",
-                                          "Log lines dropped"),
-                     0);
+    assert_int_equal(
+        flare_metrics_family(mw, "app_log_lines_dropped_total", "counter", "Log lines dropped"), 0);
     const char *l[] = { "worker", "all", NULL };
     assert_int_equal(flare_metrics_sample(mw, "app_log_lines_dropped_total", l, 42), 0);
     /* malformed: nothing written */
     const char *bad[] = { "0bad", "x", NULL };
-    assert_int_equal(flare_metrics_sample(mw, "app_log_lines_dropped_total", bad, 1),
-                     FLARE_EINVAL);
+    assert_int_equal(flare_metrics_sample(mw, "app_log_lines_dropped_total", bad, 1), FLARE_EINVAL);
     assert_int_equal(flare_metrics_sample(mw, "9name", NULL, 1), FLARE_EINVAL);
     assert_int_equal(flare_metrics_family(mw, "x", "countr", "h"), FLARE_EINVAL);
 }
@@ -102,9 +100,8 @@ static void test_exposition_summed(void **state)
     assert_int_equal(flare_metrics_route(app, "/metrics"), 0);
     assert_int_equal(flare_metrics_route(app, "/metrics"), FLARE_EEXIST);
     const char *lab[] = { "label", "a\"b\\c\nd", NULL };
-    assert_int_equal(flare_metrics_counter(app, "app_things_total", "Things\\done\nhere", lab,
-                                           &ctr),
-                     0);
+    assert_int_equal(
+        flare_metrics_counter(app, "app_things_total", "Things\\done\nhere", lab, &ctr), 0);
     assert_int_equal(flare_metrics_gauge(app, "app_inflight", "In flight", NULL, &gauge), 0);
     const double bounds[] = { 1, 2, 5 };
     assert_int_equal(flare_metrics_histogram(app, "app_size", "Sizes", NULL, bounds, 3, &hist), 0);
@@ -119,8 +116,7 @@ static void test_exposition_summed(void **state)
 
     for (int i = 0; i < 7; i++) {
         char req[128];
-        snprintf(req, sizeof(req), "GET /a/%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                 i);
+        snprintf(req, sizeof(req), "GET /a/%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", i);
         free(harness_roundtrip(&h, req));
     }
     for (int i = 0; i < 4; i++)
@@ -169,8 +165,7 @@ static void test_exposition_summed(void **state)
     for (size_t i = 0; i < sizeof(les) / sizeof(les[0]); i++) {
         char pre[160];
         snprintf(pre, sizeof(pre),
-                 "flare_http_request_duration_seconds_bucket{route=\"/a/{id}\",le=\"%s\"}",
-                 les[i]);
+                 "flare_http_request_duration_seconds_bucket{route=\"/a/{id}\",le=\"%s\"}", les[i]);
         double v = value_of(text, pre);
         assert_false(isnan(v));
         assert_true(v >= prev);
