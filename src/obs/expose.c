@@ -559,7 +559,12 @@ int flare_metrics_render(flare_app_t *app, char **out, size_t *len)
         return FLARE_EINVAL;
     *out = NULL;
     flare_metrics_writer_t mw = { 0 };
+    /* while the workers are up, entering the gate orders this thread after
+     * their setup (the blocks were made then) */
+    bool inside = flare__app_enter(app) == 0;
     int rc = render(app, false, &mw);
+    if (inside)
+        flare__app_leave(app);
     if (rc == 0)
         put(&mw, "", 1); /* the NUL */
     if (rc != 0 || mw.err != 0) {

@@ -256,9 +256,14 @@ void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method,
         i = (i + 1) & m->mask;
     }
     flare__ctr_t *h = m->hist + (size_t)route * FLARE__HIST_CELLS;
-    unsigned b = 0;
-    while (b < FLARE__HIST_NB && dur_ns > flare__hist_bounds_ns[b])
-        b++;
+    /* the first bound >= dur_ns (16 bounds: four steps, no loop), 16 = +Inf */
+    _Static_assert(FLARE__HIST_NB == 16, "the search below assumes 16 bounds");
+    const uint64_t *bd = flare__hist_bounds_ns;
+    unsigned b = dur_ns > bd[7] ? 8 : 0;
+    b += dur_ns > bd[b + 3] ? 4 : 0;
+    b += dur_ns > bd[b + 1] ? 2 : 0;
+    b += dur_ns > bd[b] ? 1 : 0;
+    b += b == 15 && dur_ns > bd[15];
     flare__ctr_add(&h[b], 1);
     flare__ctr_add(&h[FLARE__HIST_NB + 1], dur_ns);
 }

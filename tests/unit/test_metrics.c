@@ -22,6 +22,7 @@
 #include <flare/metrics.h>
 
 #include "harness.h"
+#include "obs/metrics.h"
 
 #define NWORKERS 3
 
@@ -280,9 +281,63 @@ static void test_user_api_errors(void **state)
     flare_app_free(app);
 }
 
+/* One worker's block by hand: durations land in the bucket of the first
+ * bound >= them (le), the table counts by (route, method, status). */
+static void test_block_buckets(void **state)
+{
+    (void)state;
+    flare_metrics_w_t m;
+    memset(&m, 0, sizeof(m));
+    m.mask = 255;
+    m.keys = calloc(256, sizeof(*m.keys));
+    m.counts = calloc(256, sizeof(*m.counts));
+    m.hist = calloc(2 * FLARE__HIST_CELLS, sizeof(*m.hist));
+    assert_true(m.keys != NULL && m.counts != NULL && m.hist != NULL);
+    uint64_t want[FLARE__HIST_NB + 1] = { 0 }, sum = 0;
+    for (unsigned i = 0; i < FLARE__HIST_NB; i++) {
+        uint64_t b = flare__hist_bounds_ns[i];
+        uint64_t d[3] = { b - 1, b, b + 1 };
+        for (unsigned k = 0; k < 3; k++) {
+            flare__metrics_count(&m, 1, FLARE_METHOD_GET, 200, d[k]);
+            want[k < 2 ? i : i + 1]++;
+            sum += d[k];
+        }
+    }
+    flare__metrics_count(&m, 1, FLARE_METHOD_GET, 200, 0);
+    want[0]++;
+    flare__metrics_count(&m, 1, FLARE_METHOD_GET, 200, UINT64_MAX / 4);
+    want[FLARE__HIST_NB]++;
+    sum += UINT64_MAX / 4;
+    for (unsigned i = 0; i <= FLARE__HIST_NB; i++)
+        assert_int_equal(atomic_load(&m.hist[FLARE__HIST_CELLS + i]), want[i]);
+    assert_int_equal(atomic_load(&m.hist[FLARE__HIST_CELLS + FLARE__HIST_NB + 1]), sum);
+    for (unsigned i = 0; i < FLARE__HIST_CELLS; i++)
+        assert_int_equal(atomic_load(&m.hist[i]), 0); /* route 0 untouched */
+    /* one (route, method, status) cell with every request; a second status apart */
+    flare__metrics_count(&m, 1, FLARE_METHOD_GET, 404, 1);
+    uint64_t c200 = 0, c404 = 0, cells = 0;
+    for (unsigned i = 0; i < 256; i++) {
+        uint64_t k = atomic_load(&m.keys[i]);
+        if (k == 0)
+            continue;
+        cells++;
+        if ((k & 0xfff) == 200)
+            c200 = atomic_load(&m.counts[i]);
+        else if ((k & 0xfff) == 404)
+            c404 = atomic_load(&m.counts[i]);
+    }
+    assert_int_equal(cells, 2);
+    assert_int_equal(c200, 3 * FLARE__HIST_NB + 2);
+    assert_int_equal(c404, 1);
+    free(m.keys);
+    free(m.counts);
+    free(m.hist);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_buckets),
         cmocka_unit_test(test_exposition_summed),
         cmocka_unit_test(test_user_api_errors),
     };
