@@ -49,6 +49,14 @@ static double value_of(const char *text, const char *prefix)
 }
 
 static flare_metric_t *ctr, *gauge, *hist;
+
+static int pass_mw(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)res;
+    (void)ud;
+    return 0;
+}
 static atomic_int posted_done;
 
 typedef struct post_arg {
@@ -93,8 +101,11 @@ static void test_exposition_summed(void **state)
     flare_config_t cfg;
     flare_config_init(&cfg);
     cfg.workers = NWORKERS;
+    cfg.mw_stats = true;
     flare_app_t *app = flare_app_new(&cfg);
     assert_non_null(app);
+    flare_middleware_t mw = { "pass", pass_mw, NULL, NULL };
+    assert_int_equal(flare_use(app, &mw), 0);
     assert_int_equal(flare_get(app, "/a/{id}", ok, NULL), 0);
     assert_int_equal(flare_get(app, "/b", ok, NULL), 0);
     assert_int_equal(flare_post(app, "/b", ok, NULL), 0);
@@ -194,6 +205,10 @@ static void test_exposition_summed(void **state)
     assert_true(value_of(text, "app_log_lines_dropped_total{worker=\"all\"}") == 42);
     assert_null(strstr(text, "0bad"));
     assert_null(strstr(text, "9name"));
+
+    /* middleware statistics: every request that reached the chain (14, and the scrape) */
+    assert_true(value_of(text, "flare_middleware_calls_total{middleware=\"pass\"}") == 15);
+    assert_false(isnan(value_of(text, "flare_middleware_seconds_total{middleware=\"pass\"}")));
 
     /* process_* */
     assert_true(value_of(text, "process_open_fds") > 0);
