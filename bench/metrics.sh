@@ -52,7 +52,9 @@ wrk_round() {
     pid=$SERVER_PID
     wait_ready flare "$pid" "$port" 30 || { stop_server "$pid"; return 1; }
     if [[ $mode == on ]]; then
-        curl -fsS "http://127.0.0.1:$port/metrics" | grep -q '^flare_http_requests_total' ||
+        local text
+        text=$(curl -fsS "http://127.0.0.1:$port/metrics") || text=
+        [[ $text == *$'\n'flare_http_requests_total* ]] ||
             { stop_server "$pid"; die "metrics on but /metrics does not answer"; }
     elif curl -fsS -o /dev/null "http://127.0.0.1:$port/metrics" 2>/dev/null; then
         stop_server "$pid"
