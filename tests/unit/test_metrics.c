@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <flare/flare.h>
+#include <flare/db.h>
 #include <flare/metrics.h>
 
 #include "harness.h"
@@ -349,9 +350,40 @@ static void test_block_buckets(void **state)
     free(m.hist);
 }
 
+/* A database's statistics as flare_db_* series (SQLite in memory). */
+static void test_db_series(void **state)
+{
+    (void)state;
+    flare_config_t cfg;
+    flare_config_init(&cfg);
+    cfg.workers = 2;
+    flare_app_t *app = flare_app_new(&cfg);
+    assert_non_null(app);
+    flare_db_t *db = NULL;
+    assert_int_equal(flare_db_open(app, "sqlite::memory:", NULL, &db), 0);
+    assert_int_equal(flare_metrics_db(app, db), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    char *text = NULL;
+    assert_int_equal(flare_metrics_render(app, &text, NULL), 0);
+    const char *names[] = { "flare_db_connections_open", "flare_db_connections_busy",
+                            "flare_db_queue_length",     "flare_db_queries_total",
+                            "flare_db_errors_total",     "flare_db_timeouts_total",
+                            "flare_db_rejected_total",   "flare_db_reconnects_total" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char pre[96];
+        snprintf(pre, sizeof(pre), "%s{db=\"%s\"}", names[i], flare_db_driver(db));
+        assert_false(isnan(value_of(text, pre)));
+    }
+    free(text);
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(app);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_db_series),
         cmocka_unit_test(test_block_buckets),
         cmocka_unit_test(test_exposition_summed),
         cmocka_unit_test(test_user_api_errors),
