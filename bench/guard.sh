@@ -14,7 +14,9 @@
 #   heap allocations/request  valgrind memcheck's "total heap usage" of two fresh servers, after
 #                             HEAP_BASE and after HEAP_BASE + HEAP_REQUESTS requests;
 #                             (difference) / HEAP_REQUESTS
-# for three cases, each on ONE connection driven by bench/reqclient (exact request counts,
+# hello runs with FLARE_METRICS=off: the library's default path, an app without metrics (what
+# the baseline measured before hello served /metrics); bench/metrics.sh measures the cost of
+# metrics on. For three cases, each on ONE connection driven by bench/reqclient (exact request counts,
 # every response checked to be 200 "Hello, World!"), with GAP_US between batches so the server
 # always waits in epoll for the next one (timing-independent counts):
 #   keepalive     GET /plaintext, one request at a time
@@ -80,7 +82,7 @@ client() { # PORT N CASE [extra]
 measure_instructions() {
     local port pid dir c n=0 dump ir
     port=$(free_ports 1)
-    start_server flare "$port" valgrind --tool=callgrind --dump-instr=no --dump-line=no \
+    start_server flare "$port" env FLARE_METRICS=off valgrind --tool=callgrind --dump-instr=no --dump-line=no \
         "--callgrind-out-file=$BENCH_TMP/flare-$port/callgrind.out"
     pid=$SERVER_PID dir=$SERVER_DIR
     wait_ready flare "$pid" "$port" 180 || { stop_server "$pid"; return 1; }
@@ -111,7 +113,7 @@ heap_run() {
     local c=$1 n=$2 port pid vlog ok=1
     port=$(free_ports 1)
     vlog=$OUT/memcheck-$c-$n.log
-    start_server flare "$port" valgrind --tool=memcheck --leak-check=no "--log-file=$vlog"
+    start_server flare "$port" env FLARE_METRICS=off valgrind --tool=memcheck --leak-check=no "--log-file=$vlog"
     pid=$SERVER_PID
     wait_ready flare "$pid" "$port" 180 || { stop_server "$pid"; return 1; }
     client "$port" "$n" "$c" || ok=0

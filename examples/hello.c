@@ -24,10 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <flare/flare.h>
 #include <flare/settings.h>
 #include <flare/sse.h>
+#include <flare/metrics.h>
 #include <flare/tls.h>
 #include <flare/ws.h>
 
@@ -128,6 +130,31 @@ static void ws_echo(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t msg)
 }
 
 static const flare_ws_config_t ws_echo_config = { .on_message = ws_echo, .deflate = true };
+
+/* Readiness check "maintenance": fails while the file named by
+ * $HELLO_MAINTENANCE_FILE exists (an operator's switch; the tests' too). */
+static bool not_in_maintenance(void *ud)
+{
+    return access(ud, F_OK) != 0;
+}
+
+/* /metrics, /healthz, /readyz, /status (flare/metrics.h). FLARE_METRICS=off
+ * leaves them out: the benchmark's baseline. */
+static int ops_routes(flare_app_t *app)
+{
+    const char *env = getenv("FLARE_METRICS");
+    if (env != NULL && strcmp(env, "off") == 0)
+        return 0;
+    int rc;
+    if ((rc = flare_metrics_route(app, "/metrics")) != 0 ||
+        (rc = flare_health_routes(app, NULL, NULL)) != 0 ||
+        (rc = flare_status_route(app, "/status")) != 0)
+        return rc;
+    const char *maint = getenv("HELLO_MAINTENANCE_FILE");
+    if (maint != NULL && *maint != '\0')
+        rc = flare_health_check(app, "maintenance", not_in_maintenance, (void *)maint);
+    return rc;
+}
 
 /* A pass-through middleware: the cost of the pipeline itself. */
 static int pass(flare_req_t *req, flare_res_t *res, void *ud)
@@ -347,6 +374,9 @@ static int add_routes(flare_app_t *app)
     /* GET /sse: server-sent events */
     if (rc == 0)
         rc = flare_sse_route(app, "/sse", sse_demo, NULL);
+    /* /metrics, /healthz, /readyz, /status */
+    if (rc == 0)
+        rc = ops_routes(app);
     return rc;
 }
 

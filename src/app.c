@@ -118,12 +118,15 @@ static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *gro
         rc = flare__mw_list_add(app, &route->own, &mws[i]);
     if (rc == 0)
         rc = flare__router_add(app->router, method, (flare_str_t){ full, fl }, route);
-    free(full);
     if (rc != 0) {
+        free(full);
         free(route->own.v);
         free(route);
         return rc;
     }
+    full[fl] = '\0';
+    route->pattern = full; /* the label metrics report */
+    route->id = (uint32_t)app->nroutes + 1;
     app->routes[app->nroutes++] = route;
     return 0;
 }
@@ -898,6 +901,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
             flare__sd_notify("STOPPING=1"); /* not after a hand-over: the new one is main */
     }
     flare__upgrade_dispose(&up);
+    /* /readyz answers 503 from here on, before any worker has seen the drain */
     atomic_store_explicit(&app->stopping, true, memory_order_relaxed);
     /* the stop nodes are embedded: asking a worker to drain cannot fail */
     for (unsigned i = 0; i < started; i++)
@@ -966,8 +970,10 @@ void flare_app_free(flare_app_t *app)
             flare__tls_free(app->listeners[i].tls);
     }
     free(app->listeners);
-    for (size_t i = 0; i < app->nroutes; i++)
+    for (size_t i = 0; i < app->nroutes; i++) {
+        free(app->routes[i]->pattern);
         free(app->routes[i]);
+    }
     free(app->routes);
     while (app->groups != NULL) {
         flare_group_t *g = app->groups;

@@ -129,6 +129,9 @@ struct flare_worker {
     flare_post_node_t ping_node;
     unsigned long ping_posted;        /* run thread only */
     _Atomic unsigned long ping_acked; /* written by the worker only */
+    /* src/obs/metrics.c: this worker's counting block, NULL when counting
+     * is off (the request path's hooks test only this) */
+    struct flare_metrics_w *metrics;
 };
 
 /* app.c: the window in which other threads may reach the workers (see
@@ -159,5 +162,7 @@ static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
 /* job pool */
 int flare__jobs_start(flare_app_t *app);
 void flare__jobs_stop(flare_app_t *app);
+/* jobs waiting for a thread (metrics), on a worker while the pool runs */
+size_t flare__jobs_queued(flare_app_t *app);
 
 #endif

@@ -107,6 +107,19 @@ void flare__jobs_stop(flare_app_t *app)
     app->jobs = NULL;
 }
 
+size_t flare__jobs_queued(flare_app_t *app)
+{
+    flare_job_pool_t *p = app->jobs;
+    size_t n = 0;
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    for (job_t *j = p->head; j != NULL; j = j->next)
+        n++;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 int flare_worker_job(flare_worker_t *w, flare_task_fn work, flare_task_fn done, void *ud)
 {
     if (w == NULL || work == NULL)

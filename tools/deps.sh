@@ -27,8 +27,9 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # the server tests/services.py starts privately (tests/unit/test_db_pg.c, test_tfb); sqlite3 (the
 # command): examples/tfb/setup.sh fills the SQLite TFB database.
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
+# prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")

@@ -385,6 +385,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/json.h"
 #include "flare/loop.h"
 #include "flare/mapping.h"
+#include "flare/metrics.h"
 #include "flare/middleware.h"
 #include "flare/multipart.h"
 #include "flare/rest.h"

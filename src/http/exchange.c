@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "obs/metrics.h"
 
 struct flare_req *flare__ex_get(flare_worker_t *w)
 {
@@ -49,6 +50,9 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
 
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
 {
+    /* exchange finished: observers (metrics) */
+    if (flare__unlikely(w->metrics != NULL))
+        flare__metrics_ex_done(w->metrics, ex);
     if (ex->flags & EX_ORPHAN) {
         if (ex->oprev != NULL)
             ex->oprev->next = ex->next;
@@ -155,6 +159,8 @@ __attribute__((noinline)) static void normalize_path(struct flare_req *ex)
 void flare__http_route(flare_app_t *app, struct flare_req *ex)
 {
     flare_method_t m = ex->head.method_id;
+    if (flare__unlikely(ex->worker->metrics != NULL))
+        ex->t_start_ns = ex->worker->metrics->batch_ns;
     if (flare__unlikely(ex->head.path_pct))
         normalize_path(ex);
     if (m == FLARE_METHOD_HEAD)

@@ -152,6 +152,7 @@ struct flare_req {
     int file_fd;
     uint64_t file_off, file_len;
     struct flare_res_hold *hold; /* read only while EX_HELD is set */
+    uint64_t t_start_ns;         /* metrics on: when its read batch began */
 };
 
 /* The exchange a response belongs to (container_of). */

@@ -27,6 +27,7 @@
 #include "net/tls.h"
 #include "http1/http1.h"
 #include "http1/conn.h"
+#include "obs/metrics.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
 #define MAX_INFLIGHT 64         /* pipelined requests in flight before we stop reading */
@@ -233,9 +234,20 @@ static __attribute__((noinline)) void flush_more(flare_conn_t *c, int rc)
     }
 }
 
+/* metrics on: the flush, counting the bytes it wrote */
+static __attribute__((noinline)) int metered_flush(flare_conn_t *c)
+{
+    size_t before = flare__stream_unsent(&c->s);
+    int rc = flare__stream_flush(&c->s);
+    size_t after = flare__stream_unsent(&c->s);
+    if (rc >= 0 && before > after)
+        flare__metrics_tx(c->w, before - after);
+    return rc;
+}
+
 void flare__conn_flush(flare_conn_t *c)
 {
-    int rc = flare__stream_flush(&c->s);
+    int rc = flare__unlikely(c->w->metrics != NULL) ? metered_flush(c) : flare__stream_flush(&c->s);
     /* the common case: written, nothing to do once it is out */
     if (flare__likely(rc > 0 && !(c->flags & (C_CLOSING | C_READ_PAUSED | C_UPGRADE)) &&
                       !(c->s.sflags & FLARE_S_RD_EOF)))
@@ -341,6 +353,8 @@ static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, con
 {
     ex->flags |= EX_CLOSE | EX_ERROR;
     c->flags |= C_CLOSING;
+    if (status != 408) /* timeouts are counted by kind (flare__conn_sweep) */
+        flare__metrics_parse_error(c->w, status);
     c->flags &= ~(uint32_t)C_PEER_CLOSE; /* what it sends next may still be arriving */
     flare__res_error(ex, status, msg);
     flare__http1_complete(ex);
@@ -628,6 +642,7 @@ static void on_readable(flare_conn_t *c)
             }
             break; /* what the requests before the end produced still goes out */
         }
+        flare__metrics_rx(w, (size_t)n);
         process(c);
         if (c->flags & C_DEAD)
             return;
@@ -709,22 +724,33 @@ void flare__conn_sweep(flare_worker_t *w)
             if (now - c->t_open > flare__tls_handshake_timeout(c->listener->tls)) {
                 atomic_fetch_add_explicit(&w->tls_counters.handshake_timeouts, 1,
                                           memory_order_relaxed);
+                flare__metrics_timeout(w, FLARE__TO_HANDSHAKE);
                 flare__conn_close(c);
             }
         } else if (out_pending && (c->s.sflags & FLARE_S_WANT_WRITE)) {
-            if (now - t_active > cfg->write_timeout_ms)
+            if (now - t_active > cfg->write_timeout_ms) {
+                flare__metrics_timeout(w, FLARE__TO_WRITE);
                 flare__conn_close(c);
+            }
         } else if (c->recv != NULL) {
-            if (now - t_active > cfg->body_timeout_ms)
+            if (now - t_active > cfg->body_timeout_ms) {
+                flare__metrics_timeout(w, FLARE__TO_BODY);
                 timeout_error(c, 408, "request body timeout");
+            }
         } else if (c->s.rpos < c->s.rlen && !(c->flags & C_READ_PAUSED)) {
-            if (now - c->t_head > cfg->header_timeout_ms)
+            if (now - c->t_head > cfg->header_timeout_ms) {
+                flare__metrics_timeout(w, FLARE__TO_HEADER);
                 timeout_error(c, 408, "request header timeout");
+            }
         } else if (c->qhead == NULL && !out_pending) {
             unsigned limit =
                 (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
-            if (w->draining ? now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS : now - t_active > limit)
+            if (w->draining ? now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS
+                            : now - t_active > limit) {
+                if (!w->draining)
+                    flare__metrics_timeout(w, FLARE__TO_IDLE);
                 conn_close_clean(c);
+            }
         }
         if (w->draining && now >= w->drain_deadline && !(c->flags & C_DEAD))
             flare__conn_close(c);

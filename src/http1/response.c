@@ -111,6 +111,7 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
         need += h->name.len + h->value.len + 4;
     if (flare__buf_reserve(out, need) != 0)
         return FLARE_ENOMEM;
+    ex->res.status = status; /* what was sent: the exchange's observers read it */
 
     char *p = out->data + out->len;
     p += put_status_line(p, status);

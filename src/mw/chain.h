@@ -45,6 +45,8 @@ struct flare_route {
     flare_mw_rt_t *chain; /* app + groups + own, built at start */
     uint32_t nchain;
     bool has_after;
+    uint32_t id;   /* 1 + index in app->routes: the metrics' array index */
+    char *pattern; /* the full pattern (group prefix included), owned */
 };
 
 struct flare_group {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "obs/metrics.h"
 #include "ws/ws_int.h"
 
 #define KEEP_MSG_BUF 65536 /* reassembly buffers up to this are kept between messages */
@@ -314,6 +315,7 @@ static z_stream *compressor(flare_ws_t *ws)
 static int send_data(flare_ws_t *ws, uint8_t op, const void *p, size_t n)
 {
     uint8_t hdr[FLARE_WS_MAX_HEADER];
+    flare__metrics_ws_msg(ws->ww->w, 1);
     if (ws->pmd_on && n >= ws->route->cfg.deflate_min_size) {
         flare_buf_t *out = &ws->ww->scratch;
         z_stream *z = compressor(ws);
@@ -347,6 +349,7 @@ int flare__ws_send_shared(flare_ws_t *ws, ws_shared_t *plain, ws_shared_t *packe
      * event batch, together with any other broadcast that arrives in it */
     uint32_t batch = ws->flags & WF_BATCH;
     ws->flags |= WF_BATCH;
+    flare__metrics_ws_msg(ws->ww->w, 1);
     int rc;
     size_t plen = plain->len - plain->plain_off;
     if (ws->pmd_on && plen >= ws->route->cfg.deflate_min_size) {
@@ -399,6 +402,7 @@ static void fail(flare_ws_t *ws, uint16_t code)
 static void deliver(flare_ws_t *ws, uint8_t op, const char *p, size_t n)
 {
     void (*fn)(flare_ws_t *, flare_ws_opcode_t, flare_str_t) = ws->route->cfg.on_message;
+    flare__metrics_ws_msg(ws->ww->w, 0);
     if (fn != NULL && !(ws->flags & WF_FAILED))
         fn(ws, (flare_ws_opcode_t)op, (flare_str_t){ p != NULL ? p : "", n });
 }

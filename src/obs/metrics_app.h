@@ -1,0 +1,60 @@
+/* Metrics, internal: the app-wide state of the metrics module (the
+ * workers' blocks, user metrics, collectors, readiness checks), shared by
+ * metrics.c, expose.c, health.c and status.c. */
+#ifndef FLARE_OBS_METRICS_APP_H
+#define FLARE_OBS_METRICS_APP_H
+
+#include "obs/metrics.h"
+
+enum { FLARE__M_COUNTER, FLARE__M_GAUGE, FLARE__M_HISTOGRAM };
+
+struct flare_metric {
+    struct flare_metric *next;
+    int type;
+    char *name, *help;
+    char **labels; /* name, value pairs */
+    size_t nlabels;
+    double *bounds;
+    size_t nbounds;
+    size_t cell; /* first cell in each worker's user array */
+};
+
+/* A worker's block and what drives its sampling. */
+typedef struct flare_mblock {
+    flare_metrics_w_t m; /* first: w->metrics points here */
+    flare__timer_t timer;
+    flare_worker_t *w;
+    size_t nhist; /* cells in m.hist */
+} flare_mblock_t;
+
+typedef struct flare_metrics_collector {
+    flare_metrics_collect_fn fn;
+    void *ud;
+} flare_metrics_collector_t;
+
+typedef struct flare_health_check {
+    char *name;
+    bool (*fn)(void *ud);
+    void *ud;
+} flare_health_check_t;
+
+struct flare_metrics_app {
+    flare_app_t *app;
+    bool counting; /* workers get blocks */
+    double start_time;
+    flare_mblock_t **blocks; /* by worker id */
+    unsigned nblocks;
+    flare_metric_t *metrics; /* registration order */
+    size_t nuser_cells;
+    flare_metrics_collector_t *collectors;
+    size_t ncollectors;
+    flare_health_check_t *checks;
+    size_t nchecks;
+    struct flare_db **dbs; /* flare_metrics_db: not owned */
+    size_t ndbs;
+};
+
+bool flare__metrics_name_ok(const char *s);
+bool flare__metrics_label_ok(const char *s);
+
+#endif
