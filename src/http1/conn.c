@@ -707,6 +707,14 @@ static void timeout_error(flare_conn_t *c, int status, const char *msg)
         flare__conn_flush(c);
 }
 
+/* Whether draining may close c once it has been idle for the grace: no
+ * request in flight, none being read, no unread bytes, nothing to send. */
+static bool drain_idle(const flare_conn_t *c)
+{
+    return c->qhead == NULL && c->recv == NULL && c->s.rpos == c->s.rlen &&
+           !flare__stream_has_output(&c->s);
+}
+
 void flare__conn_sweep(flare_worker_t *w)
 {
     const flare_config_t *cfg = &w->app->cfg;
@@ -716,7 +724,12 @@ void flare__conn_sweep(flare_worker_t *w)
         flare_conn_t *next = c->next;
         bool out_pending = flare__stream_has_output(&c->s);
         uint64_t t_active = c->s.t_active;
-        if (c->s.sflags & FLARE_S_LINGER) {
+        if (w->draining && !(c->s.sflags & FLARE_S_LINGER) && drain_idle(c)) {
+            /* nothing in flight (a TLS handshake counts as nothing):
+             * closed once idle for the grace, whatever state it is in */
+            if (now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
+                conn_close_clean(c);
+        } else if (c->s.sflags & FLARE_S_LINGER) {
             if (now - t_active > LINGER_MS)
                 flare__conn_close(c);
         } else if (flare__unlikely(flare__stream_handshaking(&c->s))) {
@@ -791,8 +804,7 @@ void flare__conn_drain(flare_worker_t *w)
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
-        if (c->qhead == NULL && c->recv == NULL && c->s.rpos == c->s.rlen &&
-            !flare__stream_has_output(&c->s)) {
+        if (drain_idle(c)) {
             if (w->loop.now - c->s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
                 conn_close_clean(c); /* idle long enough: nothing is on its way */
         } else {
