@@ -115,6 +115,13 @@ struct flare_worker {
     struct flare_watch *watches;
     struct flare_watch *dead_watches; /* freed after the event batch */
     bool handles_open;                /* the loop runs: handles can be made */
+    /* "exchange finished" observer (the access log): called by the response
+     * API on the worker when a complete response is handed to the protocol
+     * (status, body bytes), before it is queued; NULL when nothing is
+     * installed, which is all the plain path pays (one test). A module sets
+     * it in init_worker and clears it in dispose_worker. */
+    void (*ex_done)(void *ud, struct flare_req *ex, int status, uint64_t bytes);
+    void *ex_done_ud;
 };
 
 /* app.c: the window in which other threads may reach the workers (see
