@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include <flare/flare.h>
+#include <flare/log.h>
+#include <flare/middleware.h>
 #include <flare/tls.h>
 #include <flare/ws.h>
 
@@ -133,6 +135,16 @@ static int pass(flare_req_t *req, flare_res_t *res, void *ud)
     return 0;
 }
 
+/* GET /log: one line in the error log through flare_req_log (with the
+ * request's id), then 200 "logged\n". */
+static int log_line(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t q = flare_req_query(req);
+    flare_req_log(req, FLARE_LOG_INFO, "hello /log %.*s", (int)q.len, q.ptr);
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("logged\n"));
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
@@ -146,7 +158,13 @@ static void usage(const char *argv0)
             "  --tls-sni-cert/-key      one more certificate, chosen by SNI (repeatable; the\n"
             "                           n-th --tls-sni-key goes with the n-th --tls-sni-cert)\n"
             "  --tls-handshake-timeout  seconds from accept to the end of the handshake [10]\n"
-            "  --listen-plain           an extra plain HTTP listener (repeatable)\n",
+            "  --listen-plain           an extra plain HTTP listener (repeatable)\n"
+            "  --log FILE|-             error log (\"-\": stderr) [stderr]\n"
+            "  --log-level LEVEL        error, warn, info, debug [error]\n"
+            "  --log-format text|json   error log lines [text]\n"
+            "  --access-log FILE|-      access log [off]\n"
+            "  --access-log-format combined|json  [combined]\n"
+            "  --request-id on|off      the request-id middleware on every route [off]\n",
             argv0);
 }
 
@@ -174,6 +192,10 @@ int main(int argc, char **argv)
     size_t nplain = 0;
     flare_config_t cfg;
     flare_config_init(&cfg);
+    /* logging (flare/log.h): --log, --log-level, --log-format, --access-log,
+     * --access-log-format, --request-id */
+    flare_log_config_t log_cfg = { 0 };
+    bool log_on = false, request_id = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -214,6 +236,26 @@ int main(int argc, char **argv)
             tls.handshake_timeout_ms = (unsigned)v * 1000;
         } else if (strcmp(arg, "--listen-plain") == 0 && nplain < MAX_PLAIN_LISTENERS) {
             plain[nplain++] = val;
+        } else if (strcmp(arg, "--log") == 0) { /* logging flags: one block */
+            log_cfg.path = val;
+            log_on = true;
+        } else if (strcmp(arg, "--log-level") == 0 &&
+                   flare_log_level_parse(val, &log_cfg.level) == 0) {
+            log_on = true;
+        } else if (strcmp(arg, "--log-format") == 0 &&
+                   (strcmp(val, "text") == 0 || strcmp(val, "json") == 0)) {
+            log_cfg.format = strcmp(val, "json") == 0 ? FLARE_LOG_JSON : FLARE_LOG_TEXT;
+            log_on = true;
+        } else if (strcmp(arg, "--access-log") == 0) {
+            log_cfg.access_path = val;
+            log_on = true;
+        } else if (strcmp(arg, "--access-log-format") == 0 &&
+                   (strcmp(val, "combined") == 0 || strcmp(val, "json") == 0)) {
+            log_cfg.access_format =
+                strcmp(val, "json") == 0 ? FLARE_ACCESS_JSON : FLARE_ACCESS_COMBINED;
+        } else if (strcmp(arg, "--request-id") == 0 &&
+                   (strcmp(val, "on") == 0 || strcmp(val, "off") == 0)) {
+            request_id = strcmp(val, "on") == 0;
         } else {
             fprintf(stderr, "%s: invalid option or value: %s %s\n", argv[0], arg, val);
             usage(argv[0]);
@@ -244,6 +286,15 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
+    /* logging: the files are opened here, so a bad path fails before serving */
+    flare_middleware_t rid;
+    if ((log_on && (rc = flare_log_setup(app, &log_cfg)) != 0) ||
+        (request_id && ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0)) ||
+        (rc = flare_get(app, "/log", log_line, NULL)) != 0) {
+        fprintf(stderr, "flare: logging: %s: %s\n", flare_strerror(rc), flare_last_error());
+        flare_app_free(app);
+        return 1;
+    }
     if ((rc = flare_get(app, "/plaintext", plaintext, NULL)) != 0 ||
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
