@@ -24,8 +24,9 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # redis-server: the private server of the Redis tests (tests/services_redis.py); postgresql:
 # the server tests/services.py starts privately (tests/unit/test_db_pg.c, test_tfb); sqlite3 (the
 # command): examples/tfb/setup.sh fills the SQLite TFB database.
+# logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets chromium locales
-    openssl curl testssl.sh redis-server postgresql sqlite3)
+    openssl curl testssl.sh redis-server postgresql sqlite3 logrotate)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
