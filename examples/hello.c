@@ -289,7 +289,8 @@ int main(int argc, char **argv)
     /* logging: the files are opened here, so a bad path fails before serving */
     flare_middleware_t rid;
     if ((log_on && (rc = flare_log_setup(app, &log_cfg)) != 0) ||
-        (request_id && ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0)) ||
+        (request_id &&
+         ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0)) ||
         (rc = flare_get(app, "/log", log_line, NULL)) != 0) {
         fprintf(stderr, "flare: logging: %s: %s\n", flare_strerror(rc), flare_last_error());
         flare_app_free(app);

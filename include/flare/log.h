@@ -52,14 +52,14 @@ FLARE_API const char *flare_log_level_name(flare_log_level_t lvl);
 /* What flare_log_setup takes. A zeroed struct is the default: error log to
  * stderr at level error, text lines, no access log, 1 MiB rings. */
 typedef struct flare_log_config {
-    const char *path;           /* error log file, opened O_APPEND; NULL or "-": stderr */
-    flare_log_level_t level;    /* [FLARE_LOG_ERROR] */
-    int format;                 /* FLARE_LOG_TEXT | FLARE_LOG_JSON [TEXT] */
-    const char *access_path;    /* access log file, "-": stderr; NULL: no access log */
-    int access_format;          /* FLARE_ACCESS_COMBINED | FLARE_ACCESS_JSON [COMBINED] */
-    size_t ring_bytes;          /* per worker and per log, rounded up to a power of two,
-                                   4 KiB .. 1 GiB [1 MiB] */
-    void *reserved[4];          /* zero: room to grow without changing the struct's size */
+    const char *path;        /* error log file, opened O_APPEND; NULL or "-": stderr */
+    flare_log_level_t level; /* [FLARE_LOG_ERROR] */
+    int format;              /* FLARE_LOG_TEXT | FLARE_LOG_JSON [TEXT] */
+    const char *access_path; /* access log file, "-": stderr; NULL: no access log */
+    int access_format;       /* FLARE_ACCESS_COMBINED | FLARE_ACCESS_JSON [COMBINED] */
+    size_t ring_bytes;       /* per worker and per log, rounded up to a power of two,
+                                4 KiB .. 1 GiB [1 MiB] */
+    void *reserved[4];       /* zero: room to grow without changing the struct's size */
 } flare_log_config_t;
 
 /* Sets up logging for app, before flare_app_run (or between runs): the

@@ -57,8 +57,8 @@ typedef struct log_worker {
 } log_worker_t;
 
 typedef struct log_out {
-    char *path; /* NULL: stderr */
-    int fd;     /* 2 for stderr (not ours to close) */
+    char *path;  /* NULL: stderr */
+    int fd;      /* 2 for stderr (not ours to close) */
     int next_fd; /* opened by flare_log_reopen, swapped in by the writer; -1: none */
 } log_out_t;
 
@@ -70,7 +70,7 @@ typedef struct log_state {
     bool access_on;
     size_t ring_bytes;
     log_out_t out[NLOGS];
-    pthread_mutex_t mu; /* everything below, and out[].fd while no writer runs */
+    pthread_mutex_t mu;  /* everything below, and out[].fd while no writer runs */
     flare_ring_t shared; /* off-worker lines (error log) while the writer runs */
     flare_logclock_t shared_clk;
     char shared_msg[FLARE__LOG_LINE_MAX];
@@ -342,7 +342,7 @@ static void log_dispose_worker(flare_worker_t *w, void *state)
         }
     }
     atomic_fetch_add(&st->dropped_gone, flare__ring_dropped(&lw->ring[LOG_ERR]) +
-                                             flare__ring_dropped(&lw->ring[LOG_ACC]));
+                                            flare__ring_dropped(&lw->ring[LOG_ACC]));
     bool last = --st->nlive == 0 && st->writer_on;
     if (last)
         st->writer_on = false;
@@ -490,13 +490,14 @@ static void shared_vlog(log_state_t *st, flare_log_level_t lvl, const char *fmt,
 {
     pthread_mutex_lock(&st->mu);
     int m = vsnprintf(st->shared_msg, sizeof(st->shared_msg), fmt, ap);
-    size_t mlen = m < 0 ? 0 : (size_t)m < sizeof(st->shared_msg) ? (size_t)m
-                                                                 : sizeof(st->shared_msg) - 1;
+    size_t mlen = m < 0                                ? 0
+                  : (size_t)m < sizeof(st->shared_msg) ? (size_t)m
+                                                       : sizeof(st->shared_msg) - 1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    size_t n = flare__log_format(st->shared_line, sizeof(st->shared_line), st->format,
-                                 &st->shared_clk, &ts, lvl, -1, FLARE_STR_NULL, st->shared_msg,
-                                 mlen);
+    size_t n =
+        flare__log_format(st->shared_line, sizeof(st->shared_line), st->format, &st->shared_clk,
+                          &ts, lvl, -1, FLARE_STR_NULL, st->shared_msg, mlen);
     if (st->writer_on)
         ring_line(st, &st->shared, st->shared_line, n);
     else
@@ -504,8 +505,8 @@ static void shared_vlog(log_state_t *st, flare_log_level_t lvl, const char *fmt,
     pthread_mutex_unlock(&st->mu);
 }
 
-static void worker_vlog(log_worker_t *lw, flare_log_level_t lvl, flare_str_t reqid,
-                        const char *fmt, va_list ap)
+static void worker_vlog(log_worker_t *lw, flare_log_level_t lvl, flare_str_t reqid, const char *fmt,
+                        va_list ap)
 {
     log_state_t *st = lw->st;
     int m = vsnprintf(lw->msg, sizeof(lw->msg), fmt, ap);
@@ -630,12 +631,11 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
     r.referer = header_of(ex, "Referer", 7);
     r.request_id = req_id(lw, ex, idbuf);
     r.status = status;
-    r.bytes = (ex->flags & EX_HEAD_ONLY) || status < 200 || status == 204 || status == 304
-                  ? 0
-                  : bytes;
+    r.bytes =
+        (ex->flags & EX_HEAD_ONLY) || status < 200 || status == 204 || status == 304 ? 0 : bytes;
     r.dur_us = ex->t_start_ns != 0 && now > ex->t_start_ns ? (now - ex->t_start_ns) / 1000 : 0;
-    size_t n = flare__access_format(lw->line, sizeof(lw->line), st->access_format, &lw->clk, &ts,
-                                    &r);
+    size_t n =
+        flare__access_format(lw->line, sizeof(lw->line), st->access_format, &lw->clk, &ts, &r);
     ring_line(st, &lw->ring[LOG_ACC], lw->line, n);
 }
 

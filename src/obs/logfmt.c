@@ -134,9 +134,14 @@ char *flare__log_escape_json(char *p, char *end, const char *src, size_t len)
             continue;
         }
         if (c < 0x80) {
-            char e = c == '"' ? '"' : c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\r' ? 'r'
-                   : c == '\t'                                    ? 't' : c == '\b' ? 'b'
-                   : c == '\f'                                    ? 'f' : 0;
+            char e = c == '"'    ? '"'
+                     : c == '\\' ? '\\'
+                     : c == '\n' ? 'n'
+                     : c == '\r' ? 'r'
+                     : c == '\t' ? 't'
+                     : c == '\b' ? 'b'
+                     : c == '\f' ? 'f'
+                                 : 0;
             if (e != 0) {
                 if (end - p < 2)
                     break;

@@ -17,7 +17,7 @@
 /* The formatted second, cached by whoever formats (a worker, the shared
  * path): gmtime once per second, not per line. */
 typedef struct flare_logclock {
-    time_t sec; /* -1: nothing cached */
+    time_t sec;   /* -1: nothing cached */
     char iso[20]; /* 2026-12-02T05:40:15 */
     char clf[27]; /* 02/Dec/2026:05:40:15 +0000 */
 } flare_logclock_t;

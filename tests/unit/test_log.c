@@ -147,13 +147,15 @@ static void test_json_format(void **state)
     /* quotes, backslash, control bytes, valid UTF-8 (2, 3, 4 bytes), then
      * invalid: a lone continuation byte, an overlong '/', a surrogate, a
      * truncated sequence at the end */
-    const char m[] = "q\"b\\n\n\x1f\x7f \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \x80\xc0\xaf\xed\xa0\x80"
-                     "\xe2\x82";
+    const char m[] =
+        "q\"b\\n\n\x1f\x7f \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \x80\xc0\xaf\xed\xa0\x80"
+        "\xe2\x82";
     char *line = fmt_line(FLARE_LOG_JSON, FLARE_LOG_INFO, 0, NULL, m, sizeof(m) - 1);
     const char *msg = strstr(line, "\"msg\":\"");
     assert_non_null(msg);
-    assert_string_equal(msg, "\"msg\":\"q\\\"b\\\\n\\n\\u001f\x7f \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 "
-                             "\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"}\n");
+    assert_string_equal(msg,
+                        "\"msg\":\"q\\\"b\\\\n\\n\\u001f\x7f \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 "
+                        "\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"}\n");
 }
 
 static void test_long_message_cut(void **state)
@@ -206,11 +208,12 @@ static void test_access_formats(void **state)
                              "\"00000000000000ff\" 42\n");
     n = flare__access_format(buf, FLARE__LOG_LINE_MAX, FLARE_ACCESS_JSON, &clk, &T0, &r);
     buf[n] = '\0';
-    assert_string_equal(buf, "{\"ts\":\"2001-09-09T01:46:40.123Z\",\"request_id\":\"00000000000000ff\","
-                             "\"peer\":\"127.0.0.1\",\"method\":\"GET\",\"path\":\"/a?b=\\\"c\\\"\","
-                             "\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":13,"
-                             "\"duration_us\":42,\"user_agent\":\"curl/7.88 \\\"x\\\"\\n\","
-                             "\"referer\":\"\"}\n");
+    assert_string_equal(buf,
+                        "{\"ts\":\"2001-09-09T01:46:40.123Z\",\"request_id\":\"00000000000000ff\","
+                        "\"peer\":\"127.0.0.1\",\"method\":\"GET\",\"path\":\"/a?b=\\\"c\\\"\","
+                        "\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":13,"
+                        "\"duration_us\":42,\"user_agent\":\"curl/7.88 \\\"x\\\"\\n\","
+                        "\"referer\":\"\"}\n");
     /* a huge target is cut, the line still ends well */
     static char target[3 * FLARE__LOG_LINE_MAX];
     memset(target, '\x01', sizeof(target));
@@ -299,8 +302,8 @@ static flare_app_t *log_app(const flare_log_config_t *lc)
 static void get_status(harness_t *h, const char *path, const char *status)
 {
     char req[256];
-    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\nConnection: close\r\n\r\n",
-             path);
+    snprintf(req, sizeof(req),
+             "GET %s HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\nConnection: close\r\n\r\n", path);
     char *r = harness_roundtrip(h, req);
     assert_non_null(strstr(r, status));
     free(r);
