@@ -8,6 +8,15 @@
 
 #include "app.h"
 
+/* The start of the exchange for its observer (the access log's duration):
+ * the head is in the buffer and about to be parsed. */
+__attribute__((noinline)) static void observe_start(struct flare_req *ex)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ex->t_start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 struct flare_req *flare__ex_get(flare_worker_t *w)
 {
     struct flare_req *ex = w->free_ex;
@@ -46,6 +55,8 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->bodybuf.len = 0;
     ex->out.len = 0;
     ex->log_id = 0;
+    if (flare__unlikely(w->ex_done != NULL))
+        observe_start(ex);
     return ex;
 }
 
@@ -154,19 +165,9 @@ __attribute__((noinline)) static void normalize_path(struct flare_req *ex)
         ex->head.path = (flare_str_t){ out, flare__router_normalize_path(p, out) };
 }
 
-/* The start of the exchange for its observer (the access log's duration). */
-__attribute__((noinline)) static void observe_start(struct flare_req *ex)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ex->t_start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void flare__http_route(flare_app_t *app, struct flare_req *ex)
 {
     flare_method_t m = ex->head.method_id;
-    if (flare__unlikely(ex->worker->ex_done != NULL))
-        observe_start(ex);
     if (flare__unlikely(ex->head.path_pct))
         normalize_path(ex);
     if (m == FLARE_METHOD_HEAD)

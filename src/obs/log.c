@@ -624,11 +624,17 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
     char peer[INET6_ADDRSTRLEN], idbuf[16];
     flare_access_rec_t r;
     r.peer = (flare_str_t){ peer, peer_text(ex, peer) };
-    r.method = ex->head.method;
-    r.target = ex->head.target;
-    r.protocol = ex->head.minor == 0 ? FLARE_STR("HTTP/1.0") : FLARE_STR("HTTP/1.1");
-    r.user_agent = header_of(ex, "User-Agent", 10);
-    r.referer = header_of(ex, "Referer", 7);
+    if (flare__unlikely(ex->flags & EX_ERROR)) {
+        /* a framing error (400, 414, 431...): the head may not have been
+         * parsed, its views are not to be read */
+        r.method = r.target = r.protocol = r.user_agent = r.referer = FLARE_STR_NULL;
+    } else {
+        r.method = ex->head.method;
+        r.target = ex->head.target;
+        r.protocol = ex->head.minor == 0 ? FLARE_STR("HTTP/1.0") : FLARE_STR("HTTP/1.1");
+        r.user_agent = header_of(ex, "User-Agent", 10);
+        r.referer = header_of(ex, "Referer", 7);
+    }
     r.request_id = req_id(lw, ex, idbuf);
     r.status = status;
     r.bytes =

@@ -361,15 +361,18 @@ size_t flare__access_format(char *out, size_t cap, int format, flare_logclock_t 
     memcpy(p, clk->clf, 26);
     p += 26;
     PUT(p, "] \"");
-    p = flare__log_escape_text(p, end, r->method.ptr, r->method.len, 1);
-    if (p < end)
+    if (r->method.len == 0) { /* no request line to show (nginx: "-") */
+        *p++ = '-';
+    } else {
+        /* a long target is cut so that the fields after it still fit */
+        char *rend = end - 160 > p ? end - 160 : p;
+        p = flare__log_escape_text(p, rend, r->method.ptr, r->method.len, 1);
         *p++ = ' ';
-    p = flare__log_escape_text(p, end, r->target.ptr, r->target.len, 1);
-    if (p < end)
+        p = flare__log_escape_text(p, rend, r->target.ptr, r->target.len, 1);
         *p++ = ' ';
-    p = flare__log_escape_text(p, end, r->protocol.ptr, r->protocol.len, 1);
-    if (p < end)
-        *p++ = '"';
+        p = flare__log_escape_text(p, rend + 16, r->protocol.ptr, r->protocol.len, 1);
+    }
+    *p++ = '"';
     if (end - p >= 30) {
         *p++ = ' ';
         p[0] = (char)('0' + status / 100);

@@ -201,6 +201,24 @@ class Logging(unittest.TestCase):
         self.assertEqual(self.read_lines("error.log"), [])
         self.assertEqual(len(self.read_lines("access.log")), 5)
 
+    def test_bad_request_logged(self):
+        # a framing error has its line, without a request line to show
+        self.start("--access-log", self.path("access.log"))
+        c = Conn(self.server.addr)
+        c.send(b"GET /plaintext HTTP/1.1\r\nBad Header\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 400)
+        c.close()
+        c = Conn(self.server.addr)
+        self.assertEqual(c.request("GET", "/plaintext").status, 200)
+        c.close()
+        self.stop()
+        lines = self.read_lines("access.log")
+        self.assertEqual(len(lines), 2, lines)
+        self.assertRegex(lines[0] if '"-" 400' in lines[0] else lines[1],
+                         r'^127\.0\.0\.1 - - \[[^]]+\] "-" 400 \d+ "-" "-" "[0-9a-f]{16}" \d+$')
+        self.assertTrue(any(COMBINED_RE.match(x) for x in lines), lines)
+
     def test_stderr_target(self):
         self.start("--access-log", "-", "--log", "-", "--log-level", "debug")
         c = Conn(self.server.addr)

@@ -214,7 +214,16 @@ static void test_access_formats(void **state)
                         "\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":13,"
                         "\"duration_us\":42,\"user_agent\":\"curl/7.88 \\\"x\\\"\\n\","
                         "\"referer\":\"\"}\n");
-    /* a huge target is cut, the line still ends well */
+    /* a framing error: no request line */
+    flare_access_rec_t e = {
+        .peer = FLARE_STR("::1"), .status = 400, .bytes = 12, .request_id = FLARE_STR("id")
+    };
+    n = flare__access_format(buf, FLARE__LOG_LINE_MAX, FLARE_ACCESS_COMBINED, &clk, &T0, &e);
+    buf[n] = '\0';
+    assert_string_equal(buf,
+                        "::1 - - [09/Sep/2001:01:46:40 +0000] \"-\" 400 12 \"-\" \"-\" \"id\" 0\n");
+    /* a huge target is cut, the line still ends well (and the combined line
+     * keeps its fields after the request) */
     static char target[3 * FLARE__LOG_LINE_MAX];
     memset(target, '\x01', sizeof(target));
     r.target = (flare_str_t){ target, sizeof(target) };
@@ -225,6 +234,8 @@ static void test_access_formats(void **state)
         assert_null(memchr(buf, '\n', n - 1));
         if (f == FLARE_ACCESS_JSON)
             assert_memory_equal(buf + n - 2, "}\n", 2);
+        else
+            assert_non_null(strstr(buf, " HTTP/1.1\" 200 13 \"-\" \"curl/7.88 "));
     }
 }
 
