@@ -52,6 +52,10 @@ typedef struct log_worker {
     struct log_worker *next; /* st->live */
     flare_logclock_t clk;
     uint64_t id_base, id_seq; /* made request ids: base + seq, 16 hex digits */
+    int peer_fam;             /* the last client address and its text */
+    uint8_t peer_addr[16];
+    size_t peer_len;
+    char peer[INET6_ADDRSTRLEN];
     char msg[FLARE__LOG_LINE_MAX];
     char line[FLARE__LOG_LINE_MAX];
 } log_worker_t;
@@ -476,12 +480,20 @@ static log_state_t *state_of(const flare_app_t *app)
 
 /* ---- lines ---- */
 
+/* 16 hex digits, two at a time. */
 static void fmt_id(char out[16], uint64_t v)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; i--) {
-        out[i] = hex[v & 15];
-        v >>= 4;
+    static const char hex2[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+                               "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+                               "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+                               "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+                               "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+                               "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+                               "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+                               "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+    for (int i = 14; i >= 0; i -= 2) {
+        memcpy(out + i, hex2 + 2 * (v & 0xff), 2);
+        v >>= 8;
     }
 }
 
@@ -583,11 +595,25 @@ void flare_req_log(flare_req_t *req, flare_log_level_t lvl, const char *fmt, ...
     va_end(ap);
 }
 
-/* "a.b.c.d" by hand (the common case); IPv6 through inet_ntop. */
-static size_t peer_text(struct flare_req *ex, char *out)
+static size_t peer_format(int fam, const uint8_t *a, char *out);
+
+/* The client's address as text, cached for the next line from the same
+ * address (a keep-alive connection's requests): "a.b.c.d" by hand, IPv6
+ * through inet_ntop. */
+static flare_str_t peer_text(log_worker_t *lw, struct flare_req *ex)
 {
     uint8_t a[16];
     int fam = ex->ops->peer(ex, a);
+    if (fam != 0 && fam == lw->peer_fam && memcmp(a, lw->peer_addr, 16) == 0)
+        return (flare_str_t){ lw->peer, lw->peer_len };
+    lw->peer_fam = fam;
+    memcpy(lw->peer_addr, a, 16);
+    lw->peer_len = peer_format(fam, a, lw->peer);
+    return (flare_str_t){ lw->peer, lw->peer_len };
+}
+
+static size_t peer_format(int fam, const uint8_t *a, char *out)
+{
     if (fam == AF_INET) {
         char *p = out;
         for (int i = 0; i < 4; i++) {
@@ -621,9 +647,9 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    char peer[INET6_ADDRSTRLEN], idbuf[16];
+    char idbuf[16];
     flare_access_rec_t r;
-    r.peer = (flare_str_t){ peer, peer_text(ex, peer) };
+    r.peer = peer_text(lw, ex);
     if (flare__unlikely(ex->flags & EX_ERROR)) {
         /* a framing error (400, 414, 431...): the head may not have been
          * parsed, its views are not to be read */

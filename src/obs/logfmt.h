@@ -30,7 +30,10 @@ size_t flare__log_format(char *out, size_t cap, int format, flare_logclock_t *cl
                          const struct timespec *ts, flare_log_level_t lvl, int worker,
                          flare_str_t reqid, const char *msg, size_t msglen);
 
-/* What one access-log line says about an exchange. */
+/* What one access-log line says about an exchange. peer, method and
+ * protocol are written as given (the caller's own text: an address it
+ * formatted, a token the parser checked, a constant); the other strings are
+ * escaped. */
 typedef struct flare_access_rec {
     flare_str_t peer, method, target, protocol, user_agent, referer, request_id;
     int status;
