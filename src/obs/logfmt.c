@@ -150,10 +150,34 @@ static const uint8_t esc_class[256] = {
     [0x80] = C_HI64, [0xc0] = C_HI64,
 };
 
-/* The plain run of src[i..len) for the classes in mask, at most room bytes. */
+#define ONES 0x0101010101010101u
+#define HIGH 0x8080808080808080u
+
+/* Nonzero when one of the 8 bytes of x may need escaping: < 0x20, '"',
+ * '\\', 0x7f, and with `json` every byte >= 0x80 (the zero-byte tests can
+ * flag a byte next to a real match: only ever a false alarm, which the byte
+ * loop then settles). */
+static inline uint64_t word_special(uint64_t x, bool json)
+{
+    uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\'), d = x ^ (ONES * 0x7f);
+    uint64_t m = ((x - ONES * 0x20) & ~x) | ((q - ONES) & ~q) | ((b - ONES) & ~b);
+    m |= json ? x : ((d - ONES) & ~d);
+    return m & HIGH;
+}
+
+/* The length of the plain run at src[i..len) for the classes in mask:
+ * eight bytes at a time while none may be special, then byte by byte. */
 static inline size_t plain_run(const unsigned char *s, size_t i, size_t len, unsigned mask)
 {
     size_t j = i;
+    bool json = mask == ESC_JSON;
+    while (len - j >= 8) {
+        uint64_t w;
+        memcpy(&w, s + j, 8);
+        if (word_special(w, json))
+            break;
+        j += 8;
+    }
     while (j < len && !(esc_class[s[j]] & mask))
         j++;
     return j - i;

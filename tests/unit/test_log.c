@@ -183,6 +183,55 @@ static void test_long_message_cut(void **state)
     assert_int_equal(strlen(line), strlen("2001-09-09T01:46:40.123Z INFO w0 req= m\n") + 128);
 }
 
+/* The escaper (eight bytes at a time where it can) against a byte-by-byte
+ * reference, on random strings of the bytes that matter. */
+static size_t ref_escape_text(char *out, const unsigned char *s, size_t len, int quote)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        if (!quote && (c == '\n' || c == '\r' || c == '\t')) {
+            *p++ = '\\';
+            *p++ = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c < 0x20 || c == 0x7f || (quote && (c == '"' || c == '\\'))) {
+            *p++ = '\\';
+            *p++ = 'x';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    return (size_t)(p - out);
+}
+
+static void test_escape_random(void **state)
+{
+    (void)state;
+    static const unsigned char alphabet[] = { 'a',  '/',  '"',  '\\', 0x01, '\n',
+                                              0x7f, 0xc3, 0xa9, 0x80, 0x1f, ' ' };
+    unsigned seed = 12345;
+    for (int iter = 0; iter < 20000; iter++) {
+        unsigned char in[64];
+        seed = seed * 1103515245u + 12345u;
+        size_t len = (seed >> 16) % sizeof(in);
+        for (size_t i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            /* mostly plain bytes, so the eight-byte path runs too */
+            unsigned r = (seed >> 16) % 64;
+            in[i] = r < sizeof(alphabet) ? alphabet[r] : (unsigned char)('a' + r % 26);
+        }
+        for (int quote = 0; quote < 2; quote++) {
+            char want[64 * 4], got[64 * 4];
+            size_t wn = ref_escape_text(want, in, len, quote);
+            char *e = flare__log_escape_text(got, got + sizeof(got), (const char *)in, len, quote);
+            assert_int_equal((size_t)(e - got), wn);
+            assert_memory_equal(got, want, wn);
+        }
+    }
+}
+
 static void test_access_formats(void **state)
 {
     (void)state;
@@ -485,17 +534,12 @@ static void test_setup_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ring_exact_and_wrap),
-        cmocka_unit_test(test_ring_full_drops),
-        cmocka_unit_test(test_text_format),
-        cmocka_unit_test(test_json_format),
-        cmocka_unit_test(test_long_message_cut),
-        cmocka_unit_test(test_access_formats),
-        cmocka_unit_test(test_level_parse),
-        cmocka_unit_test(test_app_lines_and_levels),
-        cmocka_unit_test(test_reopen),
-        cmocka_unit_test(test_drops_counted),
-        cmocka_unit_test(test_setup_errors),
+        cmocka_unit_test(test_ring_exact_and_wrap),  cmocka_unit_test(test_ring_full_drops),
+        cmocka_unit_test(test_text_format),          cmocka_unit_test(test_json_format),
+        cmocka_unit_test(test_long_message_cut),     cmocka_unit_test(test_escape_random),
+        cmocka_unit_test(test_access_formats),       cmocka_unit_test(test_level_parse),
+        cmocka_unit_test(test_app_lines_and_levels), cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_drops_counted),        cmocka_unit_test(test_setup_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
