@@ -219,6 +219,28 @@ class Logging(unittest.TestCase):
                          r'^127\.0\.0\.1 - - \[[^]]+\] "-" 400 \d+ "-" "-" "[0-9a-f]{16}" \d+$')
         self.assertTrue(any(COMBINED_RE.match(x) for x in lines), lines)
 
+    def test_file_and_async_responses(self):
+        # sendfile (a static file) and an asynchronous handler (/slow) are
+        # logged with their status and body bytes
+        www = os.path.join(self.dir, "www")
+        os.mkdir(www)
+        with open(os.path.join(www, "f.bin"), "wb") as f:
+            f.write(b"x" * 70000)
+        self.start("--access-log", self.path("access.log"), "--access-log-format", "json",
+                   "--static", www)
+        c = Conn(self.server.addr)
+        r = c.request("GET", "/static/f.bin")
+        self.assertEqual((r.status, len(r.body)), (200, 70000))
+        r = c.request("GET", "/slow")
+        self.assertEqual(r.status, 200)
+        slow_len = len(r.body)
+        c.close()
+        self.stop()
+        recs = {r["path"]: r for r in map(json.loads, self.read_lines("access.log"))}
+        self.assertEqual((recs["/static/f.bin"]["status"], recs["/static/f.bin"]["bytes"]),
+                         (200, 70000))
+        self.assertEqual((recs["/slow"]["status"], recs["/slow"]["bytes"]), (200, slow_len))
+
     def test_stderr_target(self):
         self.start("--access-log", "-", "--log", "-", "--log-level", "debug")
         c = Conn(self.server.addr)
