@@ -4,6 +4,11 @@
  *         [--max-body BYTES] [--static DIR]
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
+ *         [--log FILE|-] [--log-level LEVEL] [--log-format text|json]
+ *         [--access-log FILE|-] [--access-log-format combined|json] [--request-id on|off]
+ *
+ * The logging flags set up flare/log.h (docs/logging.md); GET /log writes one
+ * info line through flare_req_log.
  *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.

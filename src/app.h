@@ -118,8 +118,10 @@ struct flare_worker {
     /* "exchange finished" observer (the access log): called by the response
      * API on the worker when a complete response is handed to the protocol
      * (status, body bytes), before it is queued; NULL when nothing is
-     * installed, which is all the plain path pays (one test). A module sets
-     * it in init_worker and clears it in dispose_worker. */
+     * installed, which is all the plain path pays (a test where the exchange
+     * is taken, src/http/exchange.c, and one where it is answered,
+     * src/http/response.c). A module sets it in init_worker and clears it in
+     * dispose_worker. */
     void (*ex_done)(void *ud, struct flare_req *ex, int status, uint64_t bytes);
     void *ex_done_ud;
 };
