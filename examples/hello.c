@@ -5,11 +5,14 @@
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
  *         [--log FILE|-] [--log-level error|warn|info|debug] [--access-log FILE|-]
+ *         [--log-format text|json] [--access-log-format combined|json] [--request-id on|off]
  *         [--gzip-level N] [--br-quality N] [--compress-min BYTES]
  *
  * Every flag is also a key of the --config YAML file and a FLARE_* variable
  * (flags win, then the environment, then the file: flare/settings.h,
- * docs/config.md); SIGHUP re-reads the file (examples/hello.yaml).
+ * docs/config.md); SIGHUP re-reads the file (examples/hello.yaml) and reopens
+ * the log files (logrotate). The logging flags set up flare/log.h
+ * (docs/logging.md); GET /log writes one info line through flare_req_log.
  *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.
@@ -27,6 +30,8 @@
 #include <unistd.h>
 
 #include <flare/flare.h>
+#include <flare/log.h>
+#include <flare/middleware.h>
 #include <flare/settings.h>
 #include <flare/sse.h>
 #include <flare/metrics.h>
@@ -249,6 +254,7 @@ static int text(flare_req_t *req, flare_res_t *res, void *ud)
 
 /* --gzip-level N (1..9), --br-quality N (1..11), --compress-min BYTES (also
  * keys of the --config file): the middleware's settings */
+static const char *request_id_opt; /* --request-id on|off */
 static unsigned text_gzip_level = 6, text_br_quality = 4;
 static size_t text_compress_min = 256;
 
@@ -349,6 +355,45 @@ static int sse_demo(flare_req_t *req, flare_res_t *res, void *ud)
     return FLARE_ASYNC;
 }
 
+/* GET /log: one line in the error log through flare_req_log (with the
+ * request's id), then 200 "logged\n". */
+static int log_line(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t q = flare_req_query(req);
+    flare_req_log(req, FLARE_LOG_INFO, "hello /log %.*s", (int)q.len, q.ptr);
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("logged\n"));
+}
+
+/* The logging settings (--log, --log-level, --log-format, --access-log,
+ * --access-log-format): the logger is set up when one of them is given. */
+static bool log_wanted(const flare_settings_t *s)
+{
+    return s->log != NULL || s->log_level != NULL || s->log_format != NULL ||
+           s->access_log != NULL || s->access_log_format != NULL;
+}
+
+static int log_setup(flare_app_t *app, const flare_settings_t *s)
+{
+    flare_log_config_t lc = { .path = s->log, .access_path = s->access_log };
+    if (s->log_level != NULL && flare_log_level_parse(s->log_level, &lc.level) != 0)
+        return FLARE_EINVAL; /* the settings checked it */
+    if (s->log_format != NULL && strcmp(s->log_format, "json") == 0)
+        lc.format = FLARE_LOG_JSON;
+    if (s->access_log_format != NULL && strcmp(s->access_log_format, "json") == 0)
+        lc.access_format = FLARE_ACCESS_JSON;
+    return flare_log_setup(app, &lc);
+}
+
+/* SIGHUP with a changed log-level: taken at once (the files are reopened by
+ * the logger's own reload hook) */
+static void log_reloaded(const flare_settings_t *s, void *ud)
+{
+    flare_log_level_t lvl;
+    if (s->log_level != NULL && flare_log_level_parse(s->log_level, &lvl) == 0)
+        flare_log_set_level(ud, lvl);
+}
+
 /* Every route of the example, in one place (the contract the tests and the
  * benchmarks use). */
 static int add_routes(flare_app_t *app)
@@ -359,6 +404,7 @@ static int add_routes(flare_app_t *app)
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
         (rc = flare_get(app, "/slow", slow, NULL)) != 0 || (rc = text_route(app)) != 0 ||
+        (rc = flare_get(app, "/log", log_line, NULL)) != 0 ||
         (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0)
         return rc;
     /* /mw/plaintext: the same answer behind ten synchronous middlewares */
@@ -392,6 +438,8 @@ int main(int argc, char **argv)
           11 },
         { "compress-min", FLARE_SETTING_SIZE, "smallest body GET /text compresses [256]",
           &text_compress_min, 0, 1u << 30 },
+        { "request-id", FLARE_SETTING_STRING,
+          "on|off: the request-id middleware on every route [off]", &request_id_opt, 0, 0 },
     };
     flare_settings_t s;
     flare_settings_init(&s);
@@ -403,6 +451,13 @@ int main(int argc, char **argv)
         flare_settings_free(&s);
         return code;
     }
+    bool request_id = request_id_opt != NULL && strcmp(request_id_opt, "on") == 0;
+    if (request_id_opt != NULL && !request_id && strcmp(request_id_opt, "off") != 0) {
+        fprintf(stderr, "%s: --request-id: expected on or off, got \"%s\"\n", argv[0],
+                request_id_opt);
+        flare_settings_free(&s);
+        return 2;
+    }
     flare_config_t cfg;
     flare_settings_app_config(&s, &cfg);
     flare_app_t *app = flare_app_new(&cfg);
@@ -411,6 +466,15 @@ int main(int argc, char **argv)
         flare_settings_free(&s);
         return 1;
     }
+    /* logging: the files are opened here, so a bad path fails before serving */
+    flare_middleware_t rid;
+    if ((log_wanted(&s) && (rc = log_setup(app, &s)) != 0) ||
+        (request_id &&
+         ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0))) {
+        fprintf(stderr, "flare: logging: %s: %s\n", flare_strerror(rc), flare_last_error());
+        goto out;
+    }
+    flare_settings_on_log(&s, log_reloaded, app);
     if ((rc = add_routes(app)) != 0) {
         fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         goto out;

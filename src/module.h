@@ -13,7 +13,7 @@
 #include "flare/flare.h"
 
 /* Modules an app can have. */
-#define FLARE__MODULES_MAX 8
+#define FLARE__MODULES_MAX 16
 
 /* Every hook may be NULL. `state` is what the module registered with. */
 typedef struct flare_module {

@@ -28,8 +28,9 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # command): examples/tfb/setup.sh fills the SQLite TFB database.
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
 # prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
+# logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")

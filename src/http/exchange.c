@@ -4,9 +4,19 @@
  * flare__http_dispatch, and is called back through ex->ops. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app.h"
 #include "obs/metrics.h"
+
+/* The start of the exchange for its observer (the access log's duration):
+ * the head is in the buffer and about to be parsed. */
+__attribute__((noinline)) static void observe_start(struct flare_req *ex)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ex->t_log_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 struct flare_req *flare__ex_get(flare_worker_t *w)
 {
@@ -45,6 +55,9 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->attrs = NULL;
     ex->bodybuf.len = 0;
     ex->out.len = 0;
+    ex->log_id = 0;
+    if (flare__unlikely(w->ex_done != NULL))
+        observe_start(ex);
     return ex;
 }
 

@@ -153,6 +153,13 @@ struct flare_req {
     uint64_t file_off, file_len;
     struct flare_res_hold *hold; /* read only while EX_HELD is set */
     uint64_t t_start_ns;         /* metrics on: when its read batch began */
+    /* for the exchange-finished observer (worker.ex_done; src/obs/log.c):
+     * when the head was taken up for parsing (CLOCK_REALTIME ns, set only
+     * while an observer is installed), the streamed body bytes, and the log's request id (0: none
+     * made yet) */
+    uint64_t t_log_ns;
+    uint64_t stream_bytes;
+    uint64_t log_id;
 };
 
 /* The exchange a response belongs to (container_of). */

@@ -116,6 +116,16 @@ static inline __attribute__((always_inline)) int send_prologue(struct flare_req 
     return SEND_GO;
 }
 
+/* The exchange-finished observer (worker.ex_done, the access log), when
+ * one is installed: before the protocol op, which may recycle the exchange
+ * once the response is queued. */
+static inline void observe_done(struct flare_req *ex, int status, uint64_t bytes)
+{
+    flare_worker_t *w = ex->worker;
+    if (flare__unlikely(w->ex_done != NULL))
+        w->ex_done(w->ex_done_ud, ex, status, bytes);
+}
+
 /* ---- held responses (flare__res_hold) ---- */
 
 enum { HOLD_COPY, HOLD_REF, HOLD_FILE };
@@ -178,6 +188,7 @@ static int hold_go(struct flare_req *ex)
         return flare__res_error(ex, h->oom ? 500 : h->err_status,
                                 h->oom ? "out of memory" : h->err_msg);
     }
+    observe_done(ex, h->status, h->kind == HOLD_FILE ? h->len : h->body.len);
     if (h->kind == HOLD_COPY)
         return ex->ops->respond(ex, h->status, h->ctype, h->body);
     if (h->kind == HOLD_REF)
@@ -253,6 +264,7 @@ static int send_common(struct flare_req *ex, int status, flare_str_t ctype, flar
             ref->fn(ref->ud);
         return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
     }
+    observe_done(ex, status, body.len);
     if (ref != NULL)
         return ex->ops->respond_ref(ex, status, ctype, body, ref);
     return ex->ops->respond(ex, status, ctype, body);
@@ -288,6 +300,7 @@ int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, i
         close(fd);
         return rc == SEND_ORPHAN ? flare__res_orphan_done(ex) : rc;
     }
+    observe_done(ex, status, len);
     rc = ex->ops->respond_file(ex, status, content_type, fd, off, len);
     if (rc != 0)
         return rc;
@@ -316,6 +329,8 @@ int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
     int rc = ex->ops->stream_begin(ex, status, content_type);
     if (rc != 0)
         return rc;
+    ex->res.status = status; /* for the observer at flare_res_end */
+    ex->stream_bytes = 0;
     ex->flags |= EX_STREAM;
     flare__ex_complete(ex);
     return 0;
@@ -333,6 +348,7 @@ int flare_res_write(flare_res_t *res, flare_str_t data)
     int rc = ex->ops->stream_write(ex, data);
     if (rc != 0)
         return rc;
+    ex->stream_bytes += data.len;
     flare__ex_complete(ex);
     return 0;
 }
@@ -344,6 +360,7 @@ int flare_res_end(flare_res_t *res)
         return flare__res_orphan_done(ex);
     if (!(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
         return FLARE_ESTATE;
+    observe_done(ex, ex->res.status, ex->stream_bytes);
     int rc = ex->ops->stream_end(ex);
     if (rc != 0)
         return rc;
