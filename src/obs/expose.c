@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "flare/db.h"
+#include "flare/log.h"
 #include "flare/tls.h"
 #include "obs/metrics_app.h"
 
@@ -521,6 +522,9 @@ static int render(flare_app_t *app, bool on_worker, flare_metrics_writer_t *mw)
                          "Blocking jobs waiting for a job-pool thread");
     /* the pool exists while the workers run: read it from one of them */
     sample_u64(mw, "flare_jobs_queued", NULL, on_worker ? flare__jobs_queued(app) : 0);
+    flare_metrics_family(mw, "flare_log_lines_dropped_total", "counter",
+                         "Log lines dropped because a worker's ring was full");
+    sample_u64(mw, "flare_log_lines_dropped_total", NULL, flare_log_dropped(app));
     tls_series(mw, app);
     for (size_t i = 0; i < ma->ndbs; i++) {
         flare_db_stats_t st;

@@ -208,8 +208,9 @@ class Metrics(ServerTestCase):
                      "flare_timeouts_total", "flare_ws_connections", "flare_ws_messages_total",
                      "flare_jobs_queued", "process_cpu_seconds_total",
                      "process_resident_memory_bytes", "process_open_fds", "process_max_fds",
-                     "process_start_time_seconds"):
+                     "process_start_time_seconds", "flare_log_lines_dropped_total"):
             self.assertIn("# TYPE %s " % name, text)
+        self.assertIn("\nflare_log_lines_dropped_total 0\n", text)
 
     def test_healthz_and_readyz(self):
         c = Raw(self.server.port)
