@@ -185,7 +185,8 @@ FLARE_API int flare_openapi_write(const flare_app_t *app, flare_json_t *w);
  * call are in it) and kept: a request copies nothing; a strong ETag (a
  * digest of the body) answers If-None-Match with 304; Cache-Control:
  * no-cache. 0, or what flare_get and generation fail with (a failed
- * generation fails flare_app_run, with flare_last_error() saying why). */
+ * generation fails flare_app_run with FLARE_EINVAL; flare_openapi_write
+ * then says why in flare_last_error()). */
 FLARE_API int flare_openapi_route(flare_app_t *app, const char *path);
 
 /* Swagger UI options; a zeroed struct (or NULL) means the defaults. */

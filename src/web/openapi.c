@@ -88,6 +88,7 @@ static void oa_free_app(flare_app_t *app, void *state)
     free(st->schemes);
     free(st->doc);
     free(st->init_js);
+    free(st->ui_page);
     free(st);
 }
 

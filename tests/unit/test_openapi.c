@@ -259,9 +259,9 @@ static void test_schema_every_type(void **state)
     assert_null(at(s, "additionalProperties", NULL));
     /* the operation refers to the component, responses get descriptions */
     const flare_json_val_t *op = at(root, "paths", "/things", "post", NULL);
-    assert_string_equal(str_of(at(op, "requestBody", "content", "application/json", "schema",
-                                  "$ref", NULL)),
-                        "#/components/schemas/Everything");
+    assert_string_equal(
+        str_of(at(op, "requestBody", "content", "application/json", "schema", "$ref", NULL)),
+        "#/components/schemas/Everything");
     assert_true(at(op, "requestBody", "required", NULL) != NULL);
     assert_string_equal(str_of(at(op, "responses", "201", "description", NULL)), "made");
     assert_string_equal(str_of(at(op, "responses", "400", "description", NULL)), "Bad Request");
@@ -308,8 +308,8 @@ static void test_partial_closed_inline_array(void **state)
     assert_string_equal(str_of(at(par, "in", NULL)), "path");
     assert_string_equal(type_of(at(par, "schema", NULL)), "string");
     /* an array of components */
-    s = at(root, "paths", "/p", "get", "responses", "200", "content", "application/json",
-           "schema", NULL);
+    s = at(root, "paths", "/p", "get", "responses", "200", "content", "application/json", "schema",
+           NULL);
     assert_string_equal(type_of(s), "array");
     assert_string_equal(str_of(at(s, "items", "$ref", NULL)), "#/components/schemas/Point");
     assert_non_null(at(root, "components", "schemas", "Point", NULL));
@@ -440,9 +440,8 @@ static void test_registration_errors(void **state)
                                             FLARE_PARAM_STR(FLARE_IN_QUERY, "q") };
     bad = (flare_op_t){ .params = dup, .nparams = 2, .responses = res, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &bad), FLARE_EINVAL);
-    static const flare_op_param_t obj[] = {
-        { FLARE_IN_QUERY, { .name = "o", .type = FLARE_FIELD_OBJECT } }
-    };
+    static const flare_op_param_t obj[] = { { FLARE_IN_QUERY,
+                                              { .name = "o", .type = FLARE_FIELD_OBJECT } } };
     bad = (flare_op_t){ .params = obj, .nparams = 1, .responses = res, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &bad), FLARE_EINVAL);
     static const flare_op_param_t re[] = { FLARE_PARAM_STR(FLARE_IN_QUERY, "q",
@@ -460,15 +459,14 @@ static void test_registration_errors(void **state)
     static const flare_op_content_t nothing = { .name = "N" };
     bad = (flare_op_t){ .body = &nothing, .responses = res, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &bad), FLARE_EINVAL);
-    static const flare_op_content_t badname = { .name = "a b", .fields = point_fields,
+    static const flare_op_content_t badname = { .name = "a b",
+                                                .fields = point_fields,
                                                 .nfields = 2 };
     bad = (flare_op_t){ .body = &badname, .responses = res, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &bad), FLARE_EINVAL);
     /* success; then a schema name reused for another table, an operationId twice */
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &op), 0);
-    static const flare_op_response_t other[] = {
-        { 200, "ok", FLARE_OP_JSON("P", other_fields) }
-    };
+    static const flare_op_response_t other[] = { { 200, "ok", FLARE_OP_JSON("P", other_fields) } };
     bad = (flare_op_t){ .responses = other, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/a/{id}", &bad), FLARE_EEXIST);
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/a/{id}", &op), FLARE_EEXIST);
@@ -479,8 +477,9 @@ static void test_registration_errors(void **state)
     flare_op_t post = { .responses = res, .nresponses = 1 };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_POST, "/a/{key}", &post), FLARE_EINVAL);
     /* documenting a route again replaces the first description */
-    flare_op_t again = { .operation_id = "b2", .summary = "second", .responses = res,
-                         .nresponses = 1 };
+    flare_op_t again = {
+        .operation_id = "b2", .summary = "second", .responses = res, .nresponses = 1
+    };
     assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/b", &again), 0);
     flare_json_doc_t *d = doc_of(app);
     const flare_json_val_t *root = flare_json_doc_root(d);
@@ -545,7 +544,8 @@ static void test_served_with_etag(void **state)
                               "Connection: close\r\n\r\n");
     assert_non_null(strstr(r, "HTTP/1.1 200 "));
     free(r);
-    r = harness_roundtrip(&h, "HEAD /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    r = harness_roundtrip(&h,
+                          "HEAD /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_non_null(strstr(r, "HTTP/1.1 200 "));
     assert_null(strstr(r, "\"openapi\""));
     free(r);
@@ -563,6 +563,27 @@ static void test_served_with_etag(void **state)
     flare_app_free(app);
 }
 
+/* A document that cannot be written fails the run, saying why. */
+static void test_undeclared_scheme_fails_the_run(void **state)
+{
+    (void)state;
+    flare_app_t *app = flare_app_new(&(flare_config_t){ .workers = 1 });
+    assert_int_equal(flare_get(app, "/x", ok, NULL), 0);
+    static const flare_op_response_t res[] = { { 200, "ok", { 0 } } };
+    flare_op_t op = { .responses = res, .nresponses = 1, .security = "nobody" };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/x", &op), 0);
+    assert_int_equal(flare_openapi_route(app, "/openapi.json"), 0);
+    assert_int_equal(flare_app_run(app, "127.0.0.1:0"), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "module openapi"));
+    /* the detail, from the generator itself */
+    flare_json_t w;
+    flare_json_init_heap(&w, 0);
+    assert_int_equal(flare_openapi_write(app, &w), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "\"nobody\""));
+    flare_json_dispose(&w);
+    flare_app_free(app);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -571,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_params_security_info),
         cmocka_unit_test(test_registration_errors),
         cmocka_unit_test(test_served_with_etag),
+        cmocka_unit_test(test_undeclared_scheme_fails_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
