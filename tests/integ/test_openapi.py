@@ -237,11 +237,40 @@ class OpenApi(ServerTestCase):
             # a well-formed login is 200 (or 401 for a wrong password): not 400
             self.assertEqual(r.status != 400, ok, "login %r: server %d, schema %s"
                              % (body, r.status, ok))
-        # and responses match their schemas: the todo as the server wrote it
-        rc, out, err = validate(self.document(), {"Todo": [json.loads(
-            self.call("GET", "/api/todos/%d" % tid, cookie=sid).body)]})
+        # and the server's answers match the schemas the document gives them
+        answers = {"Todo": [], "BadRequest": [], "Error": [], "User": []}
+
+        def answer(schema, status, method, path, body=None, cookie=None, headers=()):
+            r = self.call(method, path, body, cookie, headers)
+            self.assertEqual(r.status, status, r)
+            answers[schema].append(json.loads(r.body))
+            return answers[schema][-1]
+
+        answer("Todo", 200, "GET", "/api/todos/%d" % tid, cookie=sid)
+        answer("Todo", 200, "PATCH", "/api/todos/%d" % tid, {"done": True}, sid)
+        answer("Todo", 201, "POST", "/api/todos", {"title": "t", "done": False}, sid)
+        answer("BadRequest", 400, "POST", "/api/todos", {"title": "", "done": 3}, sid)
+        answer("BadRequest", 400, "POST", "/api/todos", b'{"title": ', sid)
+        answer("BadRequest", 400, "POST", "/api/session", b"[1,]")
+        answer("Error", 401, "GET", "/api/todos")
+        answer("Error", 404, "GET", "/api/todos/999999", cookie=sid)
+        answer("Error", 401, "POST", "/api/session", {"user": "alice", "password": "x"})
+        c = self.connect()
+        c.send(build_request("POST", "/api/todos", [("Cookie", "todo_sid=" + sid),
+                                                    ("Content-Type", "text/plain")], b"hi"))
+        r = c.read_response()
+        self.assertEqual(r.status, 415, r)
+        answers["Error"].append(json.loads(r.body))
+        answer("User", 200, "POST", "/api/session", {"user": "alice", "password": "wonderland"})
+        r = self.call("GET", "/api/todos", cookie=sid)
+        self.assertEqual(r.status, 200)
+        answers["Todo"] += json.loads(r.body)
+        rc, out, err = validate(self.document(), answers)
         self.assertEqual(rc, 0, out + err)
-        self.assertEqual(json.loads(out.splitlines()[0]), {"Todo": [True]})
+        verdict = json.loads(out.splitlines()[0])
+        for name, values in answers.items():
+            for v, ok in zip(values, verdict[name]):
+                self.assertTrue(ok, "%s does not match the %s schema" % (v, name))
 
     def test_docs_files(self):
         r = self.call("GET", "/docs")
