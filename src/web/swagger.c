@@ -3,7 +3,8 @@
  * flare_static serves. The package's own index.html and
  * swagger-initializer.js point at a demo document on the Internet, so the
  * page and the script that starts the UI are ours, served from memory; no
- * inline script, so a Content-Security-Policy of 'self' does not break it. */
+ * inline script (a script-src policy without 'unsafe-inline' allows the
+ * page's own scripts; whether the bundle itself needs more is not tested). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
