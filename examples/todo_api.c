@@ -19,6 +19,9 @@
  *   PATCH  /api/todos/{id}   partial update -> 200 / 400 / 404
  *   DELETE /api/todos/{id}   204 / 404
  *
+ *   GET    /openapi.json     the OpenAPI 3.1 document of all of the above
+ *   GET    /docs/            Swagger UI on that document (flare/openapi.h)
+ *
  * CORS allows http://localhost:3000 with credentials. */
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 
 #include <flare/db.h>
 #include <flare/flare.h>
+#include <flare/openapi.h>
 #include <flare/settings.h>
 #include <flare/redis.h>
 
@@ -73,6 +77,69 @@ typedef struct login_in {
 static const flare_field_t login_fields[] = {
     FLARE_FIELD_STR(login_in_t, user, "user", FLARE_REQUIRED, FLARE_LEN(1, 64)),
     FLARE_FIELD_STR(login_in_t, password, "password", FLARE_REQUIRED, FLARE_LEN(1, 256)),
+};
+
+/* ---- response bodies, described for the OpenAPI document ---- */
+
+typedef struct todo_out {
+    int64_t id;
+    flare_str_t title;
+    bool done;
+} todo_out_t;
+
+static const flare_field_t todo_out_fields[] = {
+    FLARE_FIELD_INT(todo_out_t, id, "id", FLARE_REQUIRED, FLARE_MIN(1)),
+    FLARE_FIELD_STR(todo_out_t, title, "title", FLARE_REQUIRED, FLARE_LEN(1, 200)),
+    FLARE_FIELD_BOOL(todo_out_t, done, "done", FLARE_REQUIRED),
+};
+
+typedef struct user_out {
+    flare_str_t user;
+} user_out_t;
+
+static const flare_field_t user_fields[] = {
+    FLARE_FIELD_STR(user_out_t, user, "user", FLARE_REQUIRED, FLARE_LEN(1, 64)),
+};
+
+typedef struct error_out {
+    flare_str_t error;
+} error_out_t;
+
+static const flare_field_t error_fields[] = {
+    FLARE_FIELD_STR(error_out_t, error, "error", FLARE_REQUIRED,
+                    FLARE_DESCRIPTION("what went wrong")),
+};
+
+/* flare_req_bind's 400: {"errors":[{"field":..,"reason":..}]} when fields
+ * fail validation, {"error":"invalid JSON","line":..,"column":..,
+ * "position":..,"reason":..} when the body is not JSON */
+typedef struct field_error {
+    flare_str_t field, reason;
+} field_error_t;
+
+typedef struct bad_request_out {
+    field_error_t errors[FLARE_MAP_MAX_ERRORS];
+    size_t nerrors;
+    flare_str_t error, reason;
+    int64_t line, column, position;
+} bad_request_out_t;
+
+static const flare_field_t field_error_fields[] = {
+    FLARE_FIELD_STR(field_error_t, field, "field", FLARE_REQUIRED,
+                    FLARE_DESCRIPTION("path of the member: \"title\", \"tags[2]\"; \"\" for the "
+                                      "body itself")),
+    FLARE_FIELD_STR(field_error_t, reason, "reason", FLARE_REQUIRED),
+};
+
+static const flare_field_t bad_request_fields[] = {
+    FLARE_FIELD_ARRAY_OF(bad_request_out_t, errors, nerrors, "errors", field_error_fields,
+                         FLARE_ITEMS(1, 0), FLARE_DESCRIPTION("every field that failed")),
+    FLARE_FIELD_STR(bad_request_out_t, error, "error",
+                    FLARE_DESCRIPTION("\"invalid JSON\" when the body is not JSON")),
+    FLARE_FIELD_INT(bad_request_out_t, line, "line", FLARE_MIN(1)),
+    FLARE_FIELD_INT(bad_request_out_t, column, "column", FLARE_MIN(1)),
+    FLARE_FIELD_INT(bad_request_out_t, position, "position", FLARE_MIN(0)),
+    FLARE_FIELD_STR(bad_request_out_t, reason, "reason"),
 };
 
 /* ---- helpers ---- */
@@ -288,6 +355,180 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
     return ask(req, res, 204, "DELETE FROM todos WHERE id = $1", &p, 1, answer_deleted);
 }
 
+/* ---- the OpenAPI document: every route, next to what it answers ---- */
+
+#define R_ERROR(code, text)                                  \
+    {                                                        \
+        (code), (text), FLARE_OP_JSON("Error", error_fields) \
+    }
+#define R_INVALID                                                                       \
+    {                                                                                   \
+        400,                                                                            \
+            "the fields that failed validation (every one of them), or where the body " \
+            "is not JSON",                                                              \
+            FLARE_OP_JSON("BadRequest", bad_request_fields)                             \
+    }
+#define R_NOT_JSON   R_ERROR(415, "not JSON, with a Content-Type that is not JSON either")
+#define R_NEED_LOGIN R_ERROR(401, "no session: log in first (POST /api/session)")
+#define R_DB_DOWN    R_ERROR(503, "the database is unavailable or timed out")
+
+static const char *const tag_session[] = { "session", NULL };
+static const char *const tag_todos[] = { "todos", NULL };
+static const char *const tag_meta[] = { "meta", NULL };
+
+static const flare_op_param_t id_param[] = {
+    FLARE_PARAM_INT(FLARE_IN_PATH, "id", FLARE_MIN(1), FLARE_DESCRIPTION("the todo's id")),
+};
+
+static const flare_op_content_t login_body = FLARE_OP_JSON("Login", login_fields);
+static const flare_op_content_t todo_body = {
+    .name = "TodoIn", .fields = todo_fields, .nfields = FLARE_MAP_N(todo_fields), .closed = true
+};
+static const flare_op_content_t todo_patch_body = { .name = "TodoPatch",
+                                                    .fields = todo_fields,
+                                                    .nfields = FLARE_MAP_N(todo_fields),
+                                                    .partial = true,
+                                                    .closed = true };
+
+static const flare_op_response_t login_res[] = {
+    { 200, "logged in; the session cookie todo_sid is set", FLARE_OP_JSON("User", user_fields) },
+    R_INVALID,
+    R_NOT_JSON,
+    R_ERROR(401, "invalid user or password"),
+    R_ERROR(503, "the session store is unavailable"),
+};
+static const flare_op_response_t logout_res[] = {
+    { 204, "logged out; the session cookie is cleared", { 0 } },
+};
+static const flare_op_response_t list_res[] = {
+    { 200, "every todo, by id", FLARE_OP_JSON_ARRAY("Todo", todo_out_fields) },
+    R_NEED_LOGIN,
+    R_DB_DOWN,
+};
+static const flare_op_response_t create_res[] = {
+    { 201, "created; Location names it", FLARE_OP_JSON("Todo", todo_out_fields) },
+    R_INVALID,
+    R_NOT_JSON,
+    R_NEED_LOGIN,
+    R_DB_DOWN,
+};
+static const flare_op_response_t get_res[] = {
+    { 200, "the todo", FLARE_OP_JSON("Todo", todo_out_fields) },
+    R_NEED_LOGIN,
+    R_ERROR(404, "no such todo"),
+    R_DB_DOWN,
+};
+static const flare_op_response_t patch_res[] = {
+    { 200, "the todo as updated", FLARE_OP_JSON("Todo", todo_out_fields) },
+    R_INVALID,
+    R_NOT_JSON,
+    R_NEED_LOGIN,
+    R_ERROR(404, "no such todo"),
+    R_DB_DOWN,
+};
+static const flare_op_response_t delete_res[] = {
+    { 204, "deleted", { 0 } },
+    R_NEED_LOGIN,
+    R_ERROR(404, "no such todo"),
+    R_DB_DOWN,
+};
+static const flare_op_response_t doc_res[] = {
+    { 200, "this document", { .content_type = "application/json" } },
+    { 304, "not modified (If-None-Match matched the ETag)", { 0 } },
+};
+
+#define OPS(a) .responses = (a), .nresponses = FLARE_MAP_N(a)
+#define ID     .params = id_param, .nparams = FLARE_MAP_N(id_param)
+
+static int document(flare_app_t *app)
+{
+    static const struct {
+        flare_method_t method;
+        const char *pattern;
+        flare_op_t op;
+    } docs[] = {
+        { FLARE_METHOD_POST,
+          "/api/session",
+          { .summary = "Log in",
+            .description = "Checks the user and password (alice / wonderland), starts a new "
+                           "session and sets its cookie.",
+            .operation_id = "login",
+            .tags = tag_session,
+            .body = &login_body,
+            OPS(login_res) } },
+        { FLARE_METHOD_DELETE,
+          "/api/session",
+          { .summary = "Log out",
+            .description = "Ends the session the cookie names, if any (204 either way).",
+            .operation_id = "logout",
+            .tags = tag_session,
+            OPS(logout_res) } },
+        { FLARE_METHOD_GET,
+          "/api/todos",
+          { .summary = "List the todos",
+            .operation_id = "listTodos",
+            .tags = tag_todos,
+            OPS(list_res),
+            .security = "sessionCookie" } },
+        { FLARE_METHOD_POST,
+          "/api/todos",
+          { .summary = "Create a todo",
+            .operation_id = "createTodo",
+            .tags = tag_todos,
+            .body = &todo_body,
+            OPS(create_res),
+            .security = "sessionCookie" } },
+        { FLARE_METHOD_GET,
+          "/api/todos/{id}",
+          { .summary = "Read one todo",
+            .operation_id = "getTodo",
+            .tags = tag_todos,
+            ID,
+            OPS(get_res),
+            .security = "sessionCookie" } },
+        { FLARE_METHOD_PATCH,
+          "/api/todos/{id}",
+          { .summary = "Update a todo",
+            .description = "Only the members present are validated and changed.",
+            .operation_id = "updateTodo",
+            .tags = tag_todos,
+            ID,
+            .body = &todo_patch_body,
+            OPS(patch_res),
+            .security = "sessionCookie" } },
+        { FLARE_METHOD_DELETE,
+          "/api/todos/{id}",
+          { .summary = "Delete a todo",
+            .operation_id = "deleteTodo",
+            .tags = tag_todos,
+            ID,
+            OPS(delete_res),
+            .security = "sessionCookie" } },
+        { FLARE_METHOD_GET,
+          "/openapi.json",
+          { .summary = "This OpenAPI document",
+            .operation_id = "openapi",
+            .tags = tag_meta,
+            OPS(doc_res) } },
+    };
+    int rc;
+    flare_openapi_info_t info = {
+        .title = "Flare todo API",
+        .version = "1.0.0",
+        .description = "The todo list of examples/todo_api.c: log in, then manage todos.",
+    };
+    if ((rc = flare_openapi_info(app, &info)) != 0 ||
+        (rc = flare_openapi_cookie_auth(app, "sessionCookie", "todo_sid",
+                                        "the session cookie set by POST /api/session")) != 0 ||
+        (rc = flare_openapi_route(app, "/openapi.json")) != 0)
+        return rc;
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        if ((rc = flare_route_doc(app, docs[i].method, docs[i].pattern, &docs[i].op)) != 0)
+            return rc;
+    }
+    return flare_swagger_ui(app, "/docs", NULL);
+}
+
 /* ---- main ---- */
 
 static int setup(flare_app_t *app, const flare_session_store_t *store)
@@ -327,7 +568,7 @@ static int setup(flare_app_t *app, const flare_session_store_t *store)
         (rc = flare_group_route(todos, FLARE_METHOD_PATCH, "/{id}", patch_todo, NULL)) != 0 ||
         (rc = flare_group_route(todos, FLARE_METHOD_DELETE, "/{id}", delete_todo, NULL)) != 0)
         return rc;
-    return 0;
+    return document(app);
 }
 
 /* The table, made when missing (so todos survive a restart). The id is
@@ -393,7 +634,9 @@ int main(int argc, char **argv)
         }
     }
     rc = setup(app, sessions != NULL ? &store : NULL);
-    if (rc == 0 && (rc = flare_settings_apply(&st, app, NULL)) != 0)
+    if (rc != 0)
+        fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
+    else if ((rc = flare_settings_apply(&st, app, NULL)) != 0)
         fprintf(stderr, "todo_api: %s\n", flare_settings_error(&st));
     else if (rc == 0 && (rc = flare_settings_watch(&st, app)) == 0 &&
              (rc = flare_app_run(app, NULL)) != 0)

@@ -388,6 +388,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/metrics.h"
 #include "flare/middleware.h"
 #include "flare/multipart.h"
+#include "flare/openapi.h"
 #include "flare/rest.h"
 #include "flare/session.h"
 #include "flare/static.h"

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "flare/mapping.h"
+#include "web/mapping_int.h"
 
 /* ---- per-thread compiled pattern cache ----------------------------------
  * Tables are shared read-only by every worker; glibc's regexec() locks the
@@ -605,11 +606,26 @@ static int encode_value(const flare_field_t *f, flare_field_type_t t, const char
 
 /* ---- schema -------------------------------------------------------------- */
 
-static void schema_value(const flare_field_t *f, flare_field_type_t t, flare_json_t *w)
+/* "type": "T", or with nullable (JSON Schema 2020-12, OpenAPI 3.1: no
+ * "nullable" keyword any more) "type": ["T", "null"]. */
+static void schema_type(flare_json_t *w, const char *t, bool nullable)
+{
+    if (!nullable) {
+        flare_json_kv_cstr(w, "type", t);
+        return;
+    }
+    flare_json_kv_array(w, "type");
+    flare_json_cstr(w, t);
+    flare_json_cstr(w, "null");
+    flare_json_array_end(w);
+}
+
+static void schema_value(const flare_field_t *f, flare_field_type_t t, unsigned flags,
+                         bool nullable, flare_json_t *w)
 {
     switch (t) {
     case FLARE_FIELD_STRING: {
-        flare_json_kv_cstr(w, "type", "string");
+        schema_type(w, "string", nullable);
         if (f->min_len > 0)
             flare_json_kv_int(w, "minLength", (int64_t)f->min_len);
         size_t max = f->max_len;
@@ -636,16 +652,29 @@ static void schema_value(const flare_field_t *f, flare_field_type_t t, flare_jso
         }
         break;
     }
-    case FLARE_FIELD_INT:
-        flare_json_kv_cstr(w, "type", "integer");
+    case FLARE_FIELD_INT: {
+        schema_type(w, "integer", nullable);
         flare_json_kv_cstr(w, "format", f->size == 8 ? "int64" : "int32");
+        /* a member narrower than its format also bounds the value (decoding
+         * refuses what does not fit) */
+        int64_t lo = 0, hi = 0;
+        bool narrow = (flags & FLARE__SCHEMA_OPENAPI) && (f->size == 1 || f->size == 2);
+        if (narrow) {
+            hi = f->size == 1 ? INT8_MAX : INT16_MAX;
+            lo = -hi - 1;
+        }
         if (f->has_min)
-            flare_json_kv_int(w, "minimum", f->min);
+            flare_json_kv_int(w, "minimum", narrow && f->min < lo ? lo : f->min);
+        else if (narrow)
+            flare_json_kv_int(w, "minimum", lo);
         if (f->has_max)
-            flare_json_kv_int(w, "maximum", f->max);
+            flare_json_kv_int(w, "maximum", narrow && f->max > hi ? hi : f->max);
+        else if (narrow)
+            flare_json_kv_int(w, "maximum", hi);
         break;
+    }
     case FLARE_FIELD_DOUBLE:
-        flare_json_kv_cstr(w, "type", "number");
+        schema_type(w, "number", nullable);
         flare_json_kv_cstr(w, "format", f->size == sizeof(float) ? "float" : "double");
         if (f->has_dmin && (!f->has_min || f->dmin >= (double)f->min))
             flare_json_kv_double(w, "minimum", f->dmin);
@@ -657,7 +686,7 @@ static void schema_value(const flare_field_t *f, flare_field_type_t t, flare_jso
             flare_json_kv_int(w, "maximum", f->max);
         break;
     case FLARE_FIELD_BOOL:
-        flare_json_kv_cstr(w, "type", "boolean");
+        schema_type(w, "boolean", nullable);
         break;
     case FLARE_FIELD_OBJECT:
         break; /* written by the caller */
@@ -666,42 +695,49 @@ static void schema_value(const flare_field_t *f, flare_field_type_t t, flare_jso
     }
 }
 
-static void schema_object_body(const flare_field_t *fields, size_t n, flare_json_t *w);
+static void schema_object_body(const flare_field_t *fields, size_t n, unsigned flags, bool nullable,
+                               flare_json_t *w);
 
-static void schema_field(const flare_field_t *f, flare_json_t *w)
+static void schema_field(const flare_field_t *f, unsigned flags, bool top, flare_json_t *w)
 {
+    /* decoding takes null for an absent member, so an optional one is
+     * nullable (and with PARTIAL, every top-level one is optional) */
+    bool optional = !f->required || (top && (flags & FLARE__SCHEMA_PARTIAL));
+    bool nullable = (flags & FLARE__SCHEMA_OPENAPI) && optional;
+    unsigned inner = flags & ~(unsigned)FLARE__SCHEMA_PARTIAL; /* nested objects are complete */
     flare_json_kv_object(w, f->name);
     if (f->description != NULL)
         flare_json_kv_cstr(w, "description", f->description);
     if (f->type == FLARE_FIELD_OBJECT) {
-        schema_object_body(f->fields, f->nfields, w);
+        schema_object_body(f->fields, f->nfields, inner, nullable, w);
     } else if (f->type == FLARE_FIELD_ARRAY) {
-        flare_json_kv_cstr(w, "type", "array");
+        schema_type(w, "array", nullable);
         if (f->min_items > 0)
             flare_json_kv_int(w, "minItems", (int64_t)f->min_items);
         size_t max = f->max_items > 0 && f->max_items < f->capacity ? f->max_items : f->capacity;
         flare_json_kv_int(w, "maxItems", (int64_t)max);
         flare_json_kv_object(w, "items");
         if (f->elem == FLARE_FIELD_OBJECT)
-            schema_object_body(f->fields, f->nfields, w);
+            schema_object_body(f->fields, f->nfields, inner, false, w);
         else
-            schema_value(f, f->elem, w);
+            schema_value(f, f->elem, inner, false, w);
         flare_json_object_end(w);
     } else {
-        schema_value(f, f->type, w);
+        schema_value(f, f->type, inner, nullable, w);
     }
     flare_json_object_end(w);
 }
 
-static void schema_object_body(const flare_field_t *fields, size_t n, flare_json_t *w)
+static void schema_object_body(const flare_field_t *fields, size_t n, unsigned flags, bool nullable,
+                               flare_json_t *w)
 {
-    flare_json_kv_cstr(w, "type", "object");
+    schema_type(w, "object", nullable);
     flare_json_kv_object(w, "properties");
     for (size_t i = 0; i < n; i++)
-        schema_field(&fields[i], w);
+        schema_field(&fields[i], flags, true, w);
     flare_json_object_end(w);
     bool any = false;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !(flags & FLARE__SCHEMA_PARTIAL); i++) {
         if (!fields[i].required)
             continue;
         if (!any)
@@ -711,12 +747,26 @@ static void schema_object_body(const flare_field_t *fields, size_t n, flare_json
     }
     if (any)
         flare_json_array_end(w);
+    if (flags & FLARE__SCHEMA_CLOSED)
+        flare_json_kv_bool(w, "additionalProperties", false);
+}
+
+int flare__map_schema(const flare_field_t *fields, size_t n, unsigned flags, flare_json_t *w)
+{
+    flare_json_object_begin(w);
+    schema_object_body(fields, n, flags, false, w);
+    return flare_json_object_end(w);
 }
 
 int flare_map_schema(const flare_field_t *fields, size_t n, flare_json_t *w)
 {
+    return flare__map_schema(fields, n, 0, w);
+}
+
+int flare__map_schema_scalar(const flare_field_t *f, flare_json_t *w)
+{
     flare_json_object_begin(w);
-    schema_object_body(fields, n, w);
+    schema_value(f, f->type, FLARE__SCHEMA_OPENAPI, false, w);
     return flare_json_object_end(w);
 }
 
