@@ -59,8 +59,7 @@ extern "C" {
  * sent. on_end may also return FLARE_ASYNC (it will answer later). on_start
  * may be NULL. `ud` is the one given to flare_route_stream. */
 typedef int (*flare_body_start_fn)(flare_req_t *req, flare_res_t *res, void *ud);
-typedef int (*flare_body_chunk_fn)(flare_req_t *req, flare_res_t *res, flare_str_t data,
-                                   void *ud);
+typedef int (*flare_body_chunk_fn)(flare_req_t *req, flare_res_t *res, flare_str_t data, void *ud);
 typedef int (*flare_body_end_fn)(flare_req_t *req, flare_res_t *res, int err, void *ud);
 
 typedef struct flare_body_route {
