@@ -129,7 +129,8 @@ static int c_end(flare_req_t *req, flare_res_t *res, int err, void *ud)
         n += snprintf(body + n, 4096 - (size_t)n, "]");
     }
     n += snprintf(body + n, 4096 - (size_t)n, "}");
-    return flare_res_send(res, 200, FLARE_STR("application/json"), (flare_str_t){ body, (size_t)n });
+    return flare_res_send(res, 200, FLARE_STR("application/json"),
+                          (flare_str_t){ body, (size_t)n });
 }
 
 static int early(flare_req_t *req, flare_res_t *res, void *ud)
@@ -163,7 +164,8 @@ static int stats(flare_req_t *req, flare_res_t *res, void *ud)
     for (size_t i = 0; i < nends; i++)
         n += snprintf(body + n, 16, "%s%d", i > 0 ? "," : "", ends[i]);
     n += snprintf(body + n, 48, "],\"paused\":%zu}", npaused);
-    return flare_res_send(res, 200, FLARE_STR("application/json"), (flare_str_t){ body, (size_t)n });
+    return flare_res_send(res, 200, FLARE_STR("application/json"),
+                          (flare_str_t){ body, (size_t)n });
 }
 
 static int buffered(flare_req_t *req, flare_res_t *res, void *ud)

@@ -179,7 +179,7 @@ void flare_req_body_pause(flare_req_t *req)
     if (ex == NULL || !(ex->flags & EX_BODY_LIVE) || (ex->flags & EX_BODY_PAUSED))
         return;
     ex->flags |= EX_BODY_PAUSED;
-    if ((ex->flags & EX_BODY_STREAM) && (ex->flags & EX_BODY_READING) && ex->conn != NULL)
+    if ((ex->flags & EX_BODY_STREAM) && (ex->flags & EX_BODY_READING) && !(ex->flags & EX_ORPHAN))
         ex->ops->body_read(ex, false);
 }
 
@@ -191,7 +191,7 @@ void flare_req_body_resume(flare_req_t *req)
     ex->flags &= ~(uint32_t)EX_BODY_PAUSED;
     if (ex->flags & EX_BODY_STREAM) {
         ex->flags |= EX_BODY_READING;
-        if (ex->conn != NULL)
+        if (!(ex->flags & EX_ORPHAN))
             ex->ops->body_read(ex, true);
         return;
     }
