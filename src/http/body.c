@@ -12,9 +12,8 @@
  * - the protocol streams it (ops->body_read set, EX_BODY_STREAM): it feeds
  *   flare__ex_body_data / flare__ex_body_end as it decodes the body, and
  *   body_read(on/off) follows the handler's pause/resume;
- * - it does not (ops->body_read NULL, or the body was complete in the
- *   first read): the body it buffered is delivered here as one chunk and
- *   the end, with a pause only delaying the end. */
+ * - it does not (ops->body_read NULL): the body it buffered is delivered
+ *   here as one chunk and the end, with a pause only delaying the end. */
 #include <string.h>
 
 #include "app.h"
@@ -82,7 +81,9 @@ static int call_end(struct flare_req *ex, int err)
     return rc;
 }
 
-/* on_end(0) returned rc: settle as dispatch settles a handler's return. */
+/* on_end(0) returned rc: settle as dispatch settles a handler's return.
+ * The error answer is made as if inside the handler, so the exchange is
+ * completed exactly once, here. */
 static void settle_end(struct flare_req *ex, int rc)
 {
     if (ex->flags & EX_ORPHAN) {
@@ -91,9 +92,10 @@ static void settle_end(struct flare_req *ex, int rc)
         return;
     }
     if (!(ex->flags & (EX_SENT | EX_STREAM | EX_HELD)) && rc != FLARE_ASYNC) {
-        ex->flags |= EX_CLOSE;
+        ex->flags |= EX_CLOSE | EX_IN_HANDLER;
         flare__res_error(ex, 500,
                          rc < 0 ? flare_strerror(rc) : "handler returned without a response");
+        ex->flags &= ~(uint32_t)EX_IN_HANDLER;
     }
     flare__ex_complete(ex);
 }
@@ -147,11 +149,12 @@ int flare__ex_body_data(struct flare_req *ex, flare_str_t data)
     int rc = call_chunk(ex, data);
     if (!(ex->flags & EX_SENT) && rc >= 0)
         return 0;
-    ex->flags &= ~(uint32_t)(EX_BODY_OPEN | EX_BODY_LIVE | EX_BODY_PAUSED);
     if (!(ex->flags & EX_SENT)) {
-        ex->flags |= EX_CLOSE;
+        ex->flags |= EX_CLOSE | EX_IN_HANDLER; /* the caller completes it */
         flare__res_error(ex, 500, flare_strerror(rc));
+        ex->flags &= ~(uint32_t)EX_IN_HANDLER;
     }
+    ex->flags &= ~(uint32_t)(EX_BODY_OPEN | EX_BODY_LIVE | EX_BODY_PAUSED);
     return 1;
 }
 

@@ -426,6 +426,7 @@ static void stream_fail(flare_conn_t *c, int err, int status, const char *msg)
     c->flags &= ~(uint32_t)C_BODY_WAIT;
     if (!(c->flags & C_READ_PAUSED))
         flare__stream_read_enable(&c->s, true);
+    ex->flags |= EX_CLOSE; /* an answer from on_end says so too */
     flare__ex_body_end(ex, err);
     framing_error(c, ex, status, msg); /* no second answer when it answered */
 }

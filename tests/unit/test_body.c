@@ -327,13 +327,15 @@ static int k_end(void *ud, const flare_multipart_field_t *f)
 static void test_multipart_stream(void **state)
 {
     (void)state;
-    static const char body[] = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n"
-                               "small value\r\n"
-                               "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\n"
-                               "\r\n0123456789012345678901234567890123456789\r\n--b--\r\n";
+    static const char body[] =
+        "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n"
+        "small value\r\n"
+        "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\n"
+        "\r\n0123456789012345678901234567890123456789\r\n--b--\r\n";
     for (int discard = 0; discard < 2; discard++) {
         struct flare_req *ex = new_ex(&buffered_ops, "/up");
-        flare_header_t h = { FLARE_STR("Content-Type"), FLARE_STR("multipart/form-data; boundary=b") };
+        flare_header_t h = { FLARE_STR("Content-Type"),
+                             FLARE_STR("multipart/form-data; boundary=b") };
         ex->head.headers[0] = h;
         ex->head.nheaders = 1;
         flare_multipart_opts_t o = { .file_threshold = 16 };
