@@ -14,6 +14,10 @@
  * the log files (logrotate). The logging flags set up flare/log.h
  * (docs/logging.md); GET /log writes one info line through flare_req_log.
  *
+ * POST /sha256 and POST /upload stream their bodies (flare/body.h): the
+ * SHA-256 of the raw body, and of each multipart part, computed as the
+ * bytes pass, with --max-body as their only limit.
+ *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.
  *
