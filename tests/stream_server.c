@@ -2,6 +2,7 @@
  * (flare/body.h) that show what the callbacks saw.
  *
  *   stream_server --listen HOST:PORT [--max-body BYTES] [--tmpdir DIR]
+ *                 [--body-timeout-ms MS]
  *
  * One worker (the paused requests are a plain list). Routes:
  *   POST /count       bytes and chunks received, answered at the end
@@ -187,6 +188,8 @@ int main(int argc, char **argv)
             listen = argv[i + 1];
         else if (strcmp(argv[i], "--max-body") == 0)
             cfg.max_body = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--body-timeout-ms") == 0)
+            cfg.body_timeout_ms = (unsigned)strtoul(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--workers") == 0)
             cfg.workers = (unsigned)strtoul(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--tmpdir") == 0)

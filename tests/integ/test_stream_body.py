@@ -10,10 +10,12 @@ POST /upload and POST /sha256 against hashes computed here, and a 1 GiB
 /sha256 with the server's RSS sampled while it streams.
 """
 
+import atexit
 import hashlib
 import json
 import os
 import random
+import shutil
 import socket
 import sys
 import tempfile
@@ -25,8 +27,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import flaretest  # noqa: E402
 
 STREAM_SERVER = os.path.join(os.path.abspath(flaretest.BUILD_DIR), "tests", "stream_server")
-ECLOSED, ETOOBIG, EINVAL = -9, -10, -2
+ECLOSED, ETOOBIG, EINVAL, ETIMEDOUT = -9, -10, -2, -17
 TMPDIR = tempfile.mkdtemp(prefix="flare-stream-")
+atexit.register(shutil.rmtree, TMPDIR, True)
 
 
 def proc_cpu(pid):
@@ -322,6 +325,31 @@ class StreamBodyTest(flaretest.ServerTestCase):
                       flaretest.build_request("POST", "/big", body=b"e" * 30))
         self.assertEqual(json.loads(c.read_response().body)["bytes"], 40)
         self.assertEqual(json.loads(c.read_response().body)["bytes"], 30)
+
+
+class StreamTimeoutTest(flaretest.ServerTestCase):
+    server_binary = STREAM_SERVER
+    server_args = ("--body-timeout-ms", "400", "--tmpdir", TMPDIR)
+    server_tls = False
+    workers = 1
+
+    def test_body_timeout_and_paused_exempt(self):
+        # a client that stops sending: on_end(FLARE_ETIMEDOUT), then a 408
+        c = self.connect()
+        c.send(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"a" * 10)
+        self.assertErrorClose(c, c.read_response(timeout=5), 408)
+        r = self.connect().request("GET", "/stats")
+        self.assertIn(ETIMEDOUT, json.loads(r.body)["ends"])
+        # a paused body waits for its handler, not for the client: no 408
+        c = self.connect()
+        c.send(b"POST /pause HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n" + b"b" * 10)
+        time.sleep(1.2)
+        self.assertEqual(c.read_available(0.1), b"")
+        self.assertOk(self.connect().request("GET", "/resume"), body=b"1\n")
+        c.send(b"c" * 10)
+        r = c.read_response()
+        self.assertOk(r)
+        self.assertEqual(json.loads(r.body)["bytes"], 20)
 
 
 class HelloUploadTest(flaretest.ServerTestCase):
