@@ -12,7 +12,8 @@
  *   POST /early       answers 403 from on_start, before any body
  *   POST /store       multipart into memory / temporary files (threshold
  *                     1 KiB, in --tmpdir), answers the fields it kept
- *   GET  /resume      resumes every paused request
+ *   POST /wait        behind a middleware that waits (FLARE_ASYNC) until GET /resume
+ *   GET  /resume      resumes every paused request (and lets /wait go on)
  *   GET  /stats       {"ends":[err codes of on_end, in order],"paused":N}
  *   POST /buffered    an ordinary buffered route (the app's max_body) */
 #include <stdio.h>
@@ -141,10 +142,27 @@ static int early(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 403, FLARE_STR("text/plain"), FLARE_STR("no\n"));
 }
 
+/* before every request: POST /wait waits (FLARE_ASYNC) until GET /resume */
+static flare_req_t *waiting[MAX_PAUSED];
+static size_t nwaiting;
+
+static int wait_mw(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)res;
+    (void)ud;
+    flare_str_t p = flare_req_path(req);
+    if (p.len != 5 || memcmp(p.ptr, "/wait", 5) != 0 || nwaiting == MAX_PAUSED)
+        return 0;
+    waiting[nwaiting++] = req;
+    return FLARE_ASYNC;
+}
+
 static int resume(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)req;
     (void)ud;
+    while (nwaiting > 0)
+        flare_next(waiting[--nwaiting]);
     size_t n = npaused;
     while (npaused > 0) {
         flare_req_t *r = paused[--npaused];
@@ -218,6 +236,8 @@ int main(int argc, char **argv)
         (rc = flare_route_stream(app, FLARE_METHOD_POST, "/pause", &big, s_pause)) != 0 ||
         (rc = flare_route_stream(app, FLARE_METHOD_POST, "/early", &no, NULL)) != 0 ||
         (rc = flare_route_stream(app, FLARE_METHOD_POST, "/store", &big, s_store)) != 0 ||
+        (rc = flare_route_stream(app, FLARE_METHOD_POST, "/wait", &big, NULL)) != 0 ||
+        (rc = flare_use(app, &(flare_middleware_t){ "wait", wait_mw, NULL, NULL })) != 0 ||
         (rc = flare_get(app, "/resume", resume, NULL)) != 0 ||
         (rc = flare_get(app, "/stats", stats, NULL)) != 0 ||
         (rc = flare_post(app, "/buffered", buffered, NULL)) != 0) {

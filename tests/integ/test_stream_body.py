@@ -185,6 +185,28 @@ class StreamBodyTest(flaretest.ServerTestCase):
         self.assertIn("close", r.connection_tokens())
         self.assertClosed(c)
 
+    def test_async_middleware_before_body(self):
+        # the body is in the server's buffer while a middleware waits: it
+        # is delivered once the chain reaches the handler
+        c = self.connect()
+        c.send(b"POST /wait HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n" + b"m" * 30)
+        self.assertEqual(c.read_available(0.3), b"")
+        self.assertOk(self.connect().request("GET", "/resume"))
+        r = c.read_response()
+        self.assertOk(r)
+        self.assertEqual(json.loads(r.body)["bytes"], 30)
+        # with Expect: 100-continue, the 100 waits for the middleware too
+        c = self.connect()
+        c.send(b"POST /wait HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        self.assertEqual(c.read_available(0.3), b"")
+        self.assertOk(self.connect().request("GET", "/resume"))
+        self.assertEqual(c.read_response(interim=True).status, 100)
+        c.send(b"12345")
+        r = c.read_response()
+        self.assertOk(r)
+        self.assertEqual(json.loads(r.body)["bytes"], 5)
+
     def test_early_answer_closes(self):
         c = self.connect()
         c.send(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"z" * 1000)
