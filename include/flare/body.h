@@ -75,6 +75,9 @@ typedef struct flare_body_route {
  * on_start, as for any route. */
 FLARE_API int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
                                  const flare_body_route_t *r, void *ud);
+/* The same in a group (its prefix and middlewares, as flare_group_route). */
+FLARE_API int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
+                                       const flare_body_route_t *r, void *ud);
 
 /* Stops / restarts delivering the body of a streaming request. From its
  * callbacks or later on the worker (a timer, a job's completion); no-ops

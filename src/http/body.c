@@ -41,8 +41,8 @@ uint64_t flare__ex_body_limit(const struct flare_req *ex, uint64_t app_limit)
     return own != 0 ? own : app_limit;
 }
 
-int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
-                       const flare_body_route_t *r, void *ud)
+static int add_stream(flare_app_t *app, flare_group_t *g, flare_method_t method,
+                      const char *pattern, const flare_body_route_t *r, void *ud)
 {
     if (app == NULL || r == NULL || r->on_chunk == NULL || r->on_end == NULL ||
         r->max_body > ((uint64_t)1 << 62))
@@ -52,12 +52,25 @@ int flare_route_stream(flare_app_t *app, flare_method_t method, const char *patt
         return FLARE_ENOMEM;
     br->r = *r;
     br->ud = ud;
-    int rc = flare_route(app, method, pattern, flare__body_handler, br);
+    int rc = g != NULL ? flare_group_route(g, method, pattern, flare__body_handler, br)
+                       : flare_route(app, method, pattern, flare__body_handler, br);
     if (rc != 0) {
         free(br);
         return rc;
     }
     return flare__app_own(app, br, free);
+}
+
+int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
+                       const flare_body_route_t *r, void *ud)
+{
+    return add_stream(app, NULL, method, pattern, r, ud);
+}
+
+int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
+                             const flare_body_route_t *r, void *ud)
+{
+    return g != NULL ? add_stream(g->app, g, method, pattern, r, ud) : FLARE_EINVAL;
 }
 
 /* Calls into the handler the way dispatch does: a response sent during

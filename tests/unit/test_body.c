@@ -174,6 +174,16 @@ static void test_route_stream_args(void **state)
     assert_int_equal(flare_route_stream(app, FLARE_METHOD_POST, "/a", &r, NULL), 0);
     assert_int_equal(flare_route_stream(app, FLARE_METHOD_POST, "/a", &r, NULL), FLARE_EEXIST);
     assert_int_equal(flare_route_stream(app, FLARE_METHOD_POST, "bad", &r, NULL), FLARE_EPATTERN);
+    flare_group_t *g = flare_group_new(app, "/g");
+    assert_non_null(g);
+    assert_int_equal(flare_group_route_stream(g, FLARE_METHOD_PUT, "/s", &r, NULL), 0);
+    assert_int_equal(flare_group_route_stream(NULL, FLARE_METHOD_PUT, "/s", &r, NULL),
+                     FLARE_EINVAL);
+    struct flare_req *gx = new_ex(&buffered_ops, "/g/s");
+    gx->head.method_id = FLARE_METHOD_PUT;
+    flare__http_route(app, gx);
+    assert_true(flare__ex_body_route(gx));
+    flare__ex_put(&worker, gx);
     /* the limits: the route's (100 on /up), else the app's */
     struct flare_req *ex = new_ex(&streaming_ops, "/up");
     assert_true(flare__ex_body_route(ex));
