@@ -14,6 +14,10 @@
  * the log files (logrotate). The logging flags set up flare/log.h
  * (docs/logging.md); GET /log writes one info line through flare_req_log.
  *
+ * POST /sha256 and POST /upload stream their bodies (flare/body.h): the
+ * SHA-256 of the raw body, and of each multipart part, computed as the
+ * bytes pass, with --max-body as their only limit.
+ *
  * With --static, GET /static/... serves the files of DIR (flare/static.h),
  * with precompressed "<file>.gz" variants for clients that accept gzip.
  *
@@ -29,6 +33,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
+#include <flare/body.h>
 #include <flare/flare.h>
 #include <flare/log.h>
 #include <flare/middleware.h>
@@ -394,6 +401,203 @@ static void log_reloaded(const flare_settings_t *s, void *ud)
         flare_log_set_level(ud, lvl);
 }
 
+/* ---- POST /sha256 and POST /upload: streamed bodies (flare/body.h) ----
+ *
+ * Both hash what passes and store nothing: memory stays flat whatever the
+ * size. Their body limit is the app's max_body (--max-body): the route
+ * limit 0 means "the app's". */
+
+static const char sha_tag[] = "sha256";
+
+typedef struct sha_state {
+    EVP_MD_CTX *md;
+    uint64_t len;
+} sha_state_t;
+
+static void sha_free(void *ud)
+{
+    EVP_MD_CTX_free(((sha_state_t *)ud)->md);
+}
+
+static sha_state_t *sha_new(flare_req_t *req)
+{
+    sha_state_t *st = flare_req_alloc(req, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    st->len = 0;
+    st->md = EVP_MD_CTX_new();
+    if (st->md == NULL || EVP_DigestInit_ex(st->md, EVP_sha256(), NULL) != 1 ||
+        flare_req_on_cleanup(req, sha_free, st) != 0) {
+        EVP_MD_CTX_free(st->md);
+        return NULL;
+    }
+    return st;
+}
+
+/* the digest as 64 hex digits (out: 65 bytes) */
+static int sha_hex(sha_state_t *st, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    if (EVP_DigestFinal_ex(st->md, d, &n) != 1 || n != 32)
+        return FLARE_EIO;
+    for (unsigned i = 0; i < n; i++) {
+        out[2 * i] = hex[d[i] >> 4];
+        out[2 * i + 1] = hex[d[i] & 15];
+    }
+    out[64] = '\0';
+    return 0;
+}
+
+static int sha_start(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)res;
+    (void)ud;
+    sha_state_t *st = sha_new(req);
+    return st != NULL ? flare_req_set_ptr(req, sha_tag, sha_tag, st) : FLARE_ENOMEM;
+}
+
+static int sha_chunk(flare_req_t *req, flare_res_t *res, flare_str_t data, void *ud)
+{
+    (void)res;
+    (void)ud;
+    sha_state_t *st = flare_req_get_ptr(req, sha_tag, sha_tag);
+    st->len += data.len;
+    return EVP_DigestUpdate(st->md, data.ptr, data.len) == 1 ? 0 : FLARE_EIO;
+}
+
+static int sha_end(flare_req_t *req, flare_res_t *res, int err, void *ud)
+{
+    (void)ud;
+    if (err != 0)
+        return 0; /* the server answers (or the client is gone) */
+    sha_state_t *st = flare_req_get_ptr(req, sha_tag, sha_tag);
+    char hex[65];
+    int rc = sha_hex(st, hex);
+    if (rc != 0)
+        return rc;
+    char *body = flare_req_alloc(req, 128);
+    if (body == NULL)
+        return FLARE_ENOMEM;
+    int n = snprintf(body, 128, "{\"sha256\":\"%s\",\"length\":%llu}", hex,
+                     (unsigned long long)st->len);
+    return flare_res_send(res, 200, FLARE_STR("application/json"),
+                          (flare_str_t){ body, (size_t)n });
+}
+
+static const char upload_tag[] = "upload";
+
+typedef struct upload_state {
+    flare_multipart_stream_t *ms;
+    sha_state_t *part; /* the current part's hash */
+    flare_json_t json; /* the answer, built as parts end */
+    flare_req_t *req;
+} upload_state_t;
+
+static void *req_alloc(void *ctx, size_t n)
+{
+    return flare_req_alloc(ctx, n);
+}
+
+static int up_part(void *ud, const flare_multipart_field_t *f)
+{
+    (void)f;
+    upload_state_t *u = ud;
+    u->part = sha_new(u->req);
+    return u->part != NULL ? 0 : FLARE_ENOMEM;
+}
+
+static int up_data(void *ud, const flare_multipart_field_t *f, flare_str_t data)
+{
+    (void)f;
+    upload_state_t *u = ud;
+    return EVP_DigestUpdate(u->part->md, data.ptr, data.len) == 1 ? 0 : FLARE_EIO;
+}
+
+static int up_part_end(void *ud, const flare_multipart_field_t *f)
+{
+    upload_state_t *u = ud;
+    char hex[65];
+    int rc = sha_hex(u->part, hex);
+    if (rc != 0)
+        return rc;
+    flare_json_t *w = &u->json;
+    flare_json_object_begin(w);
+    flare_json_kv_str(w, "name", f->name);
+    if (f->filename.ptr != NULL)
+        flare_json_kv_str(w, "filename", f->filename);
+    else
+        flare_json_kv_null(w, "filename");
+    if (f->content_type.ptr != NULL)
+        flare_json_kv_str(w, "content_type", f->content_type);
+    else
+        flare_json_kv_null(w, "content_type");
+    flare_json_kv_int(w, "size", (int64_t)f->size);
+    flare_json_kv_cstr(w, "sha256", hex);
+    return flare_json_object_end(w);
+}
+
+static const flare_multipart_sink_t upload_sink = { up_part, up_data, up_part_end, true };
+
+static int upload_refuse(flare_res_t *res, flare_multipart_err_t why, int rc)
+{
+    int status = flare_multipart_err_status(why);
+    if (status == 0)
+        return rc; /* not the client's fault: a 500 */
+    const char *msg = flare_multipart_err_message(why);
+    return flare_res_send(res, status, FLARE_STR("text/plain; charset=utf-8"),
+                          (flare_str_t){ msg, strlen(msg) });
+}
+
+static int upload_start(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    upload_state_t *u = flare_req_alloc(req, sizeof(*u));
+    if (u == NULL)
+        return FLARE_ENOMEM;
+    u->req = req;
+    u->part = NULL;
+    flare_json_init_alloc(&u->json, NULL, 0, req_alloc, req);
+    flare_json_array_begin(&u->json);
+    flare_multipart_err_t why;
+    int rc = flare_multipart_stream_start(req, NULL, &upload_sink, u, &u->ms, &why);
+    if (rc != 0)
+        return upload_refuse(res, why, rc);
+    return flare_req_set_ptr(req, upload_tag, upload_tag, u);
+}
+
+static int upload_chunk(flare_req_t *req, flare_res_t *res, flare_str_t data, void *ud)
+{
+    (void)ud;
+    upload_state_t *u = flare_req_get_ptr(req, upload_tag, upload_tag);
+    int rc = flare_multipart_stream_feed(u->ms, data);
+    return rc != 0 ? upload_refuse(res, flare_multipart_stream_err(u->ms), rc) : 0;
+}
+
+static int upload_end(flare_req_t *req, flare_res_t *res, int err, void *ud)
+{
+    (void)ud;
+    if (err != 0)
+        return 0;
+    upload_state_t *u = flare_req_get_ptr(req, upload_tag, upload_tag);
+    int rc = flare_multipart_stream_finish(u->ms, NULL);
+    if (rc != 0)
+        return upload_refuse(res, flare_multipart_stream_err(u->ms), rc);
+    flare_json_array_end(&u->json);
+    if ((rc = flare_json_finish(&u->json)) != 0)
+        return rc;
+    return flare_res_send(res, 200, FLARE_STR("application/json"), flare_json_output(&u->json));
+}
+
+static int add_upload_routes(flare_app_t *app)
+{
+    static const flare_body_route_t sha = { sha_start, sha_chunk, sha_end, 0 };
+    static const flare_body_route_t upload = { upload_start, upload_chunk, upload_end, 0 };
+    int rc = flare_route_stream(app, FLARE_METHOD_POST, "/sha256", &sha, NULL);
+    return rc != 0 ? rc : flare_route_stream(app, FLARE_METHOD_POST, "/upload", &upload, NULL);
+}
+
 /* Every route of the example, in one place (the contract the tests and the
  * benchmarks use). */
 static int add_routes(flare_app_t *app)
@@ -423,6 +627,9 @@ static int add_routes(flare_app_t *app)
     /* /metrics, /healthz, /readyz, /status */
     if (rc == 0)
         rc = ops_routes(app);
+    /* POST /sha256, POST /upload: streamed bodies */
+    if (rc == 0)
+        rc = add_upload_routes(app);
     return rc;
 }
 

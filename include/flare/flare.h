@@ -379,6 +379,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #endif
 
 /* The rest of the public API, so that one include is enough. */
+#include "flare/body.h"
 #include "flare/compress.h"
 #include "flare/cookie.h"
 #include "flare/form.h"

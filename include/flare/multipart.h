@@ -221,6 +221,54 @@ FLARE_API const flare_multipart_field_t *flare_multipart_field(const flare_multi
  * directory). The field's fd stays open until the request ends. */
 FLARE_API int flare_multipart_keep(const flare_multipart_field_t *field, const char *path);
 
+/* ---- the streaming helper (over flare/body.h) --------------------------- */
+
+/* The same as flare_multipart_parse_req, fed the body as it arrives (a
+ * streaming route's chunks): small parts go to the request's arena
+ * (copied: chunks do not outlive their callback), parts past the
+ * threshold to temporary files, removed when the request ends unless kept
+ * (flare_multipart_keep). Optionally a sink sees every part as it passes:
+ * with sink->discard, the content goes to the sink only (nothing is
+ * stored: a field's size is counted, its data stays empty and fd -1), for
+ * handlers that hash or forward what they receive. */
+typedef struct flare_multipart_sink {
+    /* each may be NULL; 0 or a negative FLARE_E* code (stops the parse: the
+     * feed call returns it). f is the field being received: name,
+     * filename, content type; size so far (final at on_part_end). */
+    int (*on_part)(void *ud, const flare_multipart_field_t *f);
+    int (*on_data)(void *ud, const flare_multipart_field_t *f, flare_str_t data);
+    int (*on_part_end)(void *ud, const flare_multipart_field_t *f);
+    bool discard;
+} flare_multipart_sink_t;
+
+typedef struct flare_multipart_stream flare_multipart_stream_t;
+
+/* Starts parsing req's body (Content-Type from the request; from a
+ * streaming route's on_start, or its first on_chunk). Lives in the
+ * request's arena until the request ends. opts, sink may be NULL; *sink is
+ * copied, ud is given to its callbacks. 0, or FLARE_EINVAL with *why
+ * (NOT_FORM_DATA 415, BOUNDARY 400: answer flare_multipart_err_status), or
+ * FLARE_ENOMEM. */
+FLARE_API int flare_multipart_stream_start(flare_req_t *req, const flare_multipart_opts_t *opts,
+                                           const flare_multipart_sink_t *sink, void *ud,
+                                           flare_multipart_stream_t **out,
+                                           flare_multipart_err_t *why);
+
+/* Feeds the next bytes of the body (any split). 0, or the first failure:
+ * FLARE_EINVAL / FLARE_ETOOBIG (bad input, a limit: flare_multipart_stream_err
+ * says which, answer its status), FLARE_ENOMEM, FLARE_EIO, or what a sink
+ * callback returned; once failed, every call returns the same. */
+FLARE_API int flare_multipart_stream_feed(flare_multipart_stream_t *ms, flare_str_t data);
+
+/* At the end of the body (on_end with err 0): 0 when the closing boundary
+ * was seen, else as feed (TRUNCATED). *form (may be NULL) gets the parsed
+ * form either way: fields received so far, valid until the request ends. */
+FLARE_API int flare_multipart_stream_finish(flare_multipart_stream_t *ms,
+                                            const flare_multipart_form_t **form);
+
+/* Why the stream failed (NONE while it goes on, or for a sink's error). */
+FLARE_API flare_multipart_err_t flare_multipart_stream_err(const flare_multipart_stream_t *ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,6 +71,18 @@ typedef struct flare_proto_ops {
     /* response bytes queued for the client and not yet written (a stream's
      * backpressure: server-sent events); NULL: not known, taken as 0 */
     size_t (*unsent)(const struct flare_req *ex);
+    /* Streaming request bodies (flare/body.h; src/http/body.c). NULL: the
+     * protocol has no streaming input; it buffers the body as for any
+     * route (flare__ex_body_limit gives the route's limit) and dispatches,
+     * and the exchange layer hands the buffered body to the route's
+     * callbacks as one chunk + end, so such a protocol works unchanged.
+     * Otherwise the protocol sets EX_BODY_STREAM | EX_BODY_OPEN before
+     * dispatching a streaming route's head, then feeds the body through
+     * flare__ex_body_data and ends it with flare__ex_body_end; this op
+     * starts (on: the handler reads; HTTP/1.1 owes its 100 Continue from
+     * the first call) or stops (off: no read interest) taking body bytes
+     * for ex. */
+    void (*body_read)(struct flare_req *ex, bool on);
 } flare_proto_ops_t;
 
 /* An exchange: one request and its response. Recycled through the worker. */
@@ -88,6 +100,12 @@ enum {
     EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
     EX_HELD = 1u << 11,         /* an after hook holds the response (flare__res_hold) */
     EX_BEGINNING = 1u << 12,    /* after hooks run for flare_res_begin: cannot be held */
+    EX_BODY_STREAM = 1u << 13,  /* a streaming route fed by the protocol (flare/body.h) */
+    EX_BODY_OPEN = 1u << 14,    /* ... still being read: a response now closes the conn */
+    EX_BODY_PAUSED = 1u << 15,  /* the handler paused the body */
+    EX_BODY_READING = 1u << 16, /* the handler has started reading (100 Continue owed) */
+    EX_BODY_ENDING = 1u << 17,  /* buffered delivery: on_end waits for a resume */
+    EX_BODY_LIVE = 1u << 18,    /* a streaming route's body has not ended (either way) */
 };
 
 struct flare_res_hold;
@@ -160,6 +178,7 @@ struct flare_req {
     uint64_t t_log_ns;
     uint64_t stream_bytes;
     uint64_t log_id;
+    uint64_t body_rx; /* streaming body: bytes delivered to on_chunk */
 };
 
 /* The exchange a response belongs to (container_of). */
@@ -203,6 +222,27 @@ static inline void flare__ex_sent(struct flare_req *ex)
     if (!(ex->flags & EX_IN_HANDLER))
         flare__ex_complete(ex);
 }
+
+/* ---- src/http/body.c: streaming request bodies ---- */
+
+/* The handler of every streaming route (route->fn): identifies them. */
+int flare__body_handler(flare_req_t *req, flare_res_t *res, void *ud);
+
+/* Whether ex's route streams its body, and the body limit that applies to
+ * it: the streaming route's own, else app_limit (the app's max_body). */
+bool flare__ex_body_route(const struct flare_req *ex);
+uint64_t flare__ex_body_limit(const struct flare_req *ex, uint64_t app_limit);
+
+/* A piece of the body (a view valid during the call). Returns 0 to go on
+ * (check EX_BODY_PAUSED), or 1: the handler answered or failed, the
+ * protocol stops reading this body, closes the connection after the
+ * response and calls flare__ex_complete(ex) itself. */
+int flare__ex_body_data(struct flare_req *ex, flare_str_t data);
+/* The body ended: err 0 (complete: on_end, then the exchange is settled and
+ * may be freed: do not touch ex after) or a negative code (on_end(err);
+ * then, when the callback did not answer, the protocol answers: returns
+ * false; true when it answered or the exchange is an orphan, freed). */
+bool flare__ex_body_end(struct flare_req *ex, int err);
 
 /* ---- src/http/response.c ---- */
 

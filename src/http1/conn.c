@@ -97,7 +97,12 @@ static void conn_end(flare_conn_t *c, bool clean)
     flare__stream_close(&c->s, clean);
 
     /* in-flight exchanges: finished ones are recycled, the others are
-     * orphaned so a late send is a no-op that frees them */
+     * orphaned so a late send is a no-op that frees them; a streamed body
+     * still arriving is orphaned too, and its handler told (below) */
+    struct flare_req *streamed =
+        c->recv != NULL && (c->recv->flags & EX_BODY_STREAM) ? c->recv : NULL;
+    if (streamed != NULL)
+        c->recv = NULL;
     struct flare_req *ex = c->qhead;
     while (ex != NULL) {
         struct flare_req *next = ex->next;
@@ -130,6 +135,8 @@ static void conn_end(flare_conn_t *c, bool clean)
     c->next = w->dead;
     w->dead = c;
     w->loop.deferred = true;
+    if (streamed != NULL)
+        flare__ex_body_end(streamed, FLARE_ECLOSED); /* an orphan: freed there */
 }
 
 /* Closes on an error or a timeout: no clean TLS end. */
@@ -207,7 +214,8 @@ static bool after_output(flare_conn_t *c)
     }
     if (c->flags & C_READ_PAUSED) {
         c->flags &= ~C_READ_PAUSED;
-        flare__stream_read_enable(&c->s, true);
+        if (!(c->flags & C_BODY_WAIT))
+            flare__stream_read_enable(&c->s, true);
         /* TLS: records OpenSSL holds wake no poller: read them after this batch */
         if (flare__unlikely(flare__stream_has_pending(&c->s)))
             flare__loop_ready(c->s.loop, &c->s.io);
@@ -330,6 +338,17 @@ static void queue_advance(flare_conn_t *c)
     }
 }
 
+/* A streaming route answered before its body ended: the rest of the body
+ * is not read (the lingering close after the answer discards it). */
+static __attribute__((noinline)) void stream_answered(flare_conn_t *c, struct flare_req *ex)
+{
+    c->recv = NULL;
+    ex->flags &= ~(uint32_t)(EX_BODY_OPEN | EX_BODY_LIVE | EX_BODY_PAUSED);
+    ex->flags |= EX_CLOSE;
+    c->flags |= C_CLOSING;
+    c->flags &= ~(uint32_t)(C_BODY_WAIT | C_PEER_CLOSE);
+}
+
 /* Called when a response is complete, or more output was produced. */
 void flare__http1_complete(struct flare_req *ex)
 {
@@ -339,6 +358,8 @@ void flare__http1_complete(struct flare_req *ex)
             flare__ex_put(ex->worker, ex);
         return;
     }
+    if (flare__unlikely(c->recv == ex) && (ex->flags & (EX_SENT | EX_STREAM)))
+        stream_answered(c, ex);
     if (c->qhead != ex)
         return;
     queue_advance(c);
@@ -393,11 +414,145 @@ static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
     return true;
 }
 
+/* ---- streaming request bodies (flare/body.h) ---- */
+
+/* The streamed body of c->recv cannot complete: its handler hears err
+ * (on_end), then the request gets status/msg unless the handler answered,
+ * and the connection closes after it. */
+static void stream_fail(flare_conn_t *c, int err, int status, const char *msg)
+{
+    struct flare_req *ex = c->recv;
+    c->recv = NULL;
+    c->flags &= ~(uint32_t)C_BODY_WAIT;
+    if (!(c->flags & C_READ_PAUSED))
+        flare__stream_read_enable(&c->s, true);
+    ex->flags |= EX_CLOSE; /* an answer from on_end says so too */
+    flare__ex_body_end(ex, err);
+    framing_error(c, ex, status, msg); /* no second answer when it answered */
+}
+
+/* Delivers what the read buffer holds of c->recv's streamed body, while
+ * the handler reads. Returns true when the body ended (parsing may go
+ * on with the next request). */
+static bool recv_stream(flare_conn_t *c)
+{
+    struct flare_req *ex = c->recv;
+    while (!(c->flags & (C_BODY_WAIT | C_DEAD))) {
+        const char *p = c->s.rbuf + c->s.rpos;
+        size_t avail = c->s.rlen - c->s.rpos;
+        flare_str_t data = { p, 0 };
+        bool done;
+        if (ex->head.chunked) {
+            size_t used = 0;
+            int st = 0;
+            const char *err = NULL;
+            uint64_t limit = flare__ex_body_limit(ex, c->w->app->cfg.max_body);
+            int rc = flare__chunked_decode(&ex->chunked, p, avail, limit, &used, &data, &st, &err);
+            c->s.rpos += (uint32_t)used;
+            if (rc == FLARE_PARSE_PARTIAL)
+                return false;
+            if (rc != FLARE_CHUNKED_DATA && rc != FLARE_CHUNKED_DONE) {
+                stream_fail(c, st == 413 ? FLARE_ETOOBIG : FLARE_EINVAL, st != 0 ? st : 400,
+                            err != NULL ? err : "invalid chunked body");
+                return false;
+            }
+            done = rc == FLARE_CHUNKED_DONE;
+            if (done)
+                data.len = 0;
+        } else {
+            if (avail == 0)
+                return false;
+            size_t take = avail < ex->body_need ? avail : (size_t)ex->body_need;
+            data.len = take;
+            c->s.rpos += (uint32_t)take;
+            ex->body_need -= take;
+            done = ex->body_need == 0;
+        }
+        if (data.len > 0 && flare__ex_body_data(ex, data) != 0) {
+            /* answered (or failed) before the end: stream_answered ran */
+            flare__ex_complete(ex);
+            return false;
+        }
+        if (c->recv != ex)
+            return false; /* answered from elsewhere during the call */
+        if (done) {
+            c->recv = NULL;
+            flare__ex_body_end(ex, 0); /* settles ex: it may be gone now */
+            if (c->s.rpos < c->s.rlen)
+                c->t_head = c->w->loop.now;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A streaming route's head: limits, then the handler (on_start); the body
+ * follows through recv_stream once the handler reads. */
+static __attribute__((noinline)) void start_stream(flare_conn_t *c, struct flare_req *ex)
+{
+    int64_t cl = ex->head.content_length;
+    if (!ex->head.chunked && (uint64_t)cl > flare__ex_body_limit(ex, c->w->app->cfg.max_body)) {
+        framing_error(c, ex, 413, "request body too large");
+        return;
+    }
+    if (ex->head.chunked)
+        flare__chunked_init(&ex->chunked);
+    else
+        ex->body_need = (uint64_t)cl;
+    ex->flags |= EX_BODY_STREAM | EX_BODY_OPEN;
+    c->flags |= C_BODY_WAIT; /* until the handler reads (flare__http1_body_read) */
+    c->recv = ex;
+    flare__http_dispatch(ex);
+    if (c->recv == ex && (c->flags & C_BODY_WAIT) && !(c->flags & C_DEAD))
+        flare__stream_read_enable(&c->s, false); /* paused, or a middleware waits */
+}
+
+void flare__http1_body_read(struct flare_req *ex, bool on)
+{
+    flare_conn_t *c = ex->conn;
+    if (c == NULL || c->recv != ex || (c->flags & C_DEAD))
+        return;
+    if (!on) {
+        c->flags |= C_BODY_WAIT;
+        flare__stream_read_enable(&c->s, false);
+        return;
+    }
+    if (!(c->flags & C_BODY_WAIT))
+        return;
+    c->flags &= ~(uint32_t)C_BODY_WAIT;
+    c->s.t_active = c->w->loop.now; /* the body timeout counts from here */
+    if (ex->head.expect_continue) {
+        /* the handler reads: the client may send (once, and in order: at
+         * the head of the queue) */
+        ex->head.expect_continue = false;
+        ex->flags |= EX_NEED_CONTINUE;
+        if (c->qhead == ex)
+            send_continue(c, ex);
+    }
+    if (!(c->flags & C_READ_PAUSED))
+        flare__stream_read_enable(&c->s, true);
+    if (c->flags & C_IN_BATCH)
+        return; /* the batch's loop goes on with the buffered bytes */
+    /* a resume from outside a read batch (a timer, a job's completion):
+     * the bytes already buffered are delivered now */
+    if (flare__unlikely(flare__stream_has_pending(&c->s)))
+        flare__loop_ready(c->s.loop, &c->s.io);
+    if (c->s.rpos < c->s.rlen) {
+        process(c);
+        if (!(c->flags & C_DEAD))
+            flare__conn_flush(c);
+        if (!(c->flags & C_DEAD))
+            flare__stream_idle(&c->s);
+    }
+}
+
 /* Continues receiving the body of c->recv from the read buffer. Returns
  * true when the exchange was dispatched and parsing may go on. */
 static bool recv_body(flare_conn_t *c)
 {
     struct flare_req *ex = c->recv;
+    if (flare__unlikely(ex->flags & EX_BODY_STREAM))
+        return recv_stream(c);
     const char *p = c->s.rbuf + c->s.rpos;
     size_t avail = c->s.rlen - c->s.rpos;
     if (ex->head.chunked) {
@@ -453,6 +608,10 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
 {
     flare_app_t *app = c->w->app;
     int64_t cl = ex->head.content_length;
+    if ((ex->head.chunked || cl > 0) && flare__unlikely(flare__ex_body_route(ex))) {
+        start_stream(c, ex);
+        return false; /* the loop goes on with c->recv, or stops: closing */
+    }
     if (ex->head.chunked) {
         flare__chunked_init(&ex->chunked);
         ex->bodybuf.len = 0;
@@ -607,6 +766,35 @@ static void drop_recv(flare_conn_t *c)
     flare__ex_put(c->w, ex);
 }
 
+/* The client ended its side in the middle of a streamed body: the
+ * exchange leaves the queue as an orphan and its handler gets
+ * on_end(FLARE_ECLOSED) (then it is freed); earlier responses still go. */
+static void stream_gone(flare_conn_t *c)
+{
+    struct flare_req *ex = c->recv, **pp = &c->qhead, *prev = NULL;
+    c->recv = NULL;
+    c->flags &= ~(uint32_t)C_BODY_WAIT;
+    while (*pp != NULL && *pp != ex) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == ex) {
+        *pp = ex->next;
+        if (c->qtail == ex)
+            c->qtail = prev;
+        c->nqueue--;
+    }
+    flare_worker_t *w = c->w;
+    ex->conn = NULL;
+    ex->flags |= EX_ORPHAN;
+    ex->oprev = NULL;
+    ex->next = w->orphans;
+    if (w->orphans != NULL)
+        w->orphans->oprev = ex;
+    w->orphans = ex;
+    flare__ex_body_end(ex, FLARE_ECLOSED);
+}
+
 static void on_readable(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
@@ -633,7 +821,9 @@ static void on_readable(flare_conn_t *c)
             break; /* (TLS: a record not complete yet) what was parsed still goes out */
         }
         if (n == 0) {
-            if (c->recv != NULL)
+            if (c->recv != NULL && (c->recv->flags & EX_BODY_STREAM))
+                stream_gone(c); /* the handler hears it; nothing to answer */
+            else if (c->recv != NULL)
                 drop_recv(c);  /* its body can never complete */
             s->rpos = s->rlen; /* nor can a partial head */
             if (c->qhead == NULL && !flare__stream_has_output(s)) {
@@ -646,7 +836,8 @@ static void on_readable(flare_conn_t *c)
         process(c);
         if (c->flags & C_DEAD)
             return;
-        if (s->rpos > 0 && s->rpos < s->rlen && c->recv == NULL) {
+        if (s->rpos > 0 && s->rpos < s->rlen &&
+            (c->recv == NULL || (c->recv->flags & EX_BODY_STREAM))) {
             /* a partial head: move it to the front so the buffer has room */
             memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
             s->rlen -= s->rpos;
@@ -654,7 +845,7 @@ static void on_readable(flare_conn_t *c)
         }
         /* TLS: records OpenSSL already holds are not seen by the poller */
     } while (flare__unlikely(flare__stream_has_pending(s)) &&
-             !(c->flags & (C_READ_PAUSED | C_CLOSING | C_UPGRADE)));
+             !(c->flags & (C_READ_PAUSED | C_CLOSING | C_UPGRADE | C_BODY_WAIT)));
     flare__conn_flush(c);
     if (!(c->flags & C_DEAD))
         flare__stream_idle(s);
@@ -692,6 +883,13 @@ static void timeout_error(flare_conn_t *c, int status, const char *msg)
 {
     flare_worker_t *w = c->w;
     struct flare_req *ex = c->recv;
+    if (ex != NULL && (ex->flags & EX_BODY_STREAM)) {
+        c->s.rpos = c->s.rlen;
+        stream_fail(c, FLARE_ETIMEDOUT, status, msg);
+        if (!(c->flags & C_DEAD))
+            flare__conn_flush(c);
+        return;
+    }
     c->recv = NULL;
     if (ex == NULL) {
         ex = flare__ex_get(w);
@@ -746,7 +944,8 @@ void flare__conn_sweep(flare_worker_t *w)
                 flare__conn_close(c);
             }
         } else if (c->recv != NULL) {
-            if (now - t_active > cfg->body_timeout_ms) {
+            /* a paused streamed body waits for its handler, not the client */
+            if (!(c->flags & C_BODY_WAIT) && now - t_active > cfg->body_timeout_ms) {
                 flare__metrics_timeout(w, FLARE__TO_BODY);
                 timeout_error(c, 408, "request body timeout");
             }

@@ -21,6 +21,7 @@ enum {
     C_LINE_SEEN = 1u << 8,   /* the partial head has its request line */
     C_UPGRADE = 1u << 9,     /* 101 sent: hand the socket over once flushed */
     C_PEER_CLOSE = 1u << 10, /* the client asked for the close; its request was read whole */
+    C_BODY_WAIT = 1u << 11,  /* a streamed body (c->recv) is not being read: paused/not started */
 };
 
 struct flare_conn {

@@ -12,4 +12,7 @@ extern const flare_proto_ops_t flare__http1_ops;
  * moves what it can into the stream and writes it (outside a read batch). */
 void flare__http1_complete(struct flare_req *ex);
 
+/* conn.c: the body_read op (streaming request bodies, flare/body.h). */
+void flare__http1_body_read(struct flare_req *ex, bool on);
+
 #endif

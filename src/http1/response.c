@@ -100,7 +100,9 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
     flare_worker_t *w = ex->worker;
     /* when draining, only the last queued response says close: one behind
      * it would otherwise follow a response that announced the end */
-    bool close = (ex->flags & EX_CLOSE) || (w->draining && ex->next == NULL);
+    /* ... and a response to a request whose streamed body is still
+     * arriving ends the connection (the rest of the body is not read) */
+    bool close = (ex->flags & (EX_CLOSE | EX_BODY_OPEN)) || (w->draining && ex->next == NULL);
     bool body = status_has_body(status);
 
     size_t need = STATUS_LINE_MAX + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
@@ -372,4 +374,5 @@ const flare_proto_ops_t flare__http1_ops = {
     .secure = secure,
     .peer = peer,
     .unsent = unsent,
+    .body_read = flare__http1_body_read,
 };

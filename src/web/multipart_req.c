@@ -32,6 +32,11 @@ typedef struct ctx {
     size_t cap;
     size_t threshold;
     const char *dir;
+    /* streaming: the data views die with their chunk, so in-memory content
+     * is copied into a buffer that doubles (cur_cap: the current field's) */
+    bool copy;
+    bool discard; /* content goes to the sink only */
+    size_t cur_cap;
 } ctx_t;
 
 static void files_cleanup(void *ud)
@@ -117,8 +122,39 @@ static int grow(ctx_t *c)
     return 0;
 }
 
+/* The current field's in-memory content grows by d (streaming): amortised
+ * doubling in the arena, so a part fed a byte at a time costs O(n). */
+static int append_copy(ctx_t *c, flare_multipart_field_t *f, flare_str_t d)
+{
+    size_t need = f->data.len + d.len;
+    if (need > c->cur_cap) {
+        size_t cap = c->cur_cap != 0 ? c->cur_cap : 256;
+        while (cap < need)
+            cap *= 2;
+        if (cap > c->threshold)
+            cap = c->threshold;
+        char *p = flare_req_alloc(c->req, cap);
+        if (p == NULL)
+            return FLARE_ENOMEM;
+        if (f->data.len > 0)
+            memcpy(p, f->data.ptr, f->data.len);
+        f->data.ptr = p;
+        c->cur_cap = cap;
+    }
+    memcpy((char *)f->data.ptr + f->data.len, d.ptr, d.len);
+    f->data.len = need;
+    f->size += d.len;
+    return 0;
+}
+
 static int append(ctx_t *c, flare_multipart_field_t *f, flare_str_t d)
 {
+    if (c->discard) {
+        f->size += d.len;
+        return 0;
+    }
+    if (c->copy && f->fd < 0 && f->size + d.len <= c->threshold)
+        return append_copy(c, f, d);
     if (f->fd < 0 && f->size + d.len <= c->threshold) {
         if (f->data.len == 0) {
             f->data = d;
@@ -171,6 +207,7 @@ static int begin(ctx_t *c, const flare_multipart_part_t *part)
     if (oom)
         return FLARE_ENOMEM;
     f->data = (flare_str_t){ "", 0 };
+    c->cur_cap = 0;
     c->form->count++;
     c->files->count = c->form->count;
     return 0;
@@ -193,8 +230,8 @@ int flare_multipart_parse_req(flare_req_t *req, const flare_multipart_opts_t *op
         return FLARE_ENOMEM;
     }
     *files = (files_t){ 0 };
-    ctx_t c = { req, form, files, 0, o.file_threshold != 0 ? o.file_threshold : DEFAULT_THRESHOLD,
-                dir };
+    ctx_t c = { req, form,  files, 0, o.file_threshold != 0 ? o.file_threshold : DEFAULT_THRESHOLD,
+                dir, false, false, 0 };
     int rc = flare_multipart_init(mp, flare_req_header(req, "Content-Type"), &o.limits);
     if (rc != 0) {
         form->err = mp->err;
@@ -275,4 +312,129 @@ int flare_multipart_keep(const flare_multipart_field_t *f, const char *path)
         return flare__fail(FLARE_EIO, e, "multipart: keep %s", path);
     }
     return 0;
+}
+
+/* ---- streaming: the body as it arrives (flare/body.h) ---- */
+
+struct flare_multipart_stream {
+    ctx_t c;
+    flare_multipart_form_t form;
+    files_t files;
+    flare_multipart_sink_t sink;
+    void *ud;
+    int rc; /* the first failure, returned again by every later call */
+    flare_multipart_t mp;
+};
+
+static const char *tmp_dir(const char *dir)
+{
+    if (dir == NULL || *dir == '\0')
+        dir = secure_getenv("TMPDIR");
+    if (dir == NULL || *dir == '\0')
+        dir = "/tmp";
+    return dir;
+}
+
+int flare_multipart_stream_start(flare_req_t *req, const flare_multipart_opts_t *opts,
+                                 const flare_multipart_sink_t *sink, void *ud,
+                                 flare_multipart_stream_t **out, flare_multipart_err_t *why)
+{
+    flare_multipart_err_t dummy;
+    if (why == NULL)
+        why = &dummy;
+    *why = FLARE_MULTIPART_ERR_NONE;
+    if (req == NULL || out == NULL)
+        return FLARE_EINVAL;
+    *out = NULL;
+    flare_multipart_opts_t o = opts != NULL ? *opts : (flare_multipart_opts_t){ 0 };
+    flare_multipart_stream_t *ms = flare_req_alloc(req, sizeof(*ms));
+    if (ms == NULL) {
+        *why = FLARE_MULTIPART_ERR_NOMEM;
+        return FLARE_ENOMEM;
+    }
+    memset(ms, 0, offsetof(flare_multipart_stream_t, mp));
+    ms->c = (ctx_t){ .req = req,
+                     .form = &ms->form,
+                     .files = &ms->files,
+                     .threshold = o.file_threshold != 0 ? o.file_threshold : DEFAULT_THRESHOLD,
+                     .dir = tmp_dir(o.tmpdir),
+                     .copy = true,
+                     .discard = sink != NULL && sink->discard };
+    if (sink != NULL)
+        ms->sink = *sink;
+    ms->ud = ud;
+    int rc = flare_multipart_init(&ms->mp, flare_req_header(req, "Content-Type"), &o.limits);
+    if (rc != 0) {
+        *why = ms->mp.err;
+        return rc;
+    }
+    *out = ms;
+    return 0;
+}
+
+static int stream_failed(flare_multipart_stream_t *ms, int rc, flare_multipart_err_t err)
+{
+    if (ms->form.err == FLARE_MULTIPART_ERR_NONE)
+        ms->form.err = err;
+    ms->rc = rc;
+    return rc;
+}
+
+int flare_multipart_stream_feed(flare_multipart_stream_t *ms, flare_str_t data)
+{
+    if (ms == NULL)
+        return FLARE_EINVAL;
+    if (ms->rc != 0)
+        return ms->rc;
+    const char *p = data.ptr;
+    size_t left = data.len;
+    for (;;) {
+        flare_multipart_event_t ev;
+        int64_t used = flare_multipart_next(&ms->mp, p, left, &ev);
+        if (used < 0)
+            return stream_failed(ms, (int)used, ms->mp.err);
+        p += used;
+        left -= (size_t)used;
+        if (ev.type == FLARE_MULTIPART_NEED_MORE)
+            return 0;
+        flare_multipart_field_t *f =
+            ms->form.count > 0 ? &ms->form.fields[ms->form.count - 1] : NULL;
+        int rc = 0;
+        if (ev.type == FLARE_MULTIPART_PART_BEGIN) {
+            rc = begin(&ms->c, ev.part);
+            if (rc == 0 && ms->sink.on_part != NULL)
+                rc = ms->sink.on_part(ms->ud, &ms->form.fields[ms->form.count - 1]);
+        } else if (ev.type == FLARE_MULTIPART_DATA && f != NULL) {
+            rc = append(&ms->c, f, ev.data);
+            if (rc == 0 && ms->sink.on_data != NULL)
+                rc = ms->sink.on_data(ms->ud, f, ev.data);
+        } else if (ev.type == FLARE_MULTIPART_PART_END && f != NULL) {
+            if (ms->sink.on_part_end != NULL)
+                rc = ms->sink.on_part_end(ms->ud, f);
+        }
+        if (rc != 0)
+            return stream_failed(ms, rc,
+                                 rc == FLARE_ENOMEM ? FLARE_MULTIPART_ERR_NOMEM
+                                 : rc == FLARE_EIO  ? FLARE_MULTIPART_ERR_IO
+                                                    : FLARE_MULTIPART_ERR_NONE);
+    }
+}
+
+int flare_multipart_stream_finish(flare_multipart_stream_t *ms, const flare_multipart_form_t **form)
+{
+    if (ms == NULL)
+        return FLARE_EINVAL;
+    if (form != NULL)
+        *form = &ms->form;
+    if (ms->rc != 0)
+        return ms->rc;
+    int rc = flare_multipart_finish(&ms->mp);
+    if (rc != 0)
+        return stream_failed(ms, rc, ms->mp.err);
+    return 0;
+}
+
+flare_multipart_err_t flare_multipart_stream_err(const flare_multipart_stream_t *ms)
+{
+    return ms != NULL ? ms->form.err : FLARE_MULTIPART_ERR_NONE;
 }
