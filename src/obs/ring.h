@@ -29,7 +29,9 @@ int flare__ring_init(flare_ring_t *r, size_t cap);
 void flare__ring_dispose(flare_ring_t *r);
 
 /* Producer: appends len bytes as one record. false (and dropped + 1) when
- * it does not fit whole. *used_after gets the bytes held once it is in. */
+ * it does not fit whole. *used_after gets the bytes held once it is in
+ * (exact when more than half the ring; below that it may count bytes the
+ * consumer has already freed). */
 bool flare__ring_put(flare_ring_t *r, const void *p, size_t len, size_t *used_after);
 
 /* Consumer: what is there to read, as one or two iovecs (wrap-around);

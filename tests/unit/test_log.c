@@ -105,6 +105,29 @@ static void test_ring_full_drops(void **state)
     flare__ring_dispose(&r);
 }
 
+/* used_after, which decides when the writer is woken, follows what the
+ * consumer frees: after a ring's worth of traffic, a near-empty ring does
+ * not report itself past half full */
+static void test_ring_used_follows_consumer(void **state)
+{
+    (void)state;
+    flare_ring_t r;
+    assert_int_equal(flare__ring_init(&r, 64), 0);
+    char rec[20], out[64];
+    memset(rec, 'u', sizeof(rec));
+    size_t used;
+    for (int i = 0; i < 10; i++) {
+        assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+        assert_int_equal(used, sizeof(rec)); /* the one just put: the rest was read */
+        assert_int_equal(ring_read(&r, out), sizeof(rec));
+    }
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+    assert_int_equal(used, 40); /* past half, unread: counted whole */
+    assert_int_equal(flare__ring_dropped(&r), 0);
+    flare__ring_dispose(&r);
+}
+
 /* ---- formats ---- */
 
 static const struct timespec T0 = { 1000000000, 123456789 }; /* 2001-09-09T01:46:40.123Z */
@@ -534,12 +557,19 @@ static void test_setup_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ring_exact_and_wrap),  cmocka_unit_test(test_ring_full_drops),
-        cmocka_unit_test(test_text_format),          cmocka_unit_test(test_json_format),
-        cmocka_unit_test(test_long_message_cut),     cmocka_unit_test(test_escape_random),
-        cmocka_unit_test(test_access_formats),       cmocka_unit_test(test_level_parse),
-        cmocka_unit_test(test_app_lines_and_levels), cmocka_unit_test(test_reopen),
-        cmocka_unit_test(test_drops_counted),        cmocka_unit_test(test_setup_errors),
+        cmocka_unit_test(test_ring_exact_and_wrap),
+        cmocka_unit_test(test_ring_full_drops),
+        cmocka_unit_test(test_ring_used_follows_consumer),
+        cmocka_unit_test(test_text_format),
+        cmocka_unit_test(test_json_format),
+        cmocka_unit_test(test_long_message_cut),
+        cmocka_unit_test(test_escape_random),
+        cmocka_unit_test(test_access_formats),
+        cmocka_unit_test(test_level_parse),
+        cmocka_unit_test(test_app_lines_and_levels),
+        cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_drops_counted),
+        cmocka_unit_test(test_setup_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
