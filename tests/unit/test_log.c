@@ -235,14 +235,18 @@ static void test_escape_random(void **state)
     static const unsigned char alphabet[] = { 'a',  '/',  '"',  '\\', 0x01, '\n',
                                               0x7f, 0xc3, 0xa9, 0x80, 0x1f, ' ' };
     unsigned seed = 12345;
-    for (int iter = 0; iter < 20000; iter++) {
+    for (int iter = 0; iter < 40000; iter++) {
         unsigned char in[64];
         seed = seed * 1103515245u + 12345u;
         size_t len = (seed >> 16) % sizeof(in);
+        /* mostly plain bytes, so the eight-byte path runs too; every other
+         * string with a special byte only rarely, so that whole strings of
+         * every length are plain (the one-memcpy path) or have one special
+         * byte anywhere, the last one included */
+        unsigned spread = iter % 2 ? 64 : 64 * 40;
         for (size_t i = 0; i < len; i++) {
             seed = seed * 1103515245u + 12345u;
-            /* mostly plain bytes, so the eight-byte path runs too */
-            unsigned r = (seed >> 16) % 64;
+            unsigned r = (seed >> 16) % spread;
             in[i] = r < sizeof(alphabet) ? alphabet[r] : (unsigned char)('a' + r % 26);
         }
         for (int quote = 0; quote < 2; quote++) {
@@ -251,6 +255,11 @@ static void test_escape_random(void **state)
             char *e = flare__log_escape_text(got, got + sizeof(got), (const char *)in, len, quote);
             assert_int_equal((size_t)(e - got), wn);
             assert_memory_equal(got, want, wn);
+            /* too little room: a prefix of the same, never past the end */
+            size_t room = wn / 2;
+            e = flare__log_escape_text(got, got + room, (const char *)in, len, quote);
+            assert_true((size_t)(e - got) <= room);
+            assert_memory_equal(got, want, (size_t)(e - got));
         }
     }
 }
@@ -286,6 +295,18 @@ static void test_access_formats(void **state)
                         "\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":13,"
                         "\"duration_us\":42,\"user_agent\":\"curl/7.88 \\\"x\\\"\\n\","
                         "\"referer\":\"\"}\n");
+    /* an id the logger made is written as given: the same bytes */
+    char want[FLARE__LOG_LINE_MAX + 1];
+    for (int f = 0; f < 2; f++) {
+        r.request_id_plain = false;
+        n = flare__access_format(want, FLARE__LOG_LINE_MAX, f, &clk, &T0, &r);
+        want[n] = '\0';
+        r.request_id_plain = true;
+        n = flare__access_format(buf, FLARE__LOG_LINE_MAX, f, &clk, &T0, &r);
+        buf[n] = '\0';
+        assert_string_equal(buf, want);
+    }
+    r.request_id_plain = false;
     /* a framing error: no request line */
     flare_access_rec_t e = {
         .peer = FLARE_STR("::1"), .status = 400, .bytes = 12, .request_id = FLARE_STR("id")
