@@ -258,15 +258,19 @@ static void kick(log_state_t *st)
 }
 
 /* Appends a line to a ring; a ring past half full wakes the writer once. */
-static void ring_line(log_state_t *st, flare_ring_t *r, const char *p, size_t len)
+static void ring_used(log_state_t *st, flare_ring_t *r, size_t used)
 {
-    size_t used;
-    if (!flare__ring_put(r, p, len, &used))
-        return;
     if (used > r->cap / 2 && !atomic_load_explicit(&r->kicked, memory_order_relaxed)) {
         atomic_store_explicit(&r->kicked, true, memory_order_relaxed);
         kick(st);
     }
+}
+
+static void ring_line(log_state_t *st, flare_ring_t *r, const char *p, size_t len)
+{
+    size_t used;
+    if (flare__ring_put(r, p, len, &used))
+        ring_used(st, r, used);
 }
 
 static int writer_start(log_state_t *st) /* under st->mu */
@@ -722,9 +726,21 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
     r.bytes =
         (ex->flags & EX_HEAD_ONLY) || status < 200 || status == 204 || status == 304 ? 0 : bytes;
     r.dur_us = ex->t_log_ns != 0 && now > ex->t_log_ns ? (now - ex->t_log_ns) / 1000 : 0;
+    /* formatted in place in the ring (no copy), unless the line might not
+     * fit before its end: then in lw->line, and put (which wraps or drops) */
+    flare_ring_t *ring = &lw->ring[LOG_ACC];
+    char *at = flare__ring_reserve(ring, sizeof(lw->line));
+    if (flare__likely(at != NULL)) {
+        size_t used;
+        flare__ring_commit(
+            ring, flare__access_format(at, sizeof(lw->line), st->access_format, &lw->clk, &ts, &r),
+            &used);
+        ring_used(st, ring, used);
+        return;
+    }
     size_t n =
         flare__access_format(lw->line, sizeof(lw->line), st->access_format, &lw->clk, &ts, &r);
-    ring_line(st, &lw->ring[LOG_ACC], lw->line, n);
+    ring_line(st, ring, lw->line, n);
 }
 
 /* ---- control, from any thread ---- */

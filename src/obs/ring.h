@@ -34,6 +34,15 @@ void flare__ring_dispose(flare_ring_t *r);
  * consumer has already freed). */
 bool flare__ring_put(flare_ring_t *r, const void *p, size_t len, size_t *used_after);
 
+/* Producer, in two steps, for a record written in place: the address of
+ * max contiguous free bytes at the head (NULL when there are not that many
+ * before the end of the buffer or before the consumer: then use put, which
+ * wraps and drops), then commit the len <= max bytes written there, with
+ * *used_after as put gives it. Nothing is visible to the consumer before
+ * the commit. */
+char *flare__ring_reserve(flare_ring_t *r, size_t max);
+void flare__ring_commit(flare_ring_t *r, size_t len, size_t *used_after);
+
 /* Consumer: what is there to read, as one or two iovecs (wrap-around);
  * returns the byte count (0: empty, iov untouched). */
 size_t flare__ring_peek(flare_ring_t *r, struct iovec iov[2], int *niov);

@@ -128,6 +128,43 @@ static void test_ring_used_follows_consumer(void **state)
     flare__ring_dispose(&r);
 }
 
+/* a record written in place: reserved, invisible until committed; no
+ * reservation across the end of the buffer or past the consumer */
+static void test_ring_reserve_commit(void **state)
+{
+    (void)state;
+    flare_ring_t r;
+    assert_int_equal(flare__ring_init(&r, 64), 0);
+    struct iovec iov[2];
+    int n;
+    char out[64];
+    char *p = flare__ring_reserve(&r, 40);
+    assert_non_null(p);
+    memcpy(p, "in place\n", 9);
+    assert_int_equal(flare__ring_peek(&r, iov, &n), 0); /* not committed yet */
+    size_t used;
+    flare__ring_commit(&r, 9, &used);
+    assert_int_equal(used, 9);
+    assert_int_equal(ring_read(&r, out), 9);
+    assert_memory_equal(out, "in place\n", 9);
+    /* at 9 of 64: 55 bytes before the end, so 56 cannot be reserved there */
+    assert_null(flare__ring_reserve(&r, 56));
+    assert_non_null(flare__ring_reserve(&r, 55));
+    char rec[50];
+    memset(rec, 'r', sizeof(rec));
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), NULL));
+    assert_null(flare__ring_reserve(&r, 6)); /* at 59: 5 before the end (14 free) */
+    assert_non_null(flare__ring_reserve(&r, 5));
+    assert_int_equal(ring_read(&r, out), 50);
+    /* wrapped to 45 (19 before the end), 50 held: only the 14 free */
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), NULL));
+    assert_null(flare__ring_reserve(&r, 15));
+    assert_non_null(flare__ring_reserve(&r, 14));
+    assert_int_equal(ring_read(&r, out), 50);
+    assert_int_equal(flare__ring_dropped(&r), 0); /* a failed reservation drops nothing */
+    flare__ring_dispose(&r);
+}
+
 /* ---- formats ---- */
 
 static const struct timespec T0 = { 1000000000, 123456789 }; /* 2001-09-09T01:46:40.123Z */
@@ -581,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_ring_exact_and_wrap),
         cmocka_unit_test(test_ring_full_drops),
         cmocka_unit_test(test_ring_used_follows_consumer),
+        cmocka_unit_test(test_ring_reserve_commit),
         cmocka_unit_test(test_text_format),
         cmocka_unit_test(test_json_format),
         cmocka_unit_test(test_long_message_cut),
