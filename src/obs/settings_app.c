@@ -295,11 +295,18 @@ static void on_reload(void *ud)
                                            : flare_last_error());
         }
     }
+    char retry[512] = "";
+    size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
-        if ((is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) && na < sizeof(applied))
-            ADD(applied, na, keys[i]);
-        else if (nl < sizeof(later))
+        if (is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) {
+            if (na < sizeof(applied))
+                ADD(applied, na, keys[i]);
+        } else if (is_live_key(keys[i])) {
+            if (nr < sizeof(retry))
+                ADD(retry, nr, keys[i]); /* could change in place, did not this time */
+        } else if (nl < sizeof(later)) {
             ADD(later, nl, keys[i]);
+        }
     }
     /* the TLS files: re-read whenever there is a TLS listener (a renewed
      * certificate keeps its path) */
@@ -318,8 +325,9 @@ static void on_reload(void *ud)
     take_str(&s->access_log, &next.access_log);
     take_str(&s->access_log_format, &next.access_log_format);
     flare_settings_free(&next);
-    fprintf(stderr, "flare: reload: %s: applied: %s%s%s\n",
+    fprintf(stderr, "flare: reload: %s: applied: %s%s%s%s%s\n",
             s->config_file != NULL ? s->config_file : "(no file)", na > 0 ? applied : "nothing",
+            nr > 0 ? "; not applied this time (a new SIGHUP retries): " : "", nr > 0 ? retry : "",
             nl > 0 ? "; needs an upgrade (SIGUSR2), kept as they were: " : "", nl > 0 ? later : "");
     if (s->priv->log_fn != NULL)
         s->priv->log_fn(s, s->priv->log_ud);
