@@ -10,12 +10,19 @@
 #   DURATION=3 ROUNDS=3 bash bench/accesslog.sh # a quicker look
 #
 # environment: DURATION=5 ROUNDS=5 CONNECTIONS=64 DEPTH=1 FORMAT=combined|json
+#   CALLGRIND=1 REQUESTS=10000 WARMUP_REQUESTS=2000
 #   SERVER_CPU=0 CLIENT_CPU=1  NICE=-10 (root only; 0 to disable)
 #   RESULTS_DIR=... (default bench/results/accesslog-<timestamp>/)
 #
 # Every response is checked (bench/check.lua). After the run the access log must hold one
 # line per request served (wrk's and the readiness checks'), or the script fails: the
 # "with" figure is only worth quoting if no line was dropped.
+#
+# Then the stable counts (CALLGRIND=0 skips them): instructions per request under valgrind
+# --tool=callgrind (all threads: the worker and the log's writer), bench/guard.sh's method
+# (FLARE_METRICS=off, one connection, bench/reqclient, WARMUP_REQUESTS then exactly REQUESTS
+# requests between callgrind_control -z and -d), without and with the access log (through
+# FLARE_ACCESS_LOG), one request at a time and 16 pipelined.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -28,12 +35,18 @@ FORMAT=${FORMAT:-combined}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 NICE=${NICE:--10}
+CALLGRIND=${CALLGRIND:-1}
+REQUESTS=${REQUESTS:-10000}
+WARMUP_REQUESTS=${WARMUP_REQUESTS:-2000}
+[[ $REQUESTS =~ ^[0-9]+$ && $REQUESTS -gt 0 ]] || die "REQUESTS must be a positive integer"
+[[ $WARMUP_REQUESTS =~ ^[0-9]+$ && $WARMUP_REQUESTS -gt 0 ]] || die "WARMUP_REQUESTS must be a positive integer"
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -gt 0 ]] || die "DURATION must be a positive integer"
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "ROUNDS must be a positive integer"
 [[ $FORMAT == combined || $FORMAT == json ]] || die "FORMAT is combined or json"
 
 bench_init
 ensure_tools wrk taskset curl cmake cc
+((CALLGRIND == 0)) || ensure_tools valgrind callgrind_control
 raise_nofile 65536
 build_bench
 ((FLARE_BUILD_OK)) || die "the Flare tree does not build: nothing to measure"
@@ -128,4 +141,51 @@ print()
 print("ratio on/off: %.3f (target <= 1.15); access log lines: %s" % (med["on"] / med["off"],
                                                                      sys.argv[2]))
 EOF
+
+# instructions per request under callgrind: MODE off|on, DEPTH -> IR[MODE/DEPTH]
+declare -A IR
+callgrind_mode() {
+    local mode=$1 depth=$2 port pid dir dump ir
+    local envs=(env FLARE_METRICS=off)
+    [[ $mode == on ]] && envs+=("FLARE_ACCESS_LOG=$BENCH_TMP/access-cg.log" "FLARE_ACCESS_LOG_FORMAT=$FORMAT")
+    port=$(free_ports 1)
+    start_server flare "$port" "${envs[@]}" valgrind --tool=callgrind --dump-instr=no \
+        --dump-line=no "--callgrind-out-file=$BENCH_TMP/flare-$port/callgrind.out"
+    pid=$SERVER_PID dir=$SERVER_DIR
+    wait_ready flare "$pid" "$port" 180 || { stop_server "$pid"; die "hello under callgrind did not start"; }
+    "$BENCH_BIN/reqclient" --connect "127.0.0.1:$port" --requests "$WARMUP_REQUESTS" \
+        --pipeline "$depth" --path /plaintext --expect "$BODY" --gap-us 1000 --timeout 120 --quiet ||
+        die "reqclient failed (callgrind $mode)"
+    callgrind_control -z "$pid" >>"$dir/callgrind_control.log" 2>&1
+    "$BENCH_BIN/reqclient" --connect "127.0.0.1:$port" --requests "$REQUESTS" \
+        --pipeline "$depth" --path /plaintext --expect "$BODY" --gap-us 1000 --timeout 120 --quiet ||
+        die "reqclient failed (callgrind $mode)"
+    callgrind_control -d "$pid" >>"$dir/callgrind_control.log" 2>&1
+    dump=$dir/callgrind.out.1
+    for _ in $(seq 1 100); do
+        [[ -s $dump ]] && grep -q '^totals:' "$dump" && break
+        sleep 0.1
+    done
+    ir=$(awk '/^summary:/ { print $2; exit }' "$dump")
+    stop_server "$pid"
+    [[ -n $ir ]] || die "no callgrind summary in $dump"
+    cp "$dump" "$OUT/callgrind-$mode-d$depth.out"
+    IR[$mode/$depth]=$(awk -v a="$ir" -v n="$REQUESTS" 'BEGIN { printf "%.0f", a / n }')
+    log "callgrind access log $mode, depth $depth: ${IR[$mode/$depth]} instructions per request"
+}
+if ((CALLGRIND)); then
+    for d in 1 16; do
+        callgrind_mode off "$d"
+        callgrind_mode on "$d"
+    done
+    {
+        echo
+        echo "| /plaintext, instructions per request (callgrind, all threads) | access log off | on | on / off |"
+        echo "|---|---|---|---|"
+        for d in 1 16; do
+            awk -v a="${IR[off/$d]}" -v b="${IR[on/$d]}" -v d="$d" \
+                'BEGIN { printf "| one connection, %d per write | %d | %d | %.3f |\n", d, a, b, b / a }'
+        done
+    } | tee -a "$OUT/table.md"
+fi
 log "results in ${OUT#"$BENCH_ROOT"/}/"

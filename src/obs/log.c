@@ -52,7 +52,9 @@ typedef struct log_worker {
     struct log_worker *next; /* st->live */
     flare_logclock_t clk;
     uint64_t id_base, id_seq; /* made request ids: base + seq, 16 hex digits */
-    int peer_fam;             /* the last client address and its text */
+    uint64_t id_last;         /* the last id turned into text, and its text */
+    char id_text[16];
+    int peer_fam; /* the last client address and its text */
     uint8_t peer_addr[16];
     size_t peer_len;
     char peer[INET6_ADDRSTRLEN];
@@ -256,15 +258,19 @@ static void kick(log_state_t *st)
 }
 
 /* Appends a line to a ring; a ring past half full wakes the writer once. */
-static void ring_line(log_state_t *st, flare_ring_t *r, const char *p, size_t len)
+static void ring_used(log_state_t *st, flare_ring_t *r, size_t used)
 {
-    size_t used;
-    if (!flare__ring_put(r, p, len, &used))
-        return;
     if (used > r->cap / 2 && !atomic_load_explicit(&r->kicked, memory_order_relaxed)) {
         atomic_store_explicit(&r->kicked, true, memory_order_relaxed);
         kick(st);
     }
+}
+
+static void ring_line(log_state_t *st, flare_ring_t *r, const char *p, size_t len)
+{
+    size_t used;
+    if (flare__ring_put(r, p, len, &used))
+        ring_used(st, r, used);
 }
 
 static int writer_start(log_state_t *st) /* under st->mu */
@@ -493,21 +499,29 @@ static log_state_t *state_of(const flare_app_t *app)
 
 /* ---- lines ---- */
 
-/* 16 hex digits, two at a time. */
+/* Eight hex digits of x in one word: each nibble spread into its own byte,
+ * then turned into '0'..'9' or 'a'..'f' all at once (the two-at-a-time
+ * table loop cost ~50 instructions per id). */
+static uint64_t hex8(uint32_t x)
+{
+    uint64_t t = x;
+    t = (t | t << 16) & 0x0000ffff0000ffffu;
+    t = (t | t << 8) & 0x00ff00ff00ff00ffu;
+    t = (t | t << 4) & 0x0f0f0f0f0f0f0f0fu; /* the most significant nibble in the top byte */
+    uint64_t letter = ((t + 0x0606060606060606u) >> 4) & 0x0101010101010101u;
+    t += 0x3030303030303030u + letter * ('a' - '0' - 10);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    t = __builtin_bswap64(t); /* the top byte first in memory */
+#endif
+    return t;
+}
+
+/* 16 hex digits. */
 static void fmt_id(char out[16], uint64_t v)
 {
-    static const char hex2[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-                               "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
-                               "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
-                               "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
-                               "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
-                               "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
-                               "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
-                               "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
-    for (int i = 14; i >= 0; i -= 2) {
-        memcpy(out + i, hex2 + 2 * (v & 0xff), 2);
-        v >>= 8;
-    }
+    uint64_t hi = hex8((uint32_t)(v >> 32)), lo = hex8((uint32_t)v);
+    memcpy(out, &hi, 8);
+    memcpy(out + 8, &lo, 8);
 }
 
 /* A line from a thread that is not a worker (or a worker outside a run). */
@@ -576,16 +590,40 @@ void flare_app_log(flare_app_t *app, flare_log_level_t lvl, const char *fmt, ...
     va_end(ap);
 }
 
+/* The 16 hex digits of v + 1, in place. */
+static void hex_inc(char t[16])
+{
+    for (int i = 15; i >= 0; i--) {
+        if (t[i] == 'f') {
+            t[i] = '0'; /* and carry */
+            continue;
+        }
+        t[i] = t[i] == '9' ? 'a' : (char)(t[i] + 1);
+        return;
+    }
+}
+
 /* The request's id: the request-id middleware's, else one made for it (kept
  * in the exchange, so every line of the exchange shows the same). buf: 16. */
-static flare_str_t req_id(log_worker_t *lw, struct flare_req *ex, char *buf)
+static flare_str_t req_id(log_worker_t *lw, struct flare_req *ex, char *buf, bool *made)
 {
     flare_str_t id;
+    *made = false;
     if (ex->attrs != NULL && flare_req_get_str(ex, FLARE_REQUEST_ID_ATTR, &id) && id.len > 0)
         return id;
     if (ex->log_id == 0)
         ex->log_id = lw->id_base + ++lw->id_seq;
-    fmt_id(buf, ex->log_id);
+    if (ex->log_id != lw->id_last) {
+        /* ids are made in sequence: the next one is the last text plus one,
+         * counted up in hex (a few instructions, not the 16 digits) */
+        if (ex->log_id == lw->id_last + 1 && lw->id_last != 0)
+            hex_inc(lw->id_text);
+        else
+            fmt_id(lw->id_text, ex->log_id);
+        lw->id_last = ex->log_id;
+    }
+    memcpy(buf, lw->id_text, 16);
+    *made = true;
     return (flare_str_t){ buf, 16 };
 }
 
@@ -601,7 +639,8 @@ void flare_req_log(flare_req_t *req, flare_log_level_t lvl, const char *fmt, ...
     if (lw == NULL)
         return;
     char buf[16];
-    flare_str_t id = req_id(lw, req, buf);
+    bool made;
+    flare_str_t id = req_id(lw, req, buf, &made);
     va_list ap;
     va_start(ap, fmt);
     worker_vlog(lw, lvl, id, fmt, ap);
@@ -642,14 +681,23 @@ static size_t peer_format(int fam, const uint8_t *a, char *out)
     return 1;
 }
 
-static flare_str_t header_of(const struct flare_req *ex, const char *name, size_t nlen)
+/* The User-Agent and Referer values (the first of each), in one pass over
+ * the headers; a name is compared only when its length matches. */
+static void ua_and_referer(const struct flare_req *ex, flare_str_t *ua, flare_str_t *ref)
 {
     const flare_http_head_t *h = &ex->head;
-    for (size_t i = 0; i < h->nheaders; i++) {
-        if (flare_str_ieq(h->headers[i].name, (flare_str_t){ name, nlen }))
-            return h->headers[i].value;
+    *ua = *ref = FLARE_STR_NULL;
+    bool need_ua = true, need_ref = true;
+    for (size_t i = 0; i < h->nheaders && (need_ua || need_ref); i++) {
+        flare_str_t n = h->headers[i].name;
+        if (n.len == 10 && need_ua && flare_str_ieq(n, FLARE_STR("User-Agent"))) {
+            *ua = h->headers[i].value;
+            need_ua = false;
+        } else if (n.len == 7 && need_ref && flare_str_ieq(n, FLARE_STR("Referer"))) {
+            *ref = h->headers[i].value;
+            need_ref = false;
+        }
     }
-    return FLARE_STR_NULL;
 }
 
 /* The access-log line of an exchange, on its worker, into its ring. */
@@ -671,17 +719,28 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
         r.method = ex->head.method;
         r.target = ex->head.target;
         r.protocol = ex->head.minor == 0 ? FLARE_STR("HTTP/1.0") : FLARE_STR("HTTP/1.1");
-        r.user_agent = header_of(ex, "User-Agent", 10);
-        r.referer = header_of(ex, "Referer", 7);
+        ua_and_referer(ex, &r.user_agent, &r.referer);
     }
-    r.request_id = req_id(lw, ex, idbuf);
+    r.request_id = req_id(lw, ex, idbuf, &r.request_id_plain);
     r.status = status;
     r.bytes =
         (ex->flags & EX_HEAD_ONLY) || status < 200 || status == 204 || status == 304 ? 0 : bytes;
     r.dur_us = ex->t_log_ns != 0 && now > ex->t_log_ns ? (now - ex->t_log_ns) / 1000 : 0;
+    /* formatted in place in the ring (no copy), unless the line might not
+     * fit before its end: then in lw->line, and put (which wraps or drops) */
+    flare_ring_t *ring = &lw->ring[LOG_ACC];
+    char *at = flare__ring_reserve(ring, sizeof(lw->line));
+    if (flare__likely(at != NULL)) {
+        size_t used;
+        flare__ring_commit(
+            ring, flare__access_format(at, sizeof(lw->line), st->access_format, &lw->clk, &ts, &r),
+            &used);
+        ring_used(st, ring, used);
+        return;
+    }
     size_t n =
         flare__access_format(lw->line, sizeof(lw->line), st->access_format, &lw->clk, &ts, &r);
-    ring_line(st, &lw->ring[LOG_ACC], lw->line, n);
+    ring_line(st, ring, lw->line, n);
 }
 
 /* ---- control, from any thread ---- */

@@ -4,6 +4,7 @@
 #ifndef FLARE_OBS_LOGFMT_H
 #define FLARE_OBS_LOGFMT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -37,8 +38,10 @@ size_t flare__log_format(char *out, size_t cap, int format, flare_logclock_t *cl
 typedef struct flare_access_rec {
     flare_str_t peer, method, target, protocol, user_agent, referer, request_id;
     int status;
-    uint64_t bytes;  /* body bytes sent */
-    uint64_t dur_us; /* head parsed -> response complete */
+    uint64_t bytes;        /* body bytes sent */
+    uint64_t dur_us;       /* head parsed -> response complete */
+    bool request_id_plain; /* request_id is known to need no escaping (an id the
+                            * logger made: hex digits) */
 } flare_access_rec_t;
 
 size_t flare__access_format(char *out, size_t cap, int format, flare_logclock_t *clk,

@@ -51,9 +51,48 @@ bool flare__ring_put(flare_ring_t *r, const void *p, size_t len, size_t *used_af
     if (first < len)
         memcpy(r->data, (const char *)p + first, len - first);
     atomic_store_explicit(&r->head, head + len, memory_order_release);
-    if (used_after != NULL)
-        *used_after = (size_t)(head + len - r->tail_cache);
+    if (used_after != NULL) {
+        /* measured against a fresh tail once the cached one says more than
+         * half: the cache is only refreshed when the ring looks full, so a
+         * stale one would report "past half full" on every record after the
+         * first half ring of traffic (and the log writer got woken, and
+         * wrote, once per line) */
+        uint64_t used = head + len - r->tail_cache;
+        if (used > r->cap / 2) {
+            r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+            used = head + len - r->tail_cache;
+        }
+        *used_after = (size_t)used;
+    }
     return true;
+}
+
+char *flare__ring_reserve(flare_ring_t *r, size_t max)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    size_t at = (size_t)(head & (r->cap - 1));
+    if (r->cap - at < max)
+        return NULL;
+    if (head + max - r->tail_cache > r->cap) {
+        r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+        if (head + max - r->tail_cache > r->cap)
+            return NULL;
+    }
+    return r->data + at;
+}
+
+void flare__ring_commit(flare_ring_t *r, size_t len, size_t *used_after)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    atomic_store_explicit(&r->head, head + len, memory_order_release);
+    if (used_after != NULL) {
+        uint64_t used = head + len - r->tail_cache;
+        if (used > r->cap / 2) { /* as in put */
+            r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+            used = head + len - r->tail_cache;
+        }
+        *used_after = (size_t)used;
+    }
 }
 
 size_t flare__ring_peek(flare_ring_t *r, struct iovec iov[2], int *niov)

@@ -29,8 +29,19 @@ int flare__ring_init(flare_ring_t *r, size_t cap);
 void flare__ring_dispose(flare_ring_t *r);
 
 /* Producer: appends len bytes as one record. false (and dropped + 1) when
- * it does not fit whole. *used_after gets the bytes held once it is in. */
+ * it does not fit whole. *used_after gets the bytes held once it is in
+ * (exact when more than half the ring; below that it may count bytes the
+ * consumer has already freed). */
 bool flare__ring_put(flare_ring_t *r, const void *p, size_t len, size_t *used_after);
+
+/* Producer, in two steps, for a record written in place: the address of
+ * max contiguous free bytes at the head (NULL when there are not that many
+ * before the end of the buffer or before the consumer: then use put, which
+ * wraps and drops), then commit the len <= max bytes written there, with
+ * *used_after as put gives it. Nothing is visible to the consumer before
+ * the commit. */
+char *flare__ring_reserve(flare_ring_t *r, size_t max);
+void flare__ring_commit(flare_ring_t *r, size_t len, size_t *used_after);
 
 /* Consumer: what is there to read, as one or two iovecs (wrap-around);
  * returns the byte count (0: empty, iov untouched). */

@@ -1,8 +1,11 @@
 /* Settings meet the app: the listeners and static directories they make,
  * --check-config's scratch app, and the SIGHUP hook that re-reads them. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app.h"
 #include "flare/tls.h"
@@ -123,6 +126,134 @@ static bool has_tls(const flare_settings_t *s)
     return false;
 }
 
+/* The limits and timeouts a reload changes in place: read by the workers
+ * from app->cfg and app->limits on their own threads, written only while
+ * every worker is parked (apply_parked). The rest of flare_config_t sizes
+ * what exists already (workers, job threads, the listen backlog, the header
+ * arrays of recycled exchanges: max-headers) and waits for an upgrade. */
+static const char *const live_keys[] = {
+    "max-conns",     "header-timeout",   "body-timeout", "idle-timeout", "write-timeout",
+    "drain-timeout", "max-request-line", "max-head",     "max-body",
+};
+
+static bool is_live_key(const char *k)
+{
+    for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++) {
+        if (strcmp(k, live_keys[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void copy_live(flare_config_t *d, const flare_config_t *c)
+{
+    d->max_conns = c->max_conns;
+    d->header_timeout_ms = c->header_timeout_ms;
+    d->body_timeout_ms = c->body_timeout_ms;
+    d->idle_timeout_ms = c->idle_timeout_ms;
+    d->write_timeout_ms = c->write_timeout_ms;
+    d->drain_timeout_ms = c->drain_timeout_ms;
+    d->max_request_line = c->max_request_line;
+    d->max_head = c->max_head;
+    d->max_body = c->max_body;
+}
+
+/* Every worker parks in a task posted to its own loop (between two event
+ * batches: no request is being parsed or swept); once all are parked, this
+ * thread writes the values and lets them go. The mutex orders the write
+ * before every worker's next read. A worker that does not park within
+ * PARK_WAIT_MS (a handler blocking its loop) cancels it: nothing is
+ * written, the others go on, and the reload says so. The shared block is
+ * freed by whoever leaves it last (a late worker still runs its task, at the
+ * latest when its loop is disposed). */
+#define PARK_WAIT_MS 2000
+
+typedef struct park {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned n, arrived, refs;
+    bool released, cancelled;
+    flare_post_node_t nodes[];
+} park_t;
+
+static void park_unref(park_t *p) /* under p->mu, which it releases */
+{
+    bool last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (last) {
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+    }
+}
+
+static void park_worker(void *ud)
+{
+    park_t *p = ud;
+    pthread_mutex_lock(&p->mu);
+    if (!p->cancelled) {
+        p->arrived++;
+        pthread_cond_broadcast(&p->cv);
+        while (!p->released && !p->cancelled)
+            pthread_cond_wait(&p->cv, &p->mu);
+    }
+    park_unref(p);
+}
+
+/* 0: applied; FLARE_ESTATE: the workers are not up; FLARE_ETIMEDOUT: a
+ * worker did not park in time; FLARE_ENOMEM. */
+static int apply_parked(flare_app_t *app, const flare_config_t *c)
+{
+    if (flare__app_enter(app) != 0)
+        return FLARE_ESTATE;
+    unsigned n = app->nworkers;
+    park_t *p = calloc(1, sizeof(*p) + n * sizeof(p->nodes[0]));
+    if (p == NULL) {
+        flare__app_leave(app);
+        return FLARE_ENOMEM;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    p->n = n;
+    p->refs = n + 1;
+    for (unsigned i = 0; i < n; i++) {
+        p->nodes[i].fn = park_worker;
+        p->nodes[i].ud = p;
+        flare__loop_post_node(&app->workers[i].loop, &p->nodes[i]);
+    }
+    flare__app_leave(app);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += PARK_WAIT_MS / 1000;
+    dl.tv_nsec += (long)(PARK_WAIT_MS % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->mu);
+    while (p->arrived < p->n) {
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
+            break;
+    }
+    int rc = 0;
+    if (p->arrived == p->n) {
+        copy_live(&app->cfg, c);
+        app->limits.max_request_line = c->max_request_line;
+        app->limits.max_head = c->max_head;
+        p->released = true;
+    } else {
+        p->cancelled = true;
+        rc = FLARE_ETIMEDOUT;
+    }
+    pthread_cond_broadcast(&p->cv);
+    park_unref(p);
+    return rc;
+}
+
 static void on_reload(void *ud)
 {
     flare_settings_t *s = ud;
@@ -142,11 +273,40 @@ static void on_reload(void *ud)
 #define ADD(buf, len, k)                                                                  \
     len += (size_t)snprintf(buf + len, len < sizeof(buf) ? sizeof(buf) - len : 0, "%s%s", \
                             len > 0 ? ", " : "", k)
+    /* limits and timeouts: as flare_app_new would resolve them (an unset
+     * key takes its default), into the running app */
+    bool live = false;
+    for (size_t i = 0; i < n; i++)
+        live |= is_live_key(keys[i]);
+    bool live_ok = false;
+    if (live && s->priv->app != NULL) {
+        flare_config_t want;
+        int lrc = flare__config_resolve(&want, &next.app);
+        if (lrc == 0)
+            lrc = apply_parked(s->priv->app, &want);
+        if (lrc == 0) {
+            live_ok = true;
+            copy_live(&s->app, &next.app); /* the rest stays as it runs */
+        } else {
+            fprintf(stderr, "flare: reload: limits and timeouts kept: %s\n",
+                    lrc == FLARE_ETIMEDOUT ? "a worker did not pause to take them (busy loop?)"
+                    : lrc == FLARE_ESTATE  ? "the workers are not running"
+                    : lrc == FLARE_ENOMEM  ? "out of memory"
+                                           : flare_last_error());
+        }
+    }
+    char retry[512] = "";
+    size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
-        if (is_log_key(keys[i]) && na < sizeof(applied))
-            ADD(applied, na, keys[i]);
-        else if (nl < sizeof(later))
+        if (is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) {
+            if (na < sizeof(applied))
+                ADD(applied, na, keys[i]);
+        } else if (is_live_key(keys[i])) {
+            if (nr < sizeof(retry))
+                ADD(retry, nr, keys[i]); /* could change in place, did not this time */
+        } else if (nl < sizeof(later)) {
             ADD(later, nl, keys[i]);
+        }
     }
     /* the TLS files: re-read whenever there is a TLS listener (a renewed
      * certificate keeps its path) */
@@ -165,8 +325,9 @@ static void on_reload(void *ud)
     take_str(&s->access_log, &next.access_log);
     take_str(&s->access_log_format, &next.access_log_format);
     flare_settings_free(&next);
-    fprintf(stderr, "flare: reload: %s: applied: %s%s%s\n",
+    fprintf(stderr, "flare: reload: %s: applied: %s%s%s%s%s\n",
             s->config_file != NULL ? s->config_file : "(no file)", na > 0 ? applied : "nothing",
+            nr > 0 ? "; not applied this time (a new SIGHUP retries): " : "", nr > 0 ? retry : "",
             nl > 0 ? "; needs an upgrade (SIGUSR2), kept as they were: " : "", nl > 0 ? later : "");
     if (s->priv->log_fn != NULL)
         s->priv->log_fn(s, s->priv->log_ud);

@@ -268,6 +268,94 @@ class Config(unittest.TestCase):
         finally:
             self.assertEqual(h.stop(), 0, h.output())
 
+    def test_sighup_limits_and_timeouts_in_place(self):
+        """max-body and idle-timeout changed in the file take effect on SIGHUP,
+        on every worker and on connections already open; max-headers (it sizes
+        what the workers hold) is logged as needing an upgrade."""
+        port = flaretest.free_port()
+        text = ("listen: %s:%d\nworkers: 2\nmax-body: 100\nidle-timeout: 60s\n"
+                "max-headers: 100\n" % (HOST, port))
+        write(self.file, text)
+        body = b"b" * 200
+
+        def post(sock=None):
+            own = sock is None
+            if own:
+                sock = socket.create_connection((HOST, port), timeout=5)
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n"
+                         % (len(body), b"Connection: close\r\n" if own else b"") + body)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(rest) < length:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            if own:
+                sock.close()
+            return head.split(b"\r\n")[0].decode(), rest
+
+        def reload(new_text, count):
+            write(self.file, new_text)
+            h.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and h.output().count("flare: reload: ") < count:
+                time.sleep(0.05)
+            lines = [l for l in h.output().splitlines() if l.startswith("flare: reload: ")]
+            self.assertEqual(len(lines), count, h.output())
+            return lines[-1]
+
+        h = Hello(["--config", self.file], port)
+        try:
+            # several connections, so both workers answer
+            for _ in range(6):
+                self.assertEqual(post()[0], "HTTP/1.1 413 Content Too Large")
+            kept = socket.create_connection((HOST, port), timeout=5)
+            self.assertEqual(get(port, sock=kept)[0], "HTTP/1.1 200 OK")
+
+            line = reload(text.replace("max-body: 100", "max-body: 1000")
+                          .replace("idle-timeout: 60s", "idle-timeout: 1s")
+                          .replace("max-headers: 100", "max-headers: 50"), 1)
+            self.assertIn("applied: idle-timeout, max-body", line)
+            self.assertIn("needs an upgrade (SIGUSR2), kept as they were: max-headers", line)
+            for _ in range(6):
+                self.assertEqual(post(), ("HTTP/1.1 200 OK", body))
+            # the connection made before the reload: the new limit too
+            self.assertEqual(post(sock=kept), ("HTTP/1.1 200 OK", body))
+            kept.close()
+            # the new idle timeout: a keep-alive connection is closed after ~1 s
+            idle = socket.create_connection((HOST, port), timeout=10)
+            self.assertEqual(get(port, sock=idle)[0], "HTTP/1.1 200 OK")
+            t0 = time.monotonic()
+            self.assertEqual(idle.recv(1), b"")
+            waited = time.monotonic() - t0
+            self.assertGreaterEqual(waited, 0.9)
+            self.assertLess(waited, 5)
+            idle.close()
+
+            # smaller again: refused again; a value out of range changes nothing
+            line = reload(text.replace("max-body: 100", "max-body: 150"), 2)
+            self.assertIn("max-body", line.split("applied: ")[1].split(";")[0])
+            for _ in range(6):
+                self.assertEqual(post()[0], "HTTP/1.1 413 Content Too Large")
+            line = reload(text.replace("max-body: 100", "max-body: 2t"), 3)
+            self.assertTrue(line.startswith("flare: reload: nothing changed: %s:3: max-body"
+                                            % self.file), line)
+            self.assertEqual(post()[0], "HTTP/1.1 413 Content Too Large")
+            self.assertTrue(h.proc.poll() is None, h.output())
+        finally:
+            self.assertEqual(h.stop(), 0, h.output())
+
 
 if __name__ == "__main__":
     flaretest.main()

@@ -5,6 +5,7 @@
  * drops counted. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,6 +103,66 @@ static void test_ring_full_drops(void **state)
     char big[65] = { 0 };
     assert_false(flare__ring_put(&r, big, sizeof(big), NULL));
     assert_int_equal(flare__ring_dropped(&r), 4);
+    flare__ring_dispose(&r);
+}
+
+/* used_after, which decides when the writer is woken, follows what the
+ * consumer frees: after a ring's worth of traffic, a near-empty ring does
+ * not report itself past half full */
+static void test_ring_used_follows_consumer(void **state)
+{
+    (void)state;
+    flare_ring_t r;
+    assert_int_equal(flare__ring_init(&r, 64), 0);
+    char rec[20], out[64];
+    memset(rec, 'u', sizeof(rec));
+    size_t used;
+    for (int i = 0; i < 10; i++) {
+        assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+        assert_int_equal(used, sizeof(rec)); /* the one just put: the rest was read */
+        assert_int_equal(ring_read(&r, out), sizeof(rec));
+    }
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), &used));
+    assert_int_equal(used, 40); /* past half, unread: counted whole */
+    assert_int_equal(flare__ring_dropped(&r), 0);
+    flare__ring_dispose(&r);
+}
+
+/* a record written in place: reserved, invisible until committed; no
+ * reservation across the end of the buffer or past the consumer */
+static void test_ring_reserve_commit(void **state)
+{
+    (void)state;
+    flare_ring_t r;
+    assert_int_equal(flare__ring_init(&r, 64), 0);
+    struct iovec iov[2];
+    int n;
+    char out[64];
+    char *p = flare__ring_reserve(&r, 40);
+    assert_non_null(p);
+    memcpy(p, "in place\n", 9);
+    assert_int_equal(flare__ring_peek(&r, iov, &n), 0); /* not committed yet */
+    size_t used;
+    flare__ring_commit(&r, 9, &used);
+    assert_int_equal(used, 9);
+    assert_int_equal(ring_read(&r, out), 9);
+    assert_memory_equal(out, "in place\n", 9);
+    /* at 9 of 64: 55 bytes before the end, so 56 cannot be reserved there */
+    assert_null(flare__ring_reserve(&r, 56));
+    assert_non_null(flare__ring_reserve(&r, 55));
+    char rec[50];
+    memset(rec, 'r', sizeof(rec));
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), NULL));
+    assert_null(flare__ring_reserve(&r, 6)); /* at 59: 5 before the end (14 free) */
+    assert_non_null(flare__ring_reserve(&r, 5));
+    assert_int_equal(ring_read(&r, out), 50);
+    /* wrapped to 45 (19 before the end), 50 held: only the 14 free */
+    assert_true(flare__ring_put(&r, rec, sizeof(rec), NULL));
+    assert_null(flare__ring_reserve(&r, 15));
+    assert_non_null(flare__ring_reserve(&r, 14));
+    assert_int_equal(ring_read(&r, out), 50);
+    assert_int_equal(flare__ring_dropped(&r), 0); /* a failed reservation drops nothing */
     flare__ring_dispose(&r);
 }
 
@@ -212,14 +273,18 @@ static void test_escape_random(void **state)
     static const unsigned char alphabet[] = { 'a',  '/',  '"',  '\\', 0x01, '\n',
                                               0x7f, 0xc3, 0xa9, 0x80, 0x1f, ' ' };
     unsigned seed = 12345;
-    for (int iter = 0; iter < 20000; iter++) {
+    for (int iter = 0; iter < 40000; iter++) {
         unsigned char in[64];
         seed = seed * 1103515245u + 12345u;
         size_t len = (seed >> 16) % sizeof(in);
+        /* mostly plain bytes, so the eight-byte path runs too; every other
+         * string with a special byte only rarely, so that whole strings of
+         * every length are plain (the one-memcpy path) or have one special
+         * byte anywhere, the last one included */
+        unsigned spread = iter % 2 ? 64 : 64 * 40;
         for (size_t i = 0; i < len; i++) {
             seed = seed * 1103515245u + 12345u;
-            /* mostly plain bytes, so the eight-byte path runs too */
-            unsigned r = (seed >> 16) % 64;
+            unsigned r = (seed >> 16) % spread;
             in[i] = r < sizeof(alphabet) ? alphabet[r] : (unsigned char)('a' + r % 26);
         }
         for (int quote = 0; quote < 2; quote++) {
@@ -228,6 +293,11 @@ static void test_escape_random(void **state)
             char *e = flare__log_escape_text(got, got + sizeof(got), (const char *)in, len, quote);
             assert_int_equal((size_t)(e - got), wn);
             assert_memory_equal(got, want, wn);
+            /* too little room: a prefix of the same, never past the end */
+            size_t room = wn / 2;
+            e = flare__log_escape_text(got, got + room, (const char *)in, len, quote);
+            assert_true((size_t)(e - got) <= room);
+            assert_memory_equal(got, want, (size_t)(e - got));
         }
     }
 }
@@ -263,6 +333,18 @@ static void test_access_formats(void **state)
                         "\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":13,"
                         "\"duration_us\":42,\"user_agent\":\"curl/7.88 \\\"x\\\"\\n\","
                         "\"referer\":\"\"}\n");
+    /* an id the logger made is written as given: the same bytes */
+    char want[FLARE__LOG_LINE_MAX + 1];
+    for (int f = 0; f < 2; f++) {
+        r.request_id_plain = false;
+        n = flare__access_format(want, FLARE__LOG_LINE_MAX, f, &clk, &T0, &r);
+        want[n] = '\0';
+        r.request_id_plain = true;
+        n = flare__access_format(buf, FLARE__LOG_LINE_MAX, f, &clk, &T0, &r);
+        buf[n] = '\0';
+        assert_string_equal(buf, want);
+    }
+    r.request_id_plain = false;
     /* a framing error: no request line */
     flare_access_rec_t e = {
         .peer = FLARE_STR("::1"), .status = 400, .bytes = 12, .request_id = FLARE_STR("id")
@@ -475,27 +557,69 @@ static void test_reopen(void **state)
     unlink(moved);
 }
 
+/* The reading end of the drop test's log (a FIFO): read until the writer
+ * closes its end (flare_app_free), into a buffer the test then counts. */
+typedef struct fifo_reader {
+    int fd;
+    char *buf;
+    size_t len, cap;
+} fifo_reader_t;
+
+static void *fifo_read_all(void *arg)
+{
+    fifo_reader_t *r = arg;
+    int fl = fcntl(r->fd, F_GETFL);
+    fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK);
+    for (;;) {
+        if (r->cap - r->len < 65536) {
+            r->cap = r->cap * 2 + 65536;
+            r->buf = realloc(r->buf, r->cap);
+            if (r->buf == NULL)
+                return NULL;
+        }
+        ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len - 1);
+        if (n <= 0)
+            break; /* 0: the writer closed its end */
+        r->len += (size_t)n;
+    }
+    r->buf[r->len] = '\0';
+    return NULL;
+}
+
 static void test_drops_counted(void **state)
 {
     (void)state;
+    /* the log goes to a FIFO nobody reads until the handler is done: once
+     * its (shrunk) pipe buffer is full the writer blocks, so the worker's
+     * 4 KiB ring fills and lines are dropped whatever the timing (a file
+     * let a fast enough writer keep up, e.g. under ThreadSanitizer, whose
+     * slowed-down worker then dropped nothing) */
     char elog[128];
     tmpname(elog, sizeof(elog), "drop");
+    assert_int_equal(mkfifo(elog, 0600), 0);
+    fifo_reader_t rd = { .fd = open(elog, O_RDONLY | O_NONBLOCK | O_CLOEXEC) };
+    assert_true(rd.fd >= 0);
+    fcntl(rd.fd, F_SETPIPE_SZ, 4096);
     flare_log_config_t lc = { .path = elog, .level = FLARE_LOG_INFO, .ring_bytes = 4096 };
     flare_app_t *app = log_app(&lc);
     harness_t h = { .app = app };
     assert_int_equal(harness_start(&h), 0);
-    get(&h, "/say?n=1000"); /* ~140 KB in one handler: far more than 4 KiB */
+    get(&h, "/say?n=1000"); /* ~140 KB in one handler: far more than 4 + 4 KiB */
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, fifo_read_all, &rd), 0);
     assert_int_equal(harness_stop(&h), 0);
     uint64_t dropped = flare_log_dropped(app);
-    char *e = slurp(elog);
-    size_t kept = count_str(e, " say ");
+    flare_app_free(app); /* closes the log: the reader sees the end */
+    assert_int_equal(pthread_join(reader, NULL), 0);
+    close(rd.fd);
+    assert_non_null(rd.buf);
+    size_t kept = count_str(rd.buf, " say ");
     /* the worker line and the debug line: the worker line may be dropped too */
-    size_t kept_worker = count_str(e, "worker line");
+    size_t kept_worker = count_str(rd.buf, "worker line");
     assert_true(dropped > 0);
     assert_int_equal(kept + kept_worker + dropped, 1001);
-    assert_non_null(strstr(e, " lines dropped (log rings full; "));
-    free(e);
-    flare_app_free(app);
+    assert_non_null(strstr(rd.buf, " lines dropped (log rings full; "));
+    free(rd.buf);
     unlink(elog);
 }
 
@@ -534,12 +658,20 @@ static void test_setup_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ring_exact_and_wrap),  cmocka_unit_test(test_ring_full_drops),
-        cmocka_unit_test(test_text_format),          cmocka_unit_test(test_json_format),
-        cmocka_unit_test(test_long_message_cut),     cmocka_unit_test(test_escape_random),
-        cmocka_unit_test(test_access_formats),       cmocka_unit_test(test_level_parse),
-        cmocka_unit_test(test_app_lines_and_levels), cmocka_unit_test(test_reopen),
-        cmocka_unit_test(test_drops_counted),        cmocka_unit_test(test_setup_errors),
+        cmocka_unit_test(test_ring_exact_and_wrap),
+        cmocka_unit_test(test_ring_full_drops),
+        cmocka_unit_test(test_ring_used_follows_consumer),
+        cmocka_unit_test(test_ring_reserve_commit),
+        cmocka_unit_test(test_text_format),
+        cmocka_unit_test(test_json_format),
+        cmocka_unit_test(test_long_message_cut),
+        cmocka_unit_test(test_escape_random),
+        cmocka_unit_test(test_access_formats),
+        cmocka_unit_test(test_level_parse),
+        cmocka_unit_test(test_app_lines_and_levels),
+        cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_drops_counted),
+        cmocka_unit_test(test_setup_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -538,6 +538,76 @@ static void test_watch(void **state)
     flare_settings_free(&s);
 }
 
+/* A task that keeps worker 0's loop busy: a reload cannot park it. */
+static _Atomic int blocked;
+static void block_worker(void *ud)
+{
+    (void)ud;
+    atomic_store(&blocked, 1);
+    usleep(2600 * 1000); /* past the reload's 2 s wait */
+    atomic_store(&blocked, 2);
+}
+
+static bool post_413(const harness_t *h)
+{
+    char *r = harness_roundtrip(h, "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n"
+                                   "Connection: close\r\n\r\n"
+                                   "01234567890123456789012345678901234567890123456789");
+    bool is413 = strncmp(r, "HTTP/1.1 413 ", 13) == 0;
+    bool is404 = strncmp(r, "HTTP/1.1 404 ", 13) == 0;
+    assert_true(is413 || is404);
+    free(r);
+    return is413;
+}
+
+/* Limits change in place on SIGHUP once every worker has parked; a worker
+ * whose loop is busy past the wait cancels the change (nothing written,
+ * the late worker still runs its part and lets go of the shared block). */
+static void test_watch_limits(void **state)
+{
+    (void)state;
+    const char *path = write_file("l.yaml", "workers: 1\nmax-body: 10\n");
+    char file[128];
+    snprintf(file, sizeof(file), "%s", path);
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", file, NULL), 0);
+    flare_config_t cfg;
+    flare_settings_app_config(&s, &cfg);
+    flare_app_t *app = flare_app_new(&cfg);
+    assert_non_null(app);
+    assert_int_equal(flare_settings_watch(&s, app), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    assert_true(post_413(&h));
+
+    /* the worker busy: the reload gives up, max-body stays 10 */
+    atomic_store(&blocked, 0);
+    assert_int_equal(flare_app_post(app, 0, block_worker, NULL), 0);
+    for (int i = 0; i < 500 && atomic_load(&blocked) == 0; i++)
+        usleep(1000);
+    write_file("l.yaml", "workers: 1\nmax-body: 100\n");
+    kill(getpid(), SIGHUP);
+    for (int i = 0; i < 500 && atomic_load(&blocked) != 2; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&blocked), 2);
+    usleep(100000);
+    assert_true(post_413(&h));
+
+    /* the worker free: applied */
+    kill(getpid(), SIGHUP);
+    bool applied = false;
+    for (int i = 0; i < 300 && !applied; i++) {
+        applied = !post_413(&h);
+        if (!applied)
+            usleep(10000);
+    }
+    assert_true(applied);
+    assert_int_equal(harness_stop(&h), 0);
+    assert_int_equal(s.app.max_body, 100);
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -545,7 +615,7 @@ int main(void)
         cmocka_unit_test(test_precedence),  cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_listeners),   cmocka_unit_test(test_extra_options),
         cmocka_unit_test(test_reload_diff), cmocka_unit_test(test_on_reload),
-        cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_watch),       cmocka_unit_test(test_watch_limits),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
