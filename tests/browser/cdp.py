@@ -113,8 +113,14 @@ class Page:
         self.cdp, self.target, self.session, self.name = cdp, target, session, name
 
     @classmethod
-    async def open(cls, cdp, url, name):
-        t = await cdp.send("Target.createTarget", {"url": "about:blank"})
+    async def open(cls, cdp, url, name, private=False):
+        """A new tab on url. private: in a browser context of its own (its own
+        cookies, like a private window)."""
+        params = {"url": "about:blank"}
+        if private:
+            ctx = await cdp.send("Target.createBrowserContext")
+            params["browserContextId"] = ctx["browserContextId"]
+        t = await cdp.send("Target.createTarget", params)
         s = await cdp.send("Target.attachToTarget", {"targetId": t["targetId"], "flatten": True})
         page = cls(cdp, t["targetId"], s["sessionId"], name)
         await page.call("Page.enable")
