@@ -110,15 +110,19 @@ static const flare_field_t error_fields[] = {
                     FLARE_DESCRIPTION("what went wrong")),
 };
 
-/* flare_req_bind's 400: {"errors":[{"field":..,"reason":..}]} */
+/* flare_req_bind's 400: {"errors":[{"field":..,"reason":..}]} when fields
+ * fail validation, {"error":"invalid JSON","line":..,"column":..,
+ * "position":..,"reason":..} when the body is not JSON */
 typedef struct field_error {
     flare_str_t field, reason;
 } field_error_t;
 
-typedef struct invalid_out {
+typedef struct bad_request_out {
     field_error_t errors[FLARE_MAP_MAX_ERRORS];
     size_t nerrors;
-} invalid_out_t;
+    flare_str_t error, reason;
+    int64_t line, column, position;
+} bad_request_out_t;
 
 static const flare_field_t field_error_fields[] = {
     FLARE_FIELD_STR(field_error_t, field, "field", FLARE_REQUIRED,
@@ -127,9 +131,15 @@ static const flare_field_t field_error_fields[] = {
     FLARE_FIELD_STR(field_error_t, reason, "reason", FLARE_REQUIRED),
 };
 
-static const flare_field_t invalid_fields[] = {
-    FLARE_FIELD_ARRAY_OF(invalid_out_t, errors, nerrors, "errors", field_error_fields,
-                         FLARE_REQUIRED, FLARE_ITEMS(1, 0)),
+static const flare_field_t bad_request_fields[] = {
+    FLARE_FIELD_ARRAY_OF(bad_request_out_t, errors, nerrors, "errors", field_error_fields,
+                         FLARE_ITEMS(1, 0), FLARE_DESCRIPTION("every field that failed")),
+    FLARE_FIELD_STR(bad_request_out_t, error, "error",
+                    FLARE_DESCRIPTION("\"invalid JSON\" when the body is not JSON")),
+    FLARE_FIELD_INT(bad_request_out_t, line, "line", FLARE_MIN(1)),
+    FLARE_FIELD_INT(bad_request_out_t, column, "column", FLARE_MIN(1)),
+    FLARE_FIELD_INT(bad_request_out_t, position, "position", FLARE_MIN(0)),
+    FLARE_FIELD_STR(bad_request_out_t, reason, "reason"),
 };
 
 /* ---- helpers ---- */
@@ -351,11 +361,14 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
     {                                                        \
         (code), (text), FLARE_OP_JSON("Error", error_fields) \
     }
-#define R_INVALID                                                                      \
-    {                                                                                  \
-        400, "invalid JSON, or the fields that failed validation (every one of them)", \
-            FLARE_OP_JSON("ValidationErrors", invalid_fields)                          \
+#define R_INVALID                                                                       \
+    {                                                                                   \
+        400,                                                                            \
+            "the fields that failed validation (every one of them), or where the body " \
+            "is not JSON",                                                              \
+            FLARE_OP_JSON("BadRequest", bad_request_fields)                             \
     }
+#define R_NOT_JSON   R_ERROR(415, "not JSON, with a Content-Type that is not JSON either")
 #define R_NEED_LOGIN R_ERROR(401, "no session: log in first (POST /api/session)")
 #define R_DB_DOWN    R_ERROR(503, "the database is unavailable or timed out")
 
@@ -380,6 +393,7 @@ static const flare_op_content_t todo_patch_body = { .name = "TodoPatch",
 static const flare_op_response_t login_res[] = {
     { 200, "logged in; the session cookie todo_sid is set", FLARE_OP_JSON("User", user_fields) },
     R_INVALID,
+    R_NOT_JSON,
     R_ERROR(401, "invalid user or password"),
     R_ERROR(503, "the session store is unavailable"),
 };
@@ -394,6 +408,7 @@ static const flare_op_response_t list_res[] = {
 static const flare_op_response_t create_res[] = {
     { 201, "created; Location names it", FLARE_OP_JSON("Todo", todo_out_fields) },
     R_INVALID,
+    R_NOT_JSON,
     R_NEED_LOGIN,
     R_DB_DOWN,
 };
@@ -406,6 +421,7 @@ static const flare_op_response_t get_res[] = {
 static const flare_op_response_t patch_res[] = {
     { 200, "the todo as updated", FLARE_OP_JSON("Todo", todo_out_fields) },
     R_INVALID,
+    R_NOT_JSON,
     R_NEED_LOGIN,
     R_ERROR(404, "no such todo"),
     R_DB_DOWN,
@@ -443,10 +459,10 @@ static int document(flare_app_t *app)
         { FLARE_METHOD_DELETE,
           "/api/session",
           { .summary = "Log out",
+            .description = "Ends the session the cookie names, if any (204 either way).",
             .operation_id = "logout",
             .tags = tag_session,
-            OPS(logout_res),
-            .security = "sessionCookie" } },
+            OPS(logout_res) } },
         { FLARE_METHOD_GET,
           "/api/todos",
           { .summary = "List the todos",

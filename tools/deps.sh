@@ -29,8 +29,10 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
 # prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
 # logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
+# npm: swagger-ui-dist for /docs at build time (cmake/swagger_ui.cmake; optional for build) and
+# the OpenAPI 3.1 validator tests/integ/test_openapi.py installs (tests/openapi/package.json).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate npm)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")

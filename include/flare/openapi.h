@@ -61,24 +61,26 @@ typedef struct flare_op_param {
 } flare_op_param_t;
 
 /* FLARE_PARAM_STR(FLARE_IN_QUERY, "q", FLARE_LEN(1, 100), FLARE_DESCRIPTION("...")) */
-#define FLARE_PARAM_STR(where, ...)                                    \
-    {                                                                  \
-        .in = (where), .field = {.type = FLARE_FIELD_STRING, .size = 0, \
-                                 .name = __VA_ARGS__ }                  \
+#define FLARE_PARAM_STR(where, ...)                                                           \
+    {                                                                                         \
+        .in = (where), .field = {.type = FLARE_FIELD_STRING, .size = 0, .name = __VA_ARGS__ } \
     }
 /* A 64-bit integer (format int64). */
-#define FLARE_PARAM_INT(where, ...)                                                     \
-    {                                                                                   \
+#define FLARE_PARAM_INT(where, ...)                                                        \
+    {                                                                                      \
         .in = (where), .field = {.type = FLARE_FIELD_INT, .size = 8, .name = __VA_ARGS__ } \
     }
-#define FLARE_PARAM_DOUBLE(where, ...)                                                     \
-    {                                                                                      \
+#define FLARE_PARAM_DOUBLE(where, ...)                                                        \
+    {                                                                                         \
         .in = (where), .field = {.type = FLARE_FIELD_DOUBLE, .size = 8, .name = __VA_ARGS__ } \
     }
-#define FLARE_PARAM_BOOL(where, ...)                                                 \
-    {                                                                                \
-        .in = (where), .field = {.type = FLARE_FIELD_BOOL, .size = sizeof(bool),     \
-                                 .name = __VA_ARGS__ }                               \
+#define FLARE_PARAM_BOOL(where, ...)  \
+    {                                 \
+        .in = (where), .field = {     \
+            .type = FLARE_FIELD_BOOL, \
+            .size = sizeof(bool),     \
+            .name = __VA_ARGS__       \
+        }                             \
     }
 
 /* A body (request or response): a JSON object described by a mapping table,
@@ -99,12 +101,12 @@ typedef struct flare_op_content {
 } flare_op_content_t;
 
 /* { .name = "Todo", .fields = table, .nfields = FLARE_MAP_N(table) } */
-#define FLARE_OP_JSON(schema_name, table) \
-    {                                     \
+#define FLARE_OP_JSON(schema_name, table)                                       \
+    {                                                                           \
         .name = (schema_name), .fields = (table), .nfields = FLARE_MAP_N(table) \
     }
-#define FLARE_OP_JSON_ARRAY(schema_name, table) \
-    {                                           \
+#define FLARE_OP_JSON_ARRAY(schema_name, table)                                                \
+    {                                                                                          \
         .name = (schema_name), .fields = (table), .nfields = FLARE_MAP_N(table), .array = true \
     }
 
@@ -120,13 +122,13 @@ typedef struct flare_op_response {
 typedef struct flare_op {
     const char *summary;
     const char *description;
-    const char *operation_id;    /* unique in the app (FLARE_EEXIST) */
-    const char *const *tags;     /* NULL-terminated, or NULL */
+    const char *operation_id;       /* unique in the app (FLARE_EEXIST) */
+    const char *const *tags;        /* NULL-terminated, or NULL */
     const flare_op_param_t *params; /* path parameters not listed here are
                                        documented as required strings */
     size_t nparams;
-    const flare_op_content_t *body; /* request body, or NULL */
-    bool body_optional;             /* requestBody.required is true unless set */
+    const flare_op_content_t *body;       /* request body, or NULL */
+    bool body_optional;                   /* requestBody.required is true unless set */
     const flare_op_response_t *responses; /* at least one (OpenAPI requires it) */
     size_t nresponses;
     /* The name of a scheme from flare_openapi_cookie_auth the operation
@@ -183,7 +185,8 @@ FLARE_API int flare_openapi_write(const flare_app_t *app, flare_json_t *w);
  * call are in it) and kept: a request copies nothing; a strong ETag (a
  * digest of the body) answers If-None-Match with 304; Cache-Control:
  * no-cache. 0, or what flare_get and generation fail with (a failed
- * generation fails flare_app_run, with flare_last_error() saying why). */
+ * generation fails flare_app_run with FLARE_EINVAL; flare_openapi_write
+ * then says why in flare_last_error()). */
 FLARE_API int flare_openapi_route(flare_app_t *app, const char *path);
 
 /* Swagger UI options; a zeroed struct (or NULL) means the defaults. */

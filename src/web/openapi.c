@@ -66,11 +66,11 @@ char *flare__openapi_strdup(oa_state_t *st, const char *s)
 }
 
 /* A strdup that reports failure only when s was set. */
-#define DUP_OR_FAIL(dst, s)                        \
-    do {                                           \
-        (dst) = oa_strdup(st, (s));                \
-        if ((s) != NULL && (dst) == NULL)          \
-            return FLARE_ENOMEM;                   \
+#define DUP_OR_FAIL(dst, s)               \
+    do {                                  \
+        (dst) = oa_strdup(st, (s));       \
+        if ((s) != NULL && (dst) == NULL) \
+            return FLARE_ENOMEM;          \
     } while (0)
 
 /* ---- the module: state on the app, the document made at start ---- */
@@ -88,6 +88,7 @@ static void oa_free_app(flare_app_t *app, void *state)
     free(st->schemes);
     free(st->doc);
     free(st->init_js);
+    free(st->ui_page);
     free(st);
 }
 
@@ -183,8 +184,7 @@ static int copy_content(oa_state_t *st, const flare_op_content_t *c, oa_content_
     DUP_OR_FAIL(out->ctype, c->content_type);
     if (c->fields == NULL) {
         if (c->name != NULL || c->array || c->nfields > 0)
-            return flare__fail(FLARE_EINVAL, 0, "%s: a schema name or array without fields",
-                               where);
+            return flare__fail(FLARE_EINVAL, 0, "%s: a schema name or array without fields", where);
         if (c->content_type == NULL)
             return flare__fail(FLARE_EINVAL, 0, "%s: neither fields nor a content type", where);
         return 0;
@@ -326,12 +326,12 @@ static int copy_params(oa_state_t *st, const flare_op_t *op, oa_op_t *o, const c
             return flare__fail(FLARE_EINVAL, 0, "%s: parameter \"%s\" is not a scalar", where,
                                f->name);
         if ((rc = flare_map_check(f, 1)) != 0)
-            return flare__fail(rc, 0, "%s: parameter \"%s\": bad constraints (%s)", where,
-                               f->name, flare_strerror(rc));
+            return flare__fail(rc, 0, "%s: parameter \"%s\": bad constraints (%s)", where, f->name,
+                               flare_strerror(rc));
         for (size_t k = 0; k < i; k++) {
             if (op->params[k].in == p->in && strcmp(op->params[k].field.name, f->name) == 0)
-                return flare__fail(FLARE_EINVAL, 0, "%s: parameter \"%s\" is listed twice",
-                                   where, f->name);
+                return flare__fail(FLARE_EINVAL, 0, "%s: parameter \"%s\" is listed twice", where,
+                                   f->name);
         }
         if (p->in == FLARE_IN_PATH) {
             bool found = false;
@@ -369,8 +369,8 @@ static int copy_params(oa_state_t *st, const flare_op_t *op, oa_op_t *o, const c
 }
 
 /* Builds *o from *op (all in st's memory). */
-static int copy_op(oa_state_t *st, flare_method_t method, const char *pattern,
-                   const flare_op_t *op, oa_op_t *o, const char *where)
+static int copy_op(oa_state_t *st, flare_method_t method, const char *pattern, const flare_op_t *op,
+                   oa_op_t *o, const char *where)
 {
     memset(o, 0, sizeof(*o));
     o->method = method;

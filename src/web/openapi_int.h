@@ -79,7 +79,7 @@ typedef struct oa_state {
     const char *ui_prefix; /* NULL: not served */
     const char *ui_url;    /* opts.url, or NULL: route_path */
     const char *ui_title;
-    const char *ui_dir;    /* where the files are, NULL when not installed */
+    const char *ui_dir;     /* where the files are, NULL when not installed */
     const char *ui_missing; /* the 503 message when they are not */
     char *ui_page;          /* the HTML page */
     size_t ui_page_len;

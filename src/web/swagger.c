@@ -107,7 +107,7 @@ int flare__swagger_prepare(oa_state_t *st)
 {
     if (st->ui_prefix == NULL || st->ui_dir == NULL)
         return 0;
-    const char *url = st->ui_url != NULL     ? st->ui_url
+    const char *url = st->ui_url != NULL       ? st->ui_url
                       : st->route_path != NULL ? st->route_path
                                                : "/openapi.json";
     flare_json_t j;
