@@ -5,7 +5,6 @@ import html.parser
 import json
 import os
 import socket
-import tempfile
 import time
 import urllib.parse
 
@@ -13,7 +12,7 @@ import flaretest
 from flaretest import ServerTestCase, build_request
 
 SHOWCASE = os.path.join(os.path.abspath(flaretest.BUILD_DIR), "examples", "showcase")
-DB_DIR = tempfile.mkdtemp(prefix="flare-showcase-")
+DB_DIR = flaretest.temp_dir(prefix="flare-showcase-")
 
 
 class Links(html.parser.HTMLParser):
@@ -222,7 +221,7 @@ class ShowcaseDefaults(ServerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="flare-showcase-tmp-")
+        cls.tmp = flaretest.temp_dir(prefix="flare-showcase-tmp-")
         cls.old = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = cls.tmp
         try:
