@@ -121,7 +121,7 @@ static const char *const tag_upload[] = { "uploads", NULL };
 
 /* ---- the site ---- */
 
-static int setup(flare_app_t *app, flare_db_t *db, const char *www)
+static int setup(flare_app_t *app, flare_db_t *db)
 {
     int rc;
     flare_middleware_t m;
@@ -156,7 +156,12 @@ static int setup(flare_app_t *app, flare_db_t *db, const char *www)
         (rc = flare_openapi_route(app, "/openapi.json")) != 0 ||
         (rc = flare_swagger_ui(app, "/docs", NULL)) != 0)
         return rc;
-    /* everything else is the static site: /, /todos.html, /style.css... */
+    return 0;
+}
+
+/* Everything else is the static site: /, /todos.html, /style.css... */
+static int mount_site(flare_app_t *app, const char *www)
+{
     flare_static_opts_t so;
     flare_static_opts_init(&so);
     so.cache_control = "no-cache"; /* revalidate each time: the ETag makes it a 304 */
@@ -204,8 +209,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "showcase: --db %s: %s: %s\n", url, flare_strerror(rc), flare_last_error());
         goto out;
     }
-    if ((rc = setup(app, db, www)) != 0) {
+    if ((rc = setup(app, db)) != 0) {
         fprintf(stderr, "showcase: %s: %s\n", flare_strerror(rc), flare_last_error());
+        goto out;
+    }
+    if ((rc = mount_site(app, www)) != 0) {
+        fprintf(stderr, "showcase: --static %s: %s (the directory of the site's pages)\n", www,
+                flare_strerror(rc));
         goto out;
     }
     /* the listeners (the site is mounted above, with its own options) */

@@ -5,7 +5,9 @@ import html.parser
 import json
 import os
 import socket
+import subprocess
 import time
+import unittest
 import urllib.parse
 
 import flaretest
@@ -211,6 +213,39 @@ class Showcase(ServerTestCase):
         self.assertGreaterEqual(r.status, 400)
         self.assertLess(r.status, 500)
         self.assertServerAlive()
+
+
+class ShowcaseStartupErrors(unittest.TestCase):
+    """What cannot start says why and exits non-zero, without hanging."""
+
+    def run_showcase(self, *args):
+        p = subprocess.run([SHOWCASE, "--workers", "1"] + list(args), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        return p.returncode, p.stderr.decode("utf-8", "replace")
+
+    def test_port_in_use(self):
+        with socket.socket() as s:
+            s.bind((flaretest.HOST, 0))
+            s.listen(1)
+            addr = "%s:%d" % (flaretest.HOST, s.getsockname()[1])
+            rc, err = self.run_showcase("--listen", addr, "--db", "sqlite:" + os.path.join(DB_DIR, "p.db"))
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("bind " + addr, err)
+        self.assertIn(os.strerror(98), err)  # EADDRINUSE
+
+    def test_bad_database_url(self):
+        rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--db", "mysql://nowhere/x")
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("--db mysql://nowhere/x", err)
+        rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--db", "sqlite:/nonexistent-dir/x.db")
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("--db sqlite:/nonexistent-dir/x.db", err)
+
+    def test_missing_site_directory(self):
+        rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--static", "/nonexistent-dir",
+                                    "--db", "sqlite:" + os.path.join(DB_DIR, "s.db"))
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("--static /nonexistent-dir", err)
 
 
 class ShowcaseDefaults(ServerTestCase):
