@@ -112,9 +112,12 @@ typedef struct member {
     char room[33];
 } member_t;
 
-/* Sends {"type":type,"name":..,"room":..[,"text":..]} to the member's room. */
+/* Sends {"type":type,"name":..,"room":..[,"text":..]} to the member's room
+ * but the connection `except` (0: none), and with `self` to ws itself
+ * directly: a broadcast skips connections still in their handshake, as ws
+ * is during on_open. */
 static void chat_event(flare_ws_t *ws, const member_t *m, const char *type, const flare_str_t *text,
-                       uint64_t except)
+                       uint64_t except, bool self)
 {
     char buf[256 + 6 * TEXT_MAX];
     flare_json_t j;
@@ -126,9 +129,12 @@ static void chat_event(flare_ws_t *ws, const member_t *m, const char *type, cons
     if (text != NULL)
         flare_json_kv_str(&j, "text", *text);
     flare_json_object_end(&j);
-    if (flare_json_finish(&j) == 0)
-        flare_ws_broadcast(flare_ws_app(ws), flare_str(m->room), FLARE_WS_TEXT,
-                           flare_json_output(&j), except);
+    if (flare_json_finish(&j) != 0)
+        return;
+    if (self)
+        flare_ws_send_text(ws, flare_json_output(&j));
+    flare_ws_broadcast(flare_ws_app(ws), flare_str(m->room), FLARE_WS_TEXT, flare_json_output(&j),
+                       except);
 }
 
 static int chat_open(flare_ws_t *ws, flare_req_t *req)
@@ -147,7 +153,7 @@ static int chat_open(flare_ws_t *ws, flare_req_t *req)
         return 503;
     }
     flare_ws_set_data(ws, m);
-    chat_event(ws, m, "join", NULL, 0);
+    chat_event(ws, m, "join", NULL, flare_ws_id(ws), true);
     return 0;
 }
 
@@ -160,7 +166,7 @@ static void chat_message(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t text)
         flare_ws_close(ws, 1009, FLARE_STR("message too long"));
         return;
     }
-    chat_event(ws, m, "msg", &text, 0);
+    chat_event(ws, m, "msg", &text, 0, false);
 }
 
 static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
@@ -170,7 +176,7 @@ static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
     member_t *m = flare_ws_data(ws);
     if (m == NULL)
         return;
-    chat_event(ws, m, "leave", NULL, flare_ws_id(ws)); /* this one is gone already */
+    chat_event(ws, m, "leave", NULL, flare_ws_id(ws), false); /* this one is gone already */
     free(m);
 }
 

@@ -189,6 +189,48 @@ class Showcase(ServerTestCase):
         finally:
             s.close()
 
+    # -- chat ----------------------------------------------------------------
+    def test_chat_rooms(self):
+        try:
+            import websockets
+        except ImportError:
+            self.skipTest("python3-websockets is not installed (tools/deps.sh test)")
+        import asyncio
+        base = "ws://%s:%d/ws" % self.addr
+
+        async def recv_json(ws):
+            return json.loads(await asyncio.wait_for(ws.recv(), 5))
+
+        async def scenario():
+            async with websockets.connect(base + "?name=ann&room=r1") as ann:
+                self.assertEqual(await recv_json(ann), {"type": "join", "name": "ann", "room": "r1"})
+                async with websockets.connect(base + "?name=ben&room=r1") as ben, \
+                        websockets.connect(base + "?name=cat&room=r2") as cat:
+                    self.assertEqual((await recv_json(ann))["name"], "ben")
+                    await recv_json(ben)  # ben's own join
+                    await recv_json(cat)
+                    await ann.send("hi <b>\u2713\"")
+                    for ws in (ann, ben):
+                        self.assertEqual(await recv_json(ws), {"type": "msg", "name": "ann",
+                                                               "room": "r1", "text": "hi <b>\u2713\""})
+                    await ben.close()
+                    self.assertEqual(await recv_json(ann), {"type": "leave", "name": "ben", "room": "r1"})
+                    # another room heard none of it
+                    with self.assertRaises(asyncio.TimeoutError):
+                        await asyncio.wait_for(cat.recv(), 0.3)
+                    await ann.send("x" * 2001)  # over the limit: closed with 1009
+                    with self.assertRaises(websockets.ConnectionClosed) as cm:
+                        await asyncio.wait_for(ann.recv(), 5)
+                    self.assertEqual(cm.exception.rcvd.code, 1009)
+            for bad in ("?name=a%20b&room=r1", "?room=r1", "?name=ann&room=" + "r" * 33):
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    async with websockets.connect(base + bad):
+                        pass
+                self.assertEqual(cm.exception.status_code, 400, bad)
+
+        asyncio.run(scenario())
+        self.assertServerAlive()
+
     # -- uploads -------------------------------------------------------------
     def test_upload_reports_parts(self):
         content = os.urandom(100 * 1024)  # above the in-memory threshold: a temporary file
