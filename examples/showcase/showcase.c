@@ -179,6 +179,17 @@ static const char *default_db(char *buf, size_t cap)
     return buf;
 }
 
+/* url for messages: the user and password of scheme://user:pass@host...
+ * replaced by "***". */
+static const char *redacted(const char *url, char *buf, size_t cap)
+{
+    const char *scheme = strstr(url, "://"), *at = strrchr(url, '@');
+    if (scheme == NULL || at == NULL || at < scheme)
+        return url;
+    snprintf(buf, cap, "%.*s://***%s", (int)(scheme - url), url, at);
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
     /* --config FILE, FLARE_*, then the flags (flare/settings.h) */
@@ -206,7 +217,9 @@ int main(int argc, char **argv)
     flare_db_t *db;
     rc = flare_db_open(app, url, NULL, &db);
     if (rc != 0) {
-        fprintf(stderr, "showcase: --db %s: %s: %s\n", url, flare_strerror(rc), flare_last_error());
+        char shown[512];
+        fprintf(stderr, "showcase: --db %s: %s: %s\n", redacted(url, shown, sizeof(shown)),
+                flare_strerror(rc), flare_last_error());
         goto out;
     }
     if ((rc = setup(app, db)) != 0) {
@@ -227,8 +240,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "showcase: %s\n", flare_settings_error(&st));
         goto out;
     }
+    char shown[512];
     fprintf(stderr, "showcase: open http://%s/ (site: %s, database: %s)\n", st.listeners[0].addr,
-            www, url);
+            www, redacted(url, shown, sizeof(shown)));
     if ((rc = flare_app_run(app, NULL)) != 0)
         fprintf(stderr, "showcase: %s: %s\n", flare_strerror(rc), flare_last_error());
 out:

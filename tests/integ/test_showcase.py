@@ -279,6 +279,11 @@ class ShowcaseStartupErrors(unittest.TestCase):
         rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--db", "mysql://nowhere/x")
         self.assertNotEqual(rc, 0, err)
         self.assertIn("--db mysql://nowhere/x", err)
+        # a password in the URL is not printed
+        rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--db", "mysql://u:secret@nowhere/x")
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("--db mysql://***@nowhere/x", err)
+        self.assertNotIn("secret", err)
         rc, err = self.run_showcase("--listen", "127.0.0.1:0", "--db", "sqlite:/nonexistent-dir/x.db")
         self.assertNotEqual(rc, 0, err)
         self.assertIn("--db sqlite:/nonexistent-dir/x.db", err)
