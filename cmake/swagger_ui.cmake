@@ -19,7 +19,7 @@ if(FLARE_SWAGGER_UI AND FLARE_NPM)
 elseif(FLARE_SWAGGER_UI)
   unset(FLARE_NPM CACHE) # look again on the next configure, after the install
   message(WARNING "npm not found: flare_swagger_ui (/docs) will answer 503 'Swagger UI is not "
-    "installed' (tools/deps.sh build installs npm)")
+    "installed' (tools/deps.sh test installs npm)")
 endif()
 # Where the library looks at run time unless told otherwise (opts.dir, then
 # the FLARE_SWAGGER_UI_DIR environment variable).

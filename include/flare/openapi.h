@@ -204,7 +204,7 @@ typedef struct flare_swagger_opts {
 /* Serves Swagger UI under prefix ("/docs"): GET prefix redirects to
  * prefix/, GET prefix/ is a page of ours that loads swagger-ui-bundle.js
  * and swagger-ui.css from prefix/ (nothing from elsewhere: it works
- * offline, and under a Content-Security-Policy of 'self') and shows the
+ * offline; no inline script) and shows the
  * document; prefix/<file> are the package's files (flare_static). When the
  * files are not there (npm was missing at build time) every one of these
  * URLs answers 503 with a plain-text message saying so and where they were

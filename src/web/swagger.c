@@ -3,7 +3,8 @@
  * flare_static serves. The package's own index.html and
  * swagger-initializer.js point at a demo document on the Internet, so the
  * page and the script that starts the UI are ours, served from memory; no
- * inline script, so a Content-Security-Policy of 'self' does not break it. */
+ * inline script (a script-src policy without 'unsafe-inline' allows the
+ * page's own scripts; whether the bundle itself needs more is not tested). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +237,7 @@ int flare_swagger_ui(flare_app_t *app, const char *prefix, const flare_swagger_o
     snprintf(msg, sizeof(msg),
              "503 Swagger UI is not installed: no swagger-ui-bundle.js in \"%.700s\". It comes "
              "from the npm package swagger-ui-dist, installed when Flare is built with npm "
-             "present (tools/deps.sh build installs npm); or set FLARE_SWAGGER_UI_DIR to a "
+             "present (tools/deps.sh test installs npm); or set FLARE_SWAGGER_UI_DIR to a "
              "swagger-ui-dist directory.\n",
              dir[0] != '\0' ? dir : "(no directory: npm was missing at build time)");
     if ((st->ui_missing = flare__openapi_strdup(st, msg)) == NULL)
