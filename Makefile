@@ -1,5 +1,5 @@
 # Flare: the commands a newcomer runs. CMake does the real work.
-#   make run     install what is missing, build the library + examples, start the example on LISTEN
+#   make run     install what is missing, build the library + examples, start the showcase on LISTEN
 #   make test    install what is missing, build everything the tests need, run every test
 #   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
 # Each target installs only what its own path needs (tools/deps.sh MODE; docs/dependencies.md)
@@ -26,7 +26,7 @@ build:
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	./$(BUILD)/examples/hello --listen $(LISTEN) --workers $(WORKERS)
+	./$(BUILD)/examples/showcase --listen $(LISTEN) --workers $(WORKERS)
 
 test:
 	@tools/deps.sh test

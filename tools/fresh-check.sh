@@ -5,7 +5,7 @@
 # step that is missing or wrong. This builds a minimal bookworm root with mmdebstrap (apt, dpkg
 # and make, nothing else: no compiler, no python3, no apt lists), copies a clean clone of HEAD
 # into it and, inside it as root:
-#   make run    until GET /plaintext answers "Hello, World!", then stops the server; checks
+#   make run    until GET / answers the showcase's index page, then stops the server; checks
 #               that it installed none of the test packages (cmocka, python3, chromium)
 #   make test   the whole suite; a test that skipped counts as a failure here (in a root that
 #               `tools/deps.sh test` just provisioned, a skip means a missing dependency)
@@ -243,8 +243,8 @@ RUN_PID=$!
 RESULT[run]=FAIL
 answer=''
 while :; do
-    answer=$(curl -s --max-time 2 "http://127.0.0.1:$PORT/plaintext" 2>/dev/null || true)
-    if [ "$answer" = "Hello, World!" ]; then
+    answer=$(curl -s --max-time 2 "http://127.0.0.1:$PORT/" 2>/dev/null || true)
+    if [[ "$answer" == *"<title>Flare showcase</title>"* ]]; then
         RESULT[run]=PASS
         break
     fi

@@ -4,7 +4,7 @@
 summary), shows the cookie security scheme (the Authorize button), expands
 an operation to its parameters, and fetches nothing from anywhere but the
 server (the page works offline). Chromium is driven over the DevTools
-protocol with the helpers of chat_browser.py (python3-websockets, no
+protocol with the driver of cdp.py (python3-websockets, no
 driver binary).
 
     /usr/bin/python3 tests/browser/openapi_browser.py [BUILD_DIR]
@@ -26,7 +26,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import chat_browser as cb  # noqa: E402
+import cdp as cb  # noqa: E402  (tests/browser/cdp.py: the DevTools driver)
 
 OPS = "[...document.querySelectorAll('.opblock')].map(b => [" \
       "b.querySelector('.opblock-summary-method').textContent.trim(), " \

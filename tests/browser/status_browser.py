@@ -3,7 +3,7 @@
 in headless Chromium: the page renders its cards, charts and route table
 from /status?json, fetches nothing from anywhere else, and its numbers move
 while a load runs. Chromium is driven over the DevTools protocol with the
-helpers of chat_browser.py (python3-websockets, no driver binary).
+driver of cdp.py (python3-websockets, no driver binary).
 
     /usr/bin/python3 tests/browser/status_browser.py [BUILD_DIR]
 
@@ -11,36 +11,15 @@ Exits 0 when every check passes, 77 when Chromium or python3-websockets is
 missing (skipped), 1 otherwise.
 """
 
-import asyncio
 import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import chat_browser as cb  # noqa: E402
-
-
-def start_hello(build_dir):
-    port = cb.free_port()
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([os.path.join(build_dir, "examples", "hello"), "--listen",
-                             "127.0.0.1:%d" % port, "--workers", "2"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port, log
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("hello did not start")
+import cdp  # noqa: E402
 
 
 def load(port, seconds, stop):
@@ -61,8 +40,8 @@ def load(port, seconds, stop):
     return n
 
 
-async def scenario(cdp, base):
-    page = await cb.Page.open(cdp, base + "/status", "status")
+async def scenario(c, base):
+    page = await cdp.Page.open(c, base + "/status", "status")
     num = "(() => { const t = document.getElementById('total'); return t ? +t.textContent : NaN })()"
     await page.wait("!isNaN(%s)" % num, "the page to show a request count")
     t0 = await page.js(num)
@@ -95,41 +74,10 @@ async def scenario(cdp, base):
 
 
 def main():
-    build_dir = (sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FLARE_BUILD_DIR")
-                 or os.path.join(cb.REPO, "build"))
-    chromium = cb.find_chromium()
-    if chromium is None or cb.websockets is None:
-        print("skipped: needs chromium and python3-websockets (tools/deps.sh test)")
-        return cb.SKIP
-    profile = tempfile.mkdtemp(prefix="flare-chromium-")
-    server, port, log = start_hello(build_dir)
-    browser = None
-    try:
-        browser, url = cb.start_chromium(chromium, profile)
-
-        async def run():
-            cdp = await cb.Cdp.connect(url)
-            try:
-                await scenario(cdp, "http://127.0.0.1:%d" % port)
-            finally:
-                await cdp.close()
-
-        asyncio.run(asyncio.wait_for(run(), 120))
-        if server.poll() is not None:
-            raise AssertionError("hello died")
-        print("status page in chromium: ok")
-        return 0
-    finally:
-        if browser is not None:
-            cb.stop_group(browser)
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        shutil.rmtree(profile, ignore_errors=True)
+    build_dir = cdp.build_dir_from(sys.argv)
+    return cdp.main_with_server(sys.argv, os.path.join(build_dir, "examples", "hello"),
+                                ["--workers", "2"], scenario, "hello",
+                                "status page in chromium: ok", check_sigterm=False)
 
 
 if __name__ == "__main__":
