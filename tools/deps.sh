@@ -16,8 +16,10 @@ set -euo pipefail
 # libpq-dev, libsqlite3-dev, libhiredis-dev: the data layer's client libraries (src/data/).
 # libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
 # libbrotli-dev: brotli response compression (src/web/compress.c).
+# npm: swagger-ui-dist for /docs, installed at build time (cmake/swagger_ui.cmake): the showcase
+# that make run starts serves Swagger UI, so the build needs it (it brings nodejs, and python3).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev)
+    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev npm)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
@@ -29,10 +31,10 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
 # prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
 # logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
-# npm: swagger-ui-dist for /docs at build time (cmake/swagger_ui.cmake; optional for build) and
-# the OpenAPI 3.1 validator tests/integ/test_openapi.py installs (tests/openapi/package.json).
+# npm (from build): also the OpenAPI 3.1 validator tests/integ/test_openapi.py installs
+# (tests/openapi/package.json).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate npm)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
