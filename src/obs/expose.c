@@ -228,13 +228,28 @@ static void durations(flare_metrics_writer_t *mw, flare_app_t *app, const flare_
     flare_metrics_family(mw, name, "histogram",
                          "Time from reading a request to its response being complete, by route");
     for (size_t r = 0; r < t->nroutes; r++) {
-        const uint64_t *h = t->routes[r].hist;
+        /* one series per pattern: the routes of one pattern with different
+         * methods (GET, POST, DELETE /items/{id}) are summed into the first,
+         * since a repeated label set is an invalid exposition */
+        const char *rname = flare__metrics_route_name(app, r);
+        bool seen = false;
+        for (size_t q = 0; q < r && !seen; q++)
+            seen = strcmp(flare__metrics_route_name(app, q), rname) == 0;
+        if (seen)
+            continue;
+        uint64_t h[FLARE__HIST_CELLS] = { 0 };
+        for (size_t q = r; q < t->nroutes; q++) {
+            if (q != r && strcmp(flare__metrics_route_name(app, q), rname) != 0)
+                continue;
+            for (unsigned b = 0; b < FLARE__HIST_CELLS; b++)
+                h[b] += t->routes[q].hist[b];
+        }
         uint64_t total = 0;
         for (unsigned b = 0; b <= FLARE__HIST_NB; b++)
             total += h[b];
         if (total == 0)
             continue;
-        const char *labels[] = { "route", flare__metrics_route_name(app, r), NULL };
+        const char *labels[] = { "route", rname, NULL };
         uint64_t cum = 0;
         for (unsigned b = 0; b <= FLARE__HIST_NB; b++) {
             char le[32];

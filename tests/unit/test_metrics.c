@@ -135,6 +135,8 @@ static void test_exposition_summed(void **state)
     for (int i = 0; i < 4; i++)
         free(harness_roundtrip(&h, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
                                    "Connection: close\r\n\r\nhi"));
+    for (int i = 0; i < 2; i++)
+        free(harness_roundtrip(&h, "GET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     for (int i = 0; i < 3; i++)
         free(harness_roundtrip(&h, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     /* a parse error: counted by status, not as a request */
@@ -189,6 +191,10 @@ static void test_exposition_summed(void **state)
                 7);
     double sum = value_of(text, "flare_http_request_duration_seconds_sum{route=\"/a/{id}\"}");
     assert_true(sum > 0 && sum < 7 * 10.0);
+    /* one pattern with two methods (GET and POST /b): one series, both counted */
+    static const char bcount[] = "flare_http_request_duration_seconds_count{route=\"/b\"}";
+    assert_true(value_of(text, bcount) == 4 + 2);
+    assert_null(strstr(strstr(text, bcount) + 1, bcount));
 
     /* user metrics, summed over the workers; label value and help escaped */
     assert_non_null(strstr(text, "# HELP app_things_total Things\\\\done\\nhere\n"));
@@ -207,8 +213,8 @@ static void test_exposition_summed(void **state)
     assert_null(strstr(text, "0bad"));
     assert_null(strstr(text, "9name"));
 
-    /* middleware statistics: every request that reached the chain (14, and the scrape) */
-    assert_true(value_of(text, "flare_middleware_calls_total{middleware=\"pass\"}") == 15);
+    /* middleware statistics: every request that reached the chain (16, and the scrape) */
+    assert_true(value_of(text, "flare_middleware_calls_total{middleware=\"pass\"}") == 17);
     assert_false(isnan(value_of(text, "flare_middleware_seconds_total{middleware=\"pass\"}")));
 
     /* process_* */
