@@ -11,7 +11,7 @@
 #include "http2/h2.h"
 
 /* Advertised and enforced limits (docs/http2.md). */
-#define H2_MAX_STREAMS    128        /* SETTINGS_MAX_CONCURRENT_STREAMS, and our own count */
+#define H2_MAX_STREAMS    128         /* SETTINGS_MAX_CONCURRENT_STREAMS, and our own count */
 #define H2_STREAM_WINDOW  (256 << 10) /* SETTINGS_INITIAL_WINDOW_SIZE */
 #define H2_CONN_WINDOW    (1 << 20)   /* the connection's receive window */
 #define H2_MAX_UNSENT     (1u << 20)  /* output queued for a slow reader before reading pauses */

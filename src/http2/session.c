@@ -210,8 +210,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
         return 0;
     h2->t_activity = h2->c->w->loop.now;
     if (h2->nstreams >= H2_MAX_STREAMS) {
-        nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_REFUSED_STREAM);
+        nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
     }
     h2_stream_t *st = stream_new(h2, f->hd.stream_id);
@@ -336,9 +335,8 @@ static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8
 static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
-    h2_stream_t *st = f->hd.stream_id != 0
-                          ? nghttp2_session_get_stream_user_data(sess, f->hd.stream_id)
-                          : NULL;
+    h2_stream_t *st =
+        f->hd.stream_id != 0 ? nghttp2_session_get_stream_user_data(sess, f->hd.stream_id) : NULL;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (st == NULL)
@@ -577,8 +575,8 @@ static bool feed(flare_h2_t *h2)
         return true;
     }
     h2->flags |= H2_IN_RECV;
-    ssize_t n = nghttp2_session_mem_recv(h2->sess, (const uint8_t *)s->rbuf + s->rpos,
-                                         s->rlen - s->rpos);
+    ssize_t n =
+        nghttp2_session_mem_recv(h2->sess, (const uint8_t *)s->rbuf + s->rpos, s->rlen - s->rpos);
     h2->flags &= ~(uint32_t)H2_IN_RECV;
     s->rpos = s->rlen;
     if (n < 0) {
