@@ -531,6 +531,25 @@ static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
     return len > lim->max_head; /* 431 */
 }
 
+/* HTTP/2 with prior knowledge (h2c, or h2 after ALPN): the client preface
+ * is not an HTTP/1.1 head, so only the parser's error path looks for it,
+ * and only when nothing else is in flight on the connection. true when it
+ * was seen (C_H2: the caller hands the connection over) or may be still
+ * arriving; the exchange is then dropped. */
+static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_req *ex,
+                                                 const char *p, size_t len)
+{
+    bool partial;
+    if (!flare__h2_preface(p, len, &partial))
+        return false;
+    c->qhead = c->qtail = NULL;
+    c->nqueue = 0;
+    flare__ex_put(c->w, ex);
+    if (!partial)
+        c->flags |= C_H2;
+    return true;
+}
+
 static void process(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
@@ -570,21 +589,11 @@ static void process(flare_conn_t *c)
             flare__ex_put(w, ex);
             break;
         }
-        if (rc < 0 && !(c->flags & C_HAD_REQUEST)) {
-            /* HTTP/2 with prior knowledge (h2c, or h2 after ALPN): the
-             * preface is not an HTTP/1.1 head, so only this error path,
-             * taken once per connection at most, looks for it */
-            bool partial;
-            if (flare__h2_preface(p, len, &partial)) {
-                flare__ex_put(w, ex);
-                if (!partial)
-                    c->flags |= C_H2;
-                break;
-            }
-        }
         enqueue(c, ex);
         c->flags |= C_HAD_REQUEST;
         if (rc < 0) {
+            if (flare__unlikely(c->qhead == ex) && h2_preface(c, ex, p, len))
+                break;
             framing_error(c, ex, ex->head.status, ex->head.error);
             break;
         }

@@ -6,6 +6,7 @@ examples/hello works over h2c and h2."""
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,14 @@ with open(os.path.join(STATIC, "big.bin"), "wb") as f:
     f.write(BIG)
 with open(os.path.join(STATIC, "small.txt"), "wb") as f:
     f.write(b"small file\n")
+
+try:
+    import h2.config
+    import h2.connection
+    import h2.exceptions
+    import h2.events
+except ImportError:  # python3-h2 (tools/deps.sh test)
+    h2 = None
 
 CURL = shutil.which("curl")
 NGHTTP = shutil.which("nghttp")
@@ -101,6 +110,80 @@ class H2C(ServerTestCase):
         code, _, body = self.h2("/sse?n=3&ms=20", "-N")
         self.assertEqual(code, 200)
         self.assertIn(b"data: 3", body)
+
+
+def h2_client(addr):
+    s = socket.create_connection(addr, timeout=5)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    return s, c
+
+
+def h2_events(s, c):
+    """Every event until the server closes (or 5 s pass)."""
+    evs = []
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            evs += c.receive_data(d)
+            out = c.data_to_send()
+            if out:
+                s.sendall(out)
+    except (OSError, h2.exceptions.ProtocolError):
+        pass
+    return evs
+
+
+def goaway_code(evs):
+    codes = [e.error_code for e in evs if isinstance(e, h2.events.ConnectionTerminated)]
+    return codes[-1] if codes else None
+
+
+@unittest.skipIf(h2 is None, "python3-h2 not installed")
+class H2Defences(ServerTestCase):
+    server_tls = False
+    workers = 1
+
+    def test_ping_flood(self):
+        s, c = h2_client(self.addr)
+        for _ in range(500):
+            c.ping(b"12345678")
+        s.sendall(c.data_to_send())
+        self.assertEqual(goaway_code(h2_events(s, c)), 11)  # ENHANCE_YOUR_CALM
+
+    def test_rapid_reset(self):
+        s, c = h2_client(self.addr)
+        for _ in range(300):
+            sid = c.get_next_available_stream_id()
+            c.send_headers(sid, [(":method", "GET"), (":path", "/slow?ms=1000"),
+                                 (":scheme", "http"), (":authority", "x")])
+            c.reset_stream(sid)
+        s.sendall(c.data_to_send())
+        self.assertEqual(goaway_code(h2_events(s, c)), 11)
+
+    def test_continuation_without_headers(self):
+        s, c = h2_client(self.addr)
+        s.sendall(b"\x00\x00\x01\x09\x00\x00\x00\x00\x05x")
+        self.assertEqual(goaway_code(h2_events(s, c)), 1)  # PROTOCOL_ERROR
+
+
+@unittest.skipIf(NGHTTP is None, "nghttp (nghttp2-client) not installed")
+class H2Shutdown(unittest.TestCase):
+    def test_streams_in_flight_complete(self):
+        srv = flaretest.Server(workers=1, tls=False).start()
+        try:
+            url = "http://%s:%d/slow?ms=700" % srv.addr
+            p = subprocess.Popen([NGHTTP, "-n", "-s", "-m", "5", url], stdout=subprocess.PIPE)
+            time.sleep(0.3)
+            rc, _ = srv.stop(5)
+            out = p.communicate(timeout=10)[0]
+            self.assertEqual(rc, 0)
+            self.assertEqual(out.count(b" 200 "), 5, out)
+        finally:
+            srv.close_log()
 
 
 class H2TLS(ServerTestCase):
