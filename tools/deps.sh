@@ -16,10 +16,11 @@ set -euo pipefail
 # libpq-dev, libsqlite3-dev, libhiredis-dev: the data layer's client libraries (src/data/).
 # libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
 # libbrotli-dev: brotli response compression (src/web/compress.c).
+# libnghttp2-dev: HTTP/2 framing, HPACK and flow control (src/http2/).
 # npm: swagger-ui-dist for /docs, installed at build time (cmake/swagger_ui.cmake): the showcase
 # that make run starts serves Swagger UI, so the build needs it (it brings nodejs, and python3).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev npm)
+    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev libnghttp2-dev npm)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
@@ -33,16 +34,19 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
 # npm (from build): also the OpenAPI 3.1 validator tests/integ/test_openapi.py installs
 # (tests/openapi/package.json).
+# nghttp2-client (nghttp) and python3-h2: independent HTTP/2 clients of the HTTP/2 tests.
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate
+    nghttp2-client python3-h2)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
 # clang-format: the format check; valgrind + curl: bench/guard.sh.
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
+# nghttp2-client: h2load, the HTTP/2 load generator.
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
-    openssl)
+    openssl nghttp2-client)
 
 mode=${1:-build}
 needs_locale=0
