@@ -124,7 +124,8 @@ def describe(f):
         if f.type == GOAWAY:
             extra += " last=%d" % (struct.unpack(">I", f.payload[:4])[0] & 0x7FFFFFFF)
     elif f.headers is not None:
-        extra = " %r" % (f.headers[:6],)
+        status = [v for k, v in f.headers if k == ":status"]
+        extra = " :status %s" % status[0] if status else " %r" % (f.headers[:4],)
     elif f.type == DATA:
         extra = " %d bytes" % len(f.payload)
     return "%s(sid=%d flags=%#x%s)" % (name, f.sid, f.flags, extra)
