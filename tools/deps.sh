@@ -29,16 +29,20 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
 # prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
 # logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
+# python3-h2 (with python3-hpack) + nghttp2-client: independent HTTP/2 clients of
+# tests/integ/test_h2_*.py (frame-level cases; nghttp).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
-    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate)
+    locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate
+    python3-h2 nghttp2-client)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
 # clang-format: the format check; valgrind + curl: bench/guard.sh.
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
+# nghttp2-client: h2load, the HTTP/2 load generator of bench/h2.sh.
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
-    openssl)
+    openssl nghttp2-client)
 
 mode=${1:-build}
 needs_locale=0
