@@ -159,6 +159,9 @@ class RawH2:
         self.server_settings = {}
         self.settings_acked = 0
         self.goaway = None         # (last_sid, code, debug) once received
+        # what each stream received so far: sid -> {"head", "body", "trailers", "ended", "rst"}
+        self.streams = {}
+        self.auto_window = True    # give back every DATA byte at once (WINDOW_UPDATE)
         self.eof = False
         self.reset = False         # the connection ended with a TCP RST
         if preface:
@@ -227,6 +230,9 @@ class RawH2:
 
     def _raw_frame(self, deadline):
         h = self._read_exact(9, deadline)
+        if not self.log and h.startswith(b"HTTP/1."):
+            raise AssertionError("the server answered the HTTP/2 preface with HTTP/1.1: %r" %
+                                 (h + self.buf)[:200])
         hi, lo, ftype, flags, sid = struct.unpack(">BHBBI", h)
         payload = self._read_exact((hi << 16) | lo, deadline)
         return ftype, flags, sid & 0x7FFFFFFF, payload
@@ -256,6 +262,8 @@ class RawH2:
             headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.dec.decode(block, raw=True)]
         f = Frame(ftype, flags, sid, payload, headers)
         self.log.append(f)
+        if sid:
+            self._track(f)
         if ftype == SETTINGS and sid == 0:
             if flags & ACK:
                 self.settings_acked += 1
@@ -271,6 +279,33 @@ class RawH2:
             last, code = struct.unpack(">II", payload[:8])
             self.goaway = (last & 0x7FFFFFFF, code, payload[8:])
         return f
+
+    def _track(self, f):
+        st = self.streams.setdefault(f.sid, dict(head=None, body=[], trailers=None, ended=False, rst=None))
+        if f.type == HEADERS:
+            status = dict(f.headers).get(":status", "")
+            if st["head"] is None and status.startswith("1"):
+                pass   # interim response
+            elif st["head"] is None:
+                st["head"] = f.headers
+            else:
+                st["trailers"] = f.headers
+        elif f.type == DATA:
+            data = f.payload
+            if f.flags & PADDED:
+                data = data[1:len(data) - data[0]]
+            st["body"].append(data)
+            if self.auto_window and f.payload:
+                try:
+                    self.send(window_update(0, len(f.payload)) +
+                              (window_update(f.sid, len(f.payload)) if not f.flags & END_STREAM else b""))
+                except OSError:
+                    pass
+        elif f.type == RST_STREAM and len(f.payload) == 4:
+            st["rst"] = struct.unpack(">I", f.payload)[0]
+            st["ended"] = True
+        if f.type in (HEADERS, DATA) and f.flags & END_STREAM:
+            st["ended"] = True
 
     def history(self, n=12):
         frames = self.log[-n:]
@@ -313,42 +348,27 @@ class RawH2:
         except socket.timeout:
             return False
 
-    def response(self, sid, timeout=None, window=True):
-        """(status, headers, body, trailers) of stream sid; window=True gives
-        back every DATA byte at once (stream and connection WINDOW_UPDATE)."""
+    def response(self, sid, timeout=None):
+        """(status, headers, body, trailers) of stream sid, from the frames
+        received so far and those that follow (frames of other streams are
+        kept for their own response() call). DATA is given back at once
+        unless auto_window is False."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        head, body, trailers = None, [], None
         while True:
-            f = self.until(lambda x: x.sid in (sid, 0), max(deadline - time.monotonic(), 0.001),
-                           "the response on stream %d" % sid)
-            if f.type == GOAWAY:
-                raise AssertionError("GOAWAY before the response on stream %d: %s" % (sid, self.history()))
-            if f.sid != sid:
-                continue
-            if f.type == RST_STREAM:
+            st = self.streams.get(sid)
+            if st is not None and st["rst"] is not None:
                 raise AssertionError("RST_STREAM %s on stream %d before its response ended (%s)" % (
-                    err_name(struct.unpack(">I", f.payload)[0]), sid, self.history()))
-            if f.type == HEADERS:
-                status = dict(f.headers).get(":status")
-                if head is None and status and status.startswith("1"):
-                    continue
-                if head is None:
-                    head = f.headers
-                else:
-                    trailers = f.headers
-            elif f.type == DATA:
-                data = f.payload
-                if f.flags & PADDED:
-                    data = data[1:len(data) - data[0]]
-                body.append(data)
-                if window and f.payload:
-                    self.send(window_update(0, len(f.payload)) +
-                              (window_update(sid, len(f.payload)) if not f.flags & END_STREAM else b""))
-            if f.flags & END_STREAM:
+                    err_name(st["rst"]), sid, self.history()))
+            if st is not None and st["ended"]:
                 break
-        if head is None:
+            if self.goaway is not None and sid > self.goaway[0]:
+                raise AssertionError("GOAWAY (last stream %d) before the response on stream %d: %s" % (
+                    self.goaway[0], sid, self.history()))
+            self.until(lambda x: x.sid == sid or x.type == GOAWAY, max(deadline - time.monotonic(), 0.001),
+                       "the response on stream %d" % sid)
+        if st["head"] is None:
             raise AssertionError("stream %d ended without a HEADERS frame" % sid)
-        return int(dict(head)[":status"]), head, b"".join(body), trailers
+        return int(dict(st["head"])[":status"]), st["head"], b"".join(st["body"]), st["trailers"]
 
     def expect_goaway(self, code, timeout=None, closed=True):
         """Reads until a GOAWAY: asserts its code, then (closed=True) that the

@@ -23,8 +23,8 @@ from h2util import (CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CA
 
 BASE = [(":method", "GET"), (":scheme", "http"), (":authority", "localhost"), (":path", "/plaintext")]
 POST = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost"), (":path", "/echo")]
-FLOOD_SECONDS = 6        # how long a flood may go on before the server must have acted
-CLOSE_SECONDS = 5        # after the flood stops: GOAWAY / close within this
+FLOOD_SECONDS = 4        # how long a flood may go on before the server must have acted
+CLOSE_SECONDS = 3        # after the flood stops: GOAWAY / close within this
 RSS_GROWTH_KB = 48 * 1024
 
 

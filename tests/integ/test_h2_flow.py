@@ -52,6 +52,7 @@ class Flow(h2util.H2TestCase):
         # client windows of 16 KiB, given back 16 KiB at a time after a pause:
         # the server must never send past them, and every byte must arrive
         c = self.raw(settings=[(INITIAL_WINDOW_SIZE, 16384)])
+        c.auto_window = False
         c.request(1, "/static/2m.bin")
         conn_window, stream_window = 65535, 16384
         head, body = None, []
