@@ -21,7 +21,6 @@ python3-h2 / python3-hpack over raw sockets.
 
 import collections
 import os
-import select
 import shutil
 import socket
 import ssl
@@ -373,7 +372,7 @@ class RawH2:
     def expect_goaway(self, code, timeout=None, closed=True):
         """Reads until a GOAWAY: asserts its code, then (closed=True) that the
         server closes the connection. Returns the last stream id."""
-        f = self.until(lambda x: x.type == GOAWAY, timeout, "a GOAWAY %s" % err_name(code))
+        self.until(lambda x: x.type == GOAWAY, timeout, "a GOAWAY %s" % err_name(code))
         last, got, debug = self.goaway
         if got != code:
             raise AssertionError("GOAWAY %s, expected %s (debug %r; received: %s)" % (

@@ -5,7 +5,6 @@ port (h2c, beside HTTP/1.1 on the same port), curl --http2 and nghttp over
 TLS (ALPN h2, http/1.1 still offered), and python3-h2 over TLS."""
 
 import os
-import re
 import shutil
 import subprocess
 import sys

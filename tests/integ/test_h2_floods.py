@@ -10,10 +10,8 @@ must go on serving new connections."""
 import os
 import select
 import socket
-import struct
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
@@ -132,8 +130,17 @@ def repeat(data, times=None):
 class Floods(h2util.H2TestCase):
     server_args = ("--idle-timeout", "30s", "--body-timeout", "30s")
 
+    def setUp(self):
+        super().setUp()
+        self.rss0 = self.rss()
+
     def rss(self):
         return h2util.proc_stat(self.pid())[1]
+
+    def assertMemoryBounded(self, res=None):
+        grown = self.rss() - self.rss0
+        if not flaretest.sanitized():   # (ASan's quarantine keeps freed memory resident)
+            self.assertLess(grown, RSS_GROWTH_KB, "server RSS grew by %d KiB: %r" % (grown, res))
 
     def assertCalm(self, res, codes=(ENHANCE_YOUR_CALM,), close_ok=True):
         """The flood ended by the server: GOAWAY with one of codes, or
@@ -146,6 +153,7 @@ class Floods(h2util.H2TestCase):
         else:
             self.assertTrue(close_ok and c.eof, "the server did not stop the flood: %r" % res)
         self.assertLess(res.took, FLOOD_SECONDS + 0.5, repr(res))
+        self.assertMemoryBounded(res)
         self.assertServes()
 
     def assertServes(self):
@@ -171,19 +179,16 @@ class Floods(h2util.H2TestCase):
     def test_continuation_flood(self):
         c = self.raw()
         c.wait_settings()
-        rss0 = self.rss()
         c.send(frame(HEADERS, END_STREAM, 1, c.encode(BASE)))
         # endless CONTINUATION frames without END_HEADERS, each full of new
         # literal fields (never indexed: 0x10), so that they decode to fields
         field = b"\x10\x06x-cont" + bytes([100]) + b"v" * 100
         block = field * (16000 // len(field))
         res = flood(c, repeat(frame(CONTINUATION, 0, 1, block)))
-        grown = self.rss() - rss0
         self.assertIsNotNone(c.goaway, "no GOAWAY for a CONTINUATION flood: %r" % res)
         self.assertTrue(c.eof, repr(res))
-        if not flaretest.sanitized():
-            self.assertLess(grown, RSS_GROWTH_KB, "RSS grew by %d KiB: %r" % (grown, res))
         self.assertLess(res.took, FLOOD_SECONDS + 0.5, repr(res))
+        self.assertMemoryBounded(res)
         self.assertServes()
 
     def test_hpack_bomb(self):
@@ -192,7 +197,6 @@ class Floods(h2util.H2TestCase):
         # reference decodes to 4 KB; 15 x 16 KB frames of them decode to ~1 GB
         c = self.raw()
         c.wait_settings()
-        rss0 = self.rss()
         value = b"B" * 4000
         first = b"\x40\x06x-bomb" + b"\x7f" + self._hpack_int(len(value) - 127) + value
         refs = b"\xbe" * 16000   # indexed field 62 (0x80 | 62)
@@ -206,12 +210,10 @@ class Floods(h2util.H2TestCase):
             pass
         f = c.until(lambda x: x.type == GOAWAY or (x.sid == 1 and x.type in (HEADERS, RST_STREAM)),
                     timeout=10, what="the HPACK bomb refused")
-        grown = self.rss() - rss0
         if f.type == HEADERS:
             status = dict(f.headers).get(":status")
             self.assertEqual(status, "431", "a decoded header list of ~1 GB answered %s" % status)
-        if not flaretest.sanitized():
-            self.assertLess(grown, RSS_GROWTH_KB, "RSS grew by %d KiB" % grown)
+        self.assertMemoryBounded()
         self.assertServes()
 
     @staticmethod

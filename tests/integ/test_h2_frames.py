@@ -9,7 +9,6 @@ a stream error."""
 import os
 import struct
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
