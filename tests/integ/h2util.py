@@ -686,7 +686,7 @@ class H2TestCase(unittest.TestCase):
     alive after every test and exit cleanly at the end."""
     server_args = ()
     server_static = None
-    server_tls = False
+    server_tls = flaretest.TLS   # FLARE_TEST_TLS=1: the same cases over TLS (ALPN h2)
     maxDiff = 4000
 
     @classmethod

@@ -71,6 +71,7 @@ class Base(h2util.H2TestCase):
 
 
 class CurlAndNghttpH2c(Base):
+    server_tls = False
     def test_curl_routes(self):
         self.assertCurl("/plaintext", HELLO)
         self.assertCurl("/static/f.bin", FILE)

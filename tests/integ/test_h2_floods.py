@@ -128,6 +128,7 @@ def repeat(data, times=None):
 
 
 class Floods(h2util.H2TestCase):
+    server_tls = False   # the floods write with non-blocking plain sockets
     server_args = ("--idle-timeout", "30s", "--body-timeout", "30s")
 
     def setUp(self):
@@ -273,6 +274,7 @@ class Floods(h2util.H2TestCase):
 
 
 class BodyAndIdleTimeouts(h2util.H2TestCase):
+    server_tls = False
     server_args = ("--body-timeout", "1s", "--idle-timeout", "1s")
 
     def setUp(self):
