@@ -7,6 +7,7 @@ trailers, HEAD, 413 over --max-body, 100 concurrent /slow streams completing
 out of order, SETTINGS_MAX_CONCURRENT_STREAMS enforced, and a graceful
 shutdown with streams in flight."""
 
+import gzip
 import os
 import signal
 import struct
@@ -196,6 +197,62 @@ class Concurrency(h2util.H2TestCase):
             self.assertEqual((status, body), (200, HELLO))
         self.assertLess(time.monotonic() - t0, 1.0, "fast streams waited for the slow one")
         self.assertEqual(c.wait([slow])[0][:3:2], (200, b"slow"))
+
+
+def text_body(kb):
+    """What GET /text?kb=N answers (examples/hello.c text_kib)."""
+    tail = b" the quick brown fox jumps over the lazy dog 0123456789\n"
+    return b"".join(b"%05d.%02d" % (k % 100000, j) + tail for k in range(kb) for j in range(16))
+
+
+class Exchanges(h2util.H2TestCase):
+    """The protocol-neutral exchange over h2: streaming responses, the
+    compression middleware, SSE, streams the client cancels mid-way."""
+
+    def setUp(self):
+        super().setUp()
+        h2util.flare_only("hello's /text, /sse, /slow")
+
+    def test_streaming_response(self):
+        c = self.raw()
+        c.request(1, "/text?kb=8&stream=20")
+        status, head, body, _ = c.response(1)
+        self.assertEqual(status, 200)
+        self.assertEqual(body, text_body(8))
+        frames = [f for f in c.log if f.sid == 1 and f.type == DATA and f.payload]
+        self.assertGreaterEqual(len(frames), 2, "a streamed response in %d DATA frame(s)" % len(frames))
+
+    def test_compressed_response(self):
+        c = self.raw()
+        c.request(1, "/text?kb=16", extra=[("accept-encoding", "gzip")])
+        status, head, body, _ = c.response(1)
+        h = dict(head)
+        self.assertEqual((status, h.get("content-encoding")), (200, "gzip"), head)
+        self.assertEqual(gzip.decompress(body), text_body(16))
+
+    def test_sse(self):
+        c = self.raw()
+        c.request(1, "/sse?n=3&ms=30")
+        status, head, body, _ = c.response(1)
+        self.assertEqual(status, 200)
+        self.assertTrue(dict(head).get("content-type", "").startswith("text/event-stream"), head)
+        events = [e for e in body.decode().split("\n\n") if e.strip()]
+        self.assertEqual(len(events), 3, body)
+        for i, e in enumerate(events, 1):
+            self.assertIn("id: %d" % i, e)
+            self.assertIn("data: %d" % i, e)
+
+    def test_client_cancels_streaming_response(self):
+        c = self.raw()
+        c.request(1, "/text?kb=2000&stream=20")
+        c.until(lambda x: x.sid == 1 and x.type == DATA and x.payload, what="the first DATA")
+        c.send(h2util.rst_stream(1, h2util.CANCEL))
+        c.request(3, "/slow?ms=300")
+        c.send(h2util.rst_stream(3, h2util.CANCEL))   # its handler completes on a gone stream
+        time.sleep(0.6)
+        c.alive_check(5)
+        extra = [f for f in c.log if f.sid == 3 and f.type == HEADERS]
+        self.assertEqual(extra, [], "a response on stream 3 after the client cancelled it")
 
 
 class ZeroWindow(h2util.H2TestCase):
