@@ -16,8 +16,9 @@ set -euo pipefail
 # libpq-dev, libsqlite3-dev, libhiredis-dev: the data layer's client libraries (src/data/).
 # libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
 # libbrotli-dev: brotli response compression (src/web/compress.c).
+# libnghttp2-dev: HTTP/2 framing, HPACK and flow control (src/http2/).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev)
+    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev libnghttp2-dev)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
@@ -29,18 +30,17 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # python3-brotli: decodes the server's brotli in tests/integ/test_compress.py.
 # prometheus: a private server scrapes /metrics in tests/integ/test_metrics.py (promtool too).
 # logrotate: the log-rotation test moves the log under load (tests/integ/test_logrotate.py).
-# python3-h2 (with python3-hpack) + nghttp2-client: independent HTTP/2 clients of
-# tests/integ/test_h2_*.py (frame-level cases; nghttp).
+# nghttp2-client (nghttp) and python3-h2: independent HTTP/2 clients of the HTTP/2 tests.
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
     locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate
-    python3-h2 nghttp2-client)
+    nghttp2-client python3-h2)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
 # clang-format: the format check; valgrind + curl: bench/guard.sh.
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
-# nghttp2-client: h2load, the HTTP/2 load generator of bench/h2.sh.
+# nghttp2-client: h2load, the HTTP/2 load generator.
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
     openssl nghttp2-client)
 

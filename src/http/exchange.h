@@ -125,6 +125,7 @@ struct flare_req {
     struct flare_res res; /* handlers get &ex->res */
     const flare_proto_ops_t *ops;
     struct flare_conn *conn; /* the protocol's connection; NULL once it is gone */
+    void *pstream;           /* the protocol's per-exchange state (HTTP/2: its stream) */
     struct flare_worker *worker;
     struct flare_req *next;  /* connection queue / free list / w->orphans */
     struct flare_req *oprev; /* w->orphans only */

@@ -27,6 +27,7 @@
 #include "net/tls.h"
 #include "http1/http1.h"
 #include "http1/conn.h"
+#include "http2/h2.h"
 #include "obs/metrics.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
@@ -94,6 +95,8 @@ static void conn_end(flare_conn_t *c, bool clean)
         c->flags &= ~(uint32_t)C_UPGRADE;
         c->upgrade_fn(w, NULL, c->upgrade_ud);
     }
+    if (flare__unlikely(c->h2 != NULL))
+        flare__h2_end(c);
     flare__stream_close(&c->s, clean);
 
     /* in-flight exchanges: finished ones are recycled, the others are
@@ -145,11 +148,18 @@ static void conn_close_clean(flare_conn_t *c)
     conn_end(c, true);
 }
 
+void flare__conn_close_clean(flare_conn_t *c)
+{
+    conn_end(c, true);
+}
+
 void flare__conn_free_dead(flare_worker_t *w)
 {
     while (w->dead != NULL) {
         flare_conn_t *c = w->dead;
         w->dead = c->next;
+        if (c->h2 != NULL)
+            flare__h2_free(c);
         free(c);
     }
 }
@@ -521,6 +531,25 @@ static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
     return len > lim->max_head; /* 431 */
 }
 
+/* HTTP/2 with prior knowledge (h2c, or h2 after ALPN): the client preface
+ * is not an HTTP/1.1 head, so only the parser's error path looks for it,
+ * and only when nothing else is in flight on the connection. true when it
+ * was seen (C_H2: the caller hands the connection over) or may be still
+ * arriving; the exchange is then dropped. */
+static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_req *ex,
+                                                 const char *p, size_t len)
+{
+    bool partial;
+    if (!flare__h2_preface(p, len, &partial))
+        return false;
+    c->qhead = c->qtail = NULL;
+    c->nqueue = 0;
+    flare__ex_put(c->w, ex);
+    if (!partial)
+        c->flags |= C_H2;
+    return true;
+}
+
 static void process(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
@@ -563,6 +592,8 @@ static void process(flare_conn_t *c)
         enqueue(c, ex);
         c->flags |= C_HAD_REQUEST;
         if (rc < 0) {
+            if (flare__unlikely(c->qhead == ex) && h2_preface(c, ex, p, len))
+                break;
             framing_error(c, ex, ex->head.status, ex->head.error);
             break;
         }
@@ -644,8 +675,11 @@ static void on_readable(flare_conn_t *c)
         }
         flare__metrics_rx(w, (size_t)n);
         process(c);
-        if (c->flags & C_DEAD)
+        if (flare__unlikely(c->flags & (C_DEAD | C_H2))) {
+            if (!(c->flags & C_DEAD))
+                flare__h2_start(c); /* takes the connection over */
             return;
+        }
         if (s->rpos > 0 && s->rpos < s->rlen && c->recv == NULL) {
             /* a partial head: move it to the front so the buffer has room */
             memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
@@ -722,6 +756,11 @@ void flare__conn_sweep(flare_worker_t *w)
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
+        if (c->flags & C_H2) {
+            flare__h2_sweep(c);
+            c = next;
+            continue;
+        }
         bool out_pending = flare__stream_has_output(&c->s);
         uint64_t t_active = c->s.t_active;
         if (w->draining && !(c->s.sflags & FLARE_S_LINGER) && drain_idle(c)) {
@@ -804,6 +843,11 @@ void flare__conn_drain(flare_worker_t *w)
     flare_conn_t *c = w->conns;
     while (c != NULL) {
         flare_conn_t *next = c->next;
+        if (c->flags & C_H2) {
+            flare__h2_drain(c);
+            c = next;
+            continue;
+        }
         if (drain_idle(c)) {
             if (w->loop.now - c->s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
                 conn_close_clean(c); /* idle long enough: nothing is on its way */

@@ -21,6 +21,7 @@ enum {
     C_LINE_SEEN = 1u << 8,   /* the partial head has its request line */
     C_UPGRADE = 1u << 9,     /* 101 sent: hand the socket over once flushed */
     C_PEER_CLOSE = 1u << 10, /* the client asked for the close; its request was read whole */
+    C_H2 = 1u << 11,         /* the client preface was seen: HTTP/2 (c->h2) owns the connection */
 };
 
 struct flare_conn {
@@ -39,6 +40,7 @@ struct flare_conn {
     uint64_t t_head; /* first byte of the current head (ms) */
     uint64_t t_open; /* accept (ms): the TLS handshake deadline counts from here */
     flare_conn_t *prev, *next;
+    struct flare_h2 *h2; /* C_H2: the HTTP/2 session (src/http2/) */
 };
 
 /* Draining: an idle connection is closed once idle this long (ms), so a
@@ -50,6 +52,7 @@ struct flare_listener;
 void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
                       const struct flare_listener *l);
 void flare__conn_close(flare_conn_t *c);
+void flare__conn_close_clean(flare_conn_t *c); /* the conversation is over: TLS close_notify */
 void flare__conn_flush(flare_conn_t *c);
 void flare__conn_sweep(flare_worker_t *w);
 void flare__conn_free_dead(flare_worker_t *w);

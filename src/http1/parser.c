@@ -148,6 +148,11 @@ static flare_method_t method_id(const char *m, size_t n)
     return FLARE_METHOD_OTHER;
 }
 
+flare_method_t flare__http_method_id(const char *m, size_t n)
+{
+    return method_id(m, n);
+}
+
 /* The SIMD loops below run while 16 bytes can be loaded: p <= end - 16,
  * computed only when end - p >= 16 so that it stays inside the buffer. */
 

@@ -75,6 +75,10 @@ typedef struct flare_http_head {
 int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_t *limits,
                            flare_http_head_t *head);
 
+/* The method id of a method token (FLARE_METHOD_OTHER when unknown):
+ * HTTP/2's :method. */
+flare_method_t flare__http_method_id(const char *m, size_t n);
+
 /* Cheap pre-check for callers that receive a head in many small reads:
  * returns true when buf[0..len) may hold a complete head or an error worth
  * reporting now; *scanned is a resume hint (start it at 0 for each new head).

@@ -681,7 +681,7 @@ int flare__tls_new(flare_tls_t **out, const flare_tls_config_t *cfg)
     t->session_cache_size = cfg->session_cache_size != 0 ? cfg->session_cache_size : 20480;
     t->no_tickets = cfg->no_tickets;
     t->tls13_only = cfg->tls13_only;
-    if ((rc = alpn_wire(t, cfg->alpn != NULL ? cfg->alpn : "http/1.1")) != 0)
+    if ((rc = alpn_wire(t, cfg->alpn != NULL ? cfg->alpn : "h2,http/1.1")) != 0)
         goto fail;
     if ((rc = ring_init(&t->ring, cfg->ticket_rotate_s != 0 ? cfg->ticket_rotate_s : 3600)) != 0)
         goto fail;

@@ -201,14 +201,21 @@ class TLSCase(ServerTestCase):
     # ---- ALPN -----------------------------------------------------------
 
     def test_alpn_http11_chosen(self):
-        for offer in (["http/1.1"], ["h2", "http/1.1"], ["spdy/3.1", "http/1.1", "h2"]):
+        for offer in (["http/1.1"], ["spdy/3.1", "http/1.1"]):
             with self.subTest(offer=offer):
                 s = self.tls(context(alpn=offer))
                 self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
                 self.get_ok(s)
 
+    def test_alpn_h2_preferred(self):
+        # the default list is "h2,http/1.1": ours is the order that wins
+        for offer in (["h2"], ["h2", "http/1.1"], ["spdy/3.1", "http/1.1", "h2"]):
+            with self.subTest(offer=offer):
+                s = self.tls(context(alpn=offer))
+                self.assertEqual(s.selected_alpn_protocol(), "h2")
+
     def test_alpn_without_http11_refused(self):
-        for offer in (["h2"], ["spdy/3.1"], ["h2", "spdy/3.1", "h3"]):
+        for offer in (["spdy/3.1"], ["spdy/3.1", "h3"]):
             with self.subTest(offer=offer):
                 err = self.assertRefused(lambda: self.tls(context(alpn=offer)), "ALPN %r" % offer)
                 self.assertIn("NO_APPLICATION_PROTOCOL", err.upper().replace(" ", "_"),
@@ -657,7 +664,9 @@ class TLSCase(ServerTestCase):
         for extra in ([], ["--http1.1"], ["--tlsv1.3"], ["--tlsv1.2", "--tls-max", "1.2"]):
             with self.subTest(args=extra):
                 body, (code, version, verify) = self.curl(*extra, url)
-                self.assertEqual((body, code, version, verify), (HELLO, "200", "1.1", "0"))
+                # curl offers h2 first unless told --http1.1 (ALPN: h2 preferred)
+                want = "1.1" if "--http1.1" in extra else "2"
+                self.assertEqual((body, code, version, verify), (HELLO, "200", want, "0"))
         body, (code, _, _) = self.curl("https://localhost:%d/static/1m.bin" % self.addr[1])
         self.assertEqual((code, body == BIG), ("200", True))
         # several requests on one connection: curl reuses it

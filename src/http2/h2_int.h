@@ -1,0 +1,105 @@
+/* HTTP/2 internals shared by session.c (the nghttp2 session, input,
+ * output, defences, timeouts) and ops.c (the exchange's operations). */
+#ifndef FLARE_HTTP2_H2_INT_H
+#define FLARE_HTTP2_H2_INT_H
+
+#include <nghttp2/nghttp2.h>
+
+#include "app.h"
+#include "http/exchange.h"
+#include "http1/conn.h"
+#include "http2/h2.h"
+
+/* Advertised and enforced limits (docs/http2.md). */
+#define H2_MAX_STREAMS    128         /* SETTINGS_MAX_CONCURRENT_STREAMS, and our own count */
+#define H2_STREAM_WINDOW  (256 << 10) /* SETTINGS_INITIAL_WINDOW_SIZE */
+#define H2_CONN_WINDOW    (1 << 20)   /* the connection's receive window */
+#define H2_MAX_UNSENT     (1u << 20)  /* output queued for a slow reader before reading pauses */
+#define H2_WINDOW_MS      1000        /* flood counters' window */
+#define H2_MAX_RESETS     100         /* streams the client cancels per window (CVE-2023-44487) */
+#define H2_MAX_CTRL       100         /* SETTINGS, PING per window (each) */
+#define H2_MAX_PRIORITY   500         /* PRIORITY frames per window */
+#define H2_MAX_EMPTY_DATA 100         /* DATA without payload nor END_STREAM per window */
+#define H2_MAX_WU         1000        /* WINDOW_UPDATE per window, plus two per DATA sent */
+#define H2_MAX_CONT       32          /* CONTINUATION frames in one header block (CVE-2024-27316) */
+#define H2_LINGER_MS      2000
+
+enum { SRC_NONE, SRC_BUF, SRC_REF, SRC_FILE, SRC_STREAM };
+
+enum {
+    ST_READY = 1u << 0,      /* request complete: on the ready list */
+    ST_DISPATCHED = 1u << 1, /* handed to dispatch */
+    ST_EOF = 1u << 2,        /* stream_end: no more data after what is buffered */
+    ST_DEFERRED = 1u << 3,   /* the data provider returned DEFERRED */
+    ST_ENDED_IN = 1u << 4,   /* END_STREAM received */
+    ST_ANSWERED = 1u << 5,   /* a response was submitted */
+};
+
+typedef struct h2_stream {
+    struct h2_stream *next, *prev; /* the connection's streams */
+    struct h2_stream *rnext;       /* ready list */
+    struct flare_h2 *h2;
+    struct flare_req *ex;
+    int32_t id;
+    uint32_t flags;
+    uint32_t nfields;
+    size_t hdr_bytes;
+    uint64_t body_len;
+    uint64_t t_body; /* last request progress (ms) */
+    int err_status;  /* answer this once the request's head is complete */
+    const char *err_msg;
+    uint8_t src;
+    size_t opos; /* SRC_BUF/SRC_STREAM: bytes of ex->out handed to nghttp2 */
+    flare_str_t ref;
+    flare_release_t rel;
+    int fd;
+    uint64_t foff, fleft;
+    flare_str_t cookie; /* the cookie fields joined with "; " (RFC 9113 8.2.3) */
+} h2_stream_t;
+
+/* Flare's own per-connection counters (independent of nghttp2's). */
+typedef struct flare_h2_counters {
+    uint64_t streams, resets, calm;
+} flare_h2_counters_t;
+
+enum {
+    H2_IN_BATCH = 1u << 0, /* inside input processing: output leaves at its end */
+    H2_CLOSING = 1u << 1,  /* GOAWAY queued for an error: close once flushed */
+    H2_NOTICE = 1u << 2,   /* drain: shutdown notice sent */
+    H2_GOAWAY = 1u << 3,   /* drain: final GOAWAY sent */
+    H2_PAUSED = 1u << 4,   /* input paused: too much output queued */
+    H2_IN_RECV = 1u << 5,  /* inside nghttp2_session_mem_recv */
+};
+
+typedef struct flare_h2 {
+    nghttp2_session *sess;
+    flare_conn_t *c;
+    h2_stream_t *streams;
+    unsigned nstreams;
+    h2_stream_t *ready, **ready_tail;
+    uint32_t flags;
+    uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
+    const char *why;
+    uint64_t t_win;
+    uint32_t w_resets, w_settings, w_pings, w_prio, w_empty, w_wu, w_data_out;
+    uint32_t cont_frames;
+    size_t cont_bytes;
+    uint64_t t_activity; /* last request activity (not PING) */
+    uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
+    flare_h2_counters_t ctr;
+} flare_h2_t;
+
+extern const flare_proto_ops_t flare__h2_ops;
+
+/* session.c: produce output (mem_send into the stream's buffer) and write
+ * it, unless inside an input batch (the batch's end does). */
+void flare__h2_output(flare_h2_t *h2);
+/* ops.c: the data provider */
+ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t len,
+                          uint32_t *flags, nghttp2_data_source *src, void *ud);
+/* ops.c: a stream's response source is released (ref, file) */
+void flare__h2_src_release(h2_stream_t *st);
+/* ops.c: submits an error answer for a stream not dispatched */
+void flare__h2_error(h2_stream_t *st, int status, const char *msg);
+
+#endif

@@ -1,0 +1,828 @@
+/* The HTTP/2 connection: one nghttp2 server session per connection, driven
+ * through its memory interface.
+ *
+ * Invariants:
+ * - Input: each read batch goes to nghttp2_session_mem_recv whole (nghttp2
+ *   buffers partial frames itself), so the read buffer is always consumed
+ *   and an idle connection holds none.
+ * - No user code runs inside an nghttp2 callback: complete requests are
+ *   put on a ready list and dispatched after mem_recv returns.
+ * - Output: every chunk nghttp2_session_mem_send hands out is copied into
+ *   the stream's buffer before the next call; everything one read batch
+ *   produced leaves in one write at the end of the batch.
+ * - Defences are Flare's own counters (h2_int.h), whatever nghttp2's
+ *   version enforces: a verdict queues GOAWAY with its code, and the
+ *   connection closes once that is flushed. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/sys.h"
+#include "flare/log.h"
+#include "http2/h2_int.h"
+#include "obs/metrics.h"
+
+static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define PREFACE_LEN (sizeof(preface) - 1)
+
+bool flare__h2_preface(const char *buf, size_t len, bool *partial)
+{
+    size_t n = len < PREFACE_LEN ? len : PREFACE_LEN;
+    if (memcmp(buf, preface, n) != 0)
+        return false;
+    *partial = len < PREFACE_LEN;
+    return true;
+}
+
+static flare_h2_t *H2(flare_conn_t *c)
+{
+    return c->h2;
+}
+
+/* ---- streams ---- */
+
+static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
+{
+    flare_worker_t *w = h2->c->w;
+    h2_stream_t *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    struct flare_req *ex = flare__ex_get(w);
+    if (ex == NULL) {
+        free(st);
+        return NULL;
+    }
+    st->h2 = h2;
+    st->id = id;
+    st->ex = ex;
+    st->fd = -1;
+    st->t_body = w->loop.now;
+    ex->ops = &flare__h2_ops;
+    ex->conn = h2->c;
+    ex->pstream = st;
+    ex->flags |= EX_DETACHED; /* the head is built in the arena */
+    ex->raw = NULL;
+    ex->raw_len = 0;
+    memset(&ex->head, 0, sizeof(ex->head));
+    ex->head.headers = ex->headers;
+    ex->head.content_length = -1;
+    ex->head.minor = 1;
+    ex->head.keep_alive = true;
+    st->next = h2->streams;
+    if (h2->streams != NULL)
+        h2->streams->prev = st;
+    h2->streams = st;
+    h2->nstreams++;
+    h2->ctr.streams++;
+    return st;
+}
+
+static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
+{
+    if (!(st->flags & ST_READY))
+        return;
+    h2_stream_t **pp = &h2->ready, *prev = NULL;
+    while (*pp != NULL && *pp != st) {
+        prev = *pp;
+        pp = &(*pp)->rnext;
+    }
+    if (*pp == st) {
+        *pp = st->rnext;
+        if (h2->ready_tail == &st->rnext)
+            h2->ready_tail = prev != NULL ? &prev->rnext : &h2->ready;
+    }
+    st->flags &= ~(uint32_t)ST_READY;
+}
+
+/* The stream is over (closed, or the connection ends): its exchange is
+ * recycled when nothing will touch it any more, orphaned when a handler
+ * still owes (or is streaming) its response. */
+static void stream_free(flare_h2_t *h2, h2_stream_t *st)
+{
+    flare_worker_t *w = h2->c->w;
+    ready_remove(h2, st);
+    flare__h2_src_release(st);
+    struct flare_req *ex = st->ex;
+    if (ex != NULL) {
+        ex->pstream = NULL;
+        if (!(st->flags & ST_DISPATCHED) ||
+            ((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))) {
+            flare__ex_put(w, ex);
+        } else {
+            ex->conn = NULL;
+            ex->flags |= EX_ORPHAN;
+            ex->oprev = NULL;
+            ex->next = w->orphans;
+            if (w->orphans != NULL)
+                w->orphans->oprev = ex;
+            w->orphans = ex;
+        }
+    }
+    if (st->prev != NULL)
+        st->prev->next = st->next;
+    else
+        h2->streams = st->next;
+    if (st->next != NULL)
+        st->next->prev = st->prev;
+    h2->nstreams--;
+    free(st);
+}
+
+/* ---- defences ---- */
+
+static int calm(flare_h2_t *h2, const char *why)
+{
+    h2->goaway_code = NGHTTP2_ENHANCE_YOUR_CALM;
+    h2->why = why;
+    h2->ctr.calm++;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static void window_roll(flare_h2_t *h2)
+{
+    uint64_t now = h2->c->w->loop.now;
+    if (now - h2->t_win >= H2_WINDOW_MS) {
+        h2->t_win = now;
+        h2->w_resets = h2->w_settings = h2->w_pings = h2->w_prio = h2->w_empty = h2->w_wu = 0;
+        h2->w_data_out = 0;
+    }
+}
+
+static int on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud)
+{
+    (void)sess;
+    flare_h2_t *h2 = ud;
+    window_roll(h2);
+    switch (hd->type) {
+    case NGHTTP2_HEADERS:
+        h2->cont_frames = 0;
+        h2->cont_bytes = hd->length;
+        break;
+    case NGHTTP2_CONTINUATION:
+        h2->cont_bytes += hd->length;
+        if (++h2->cont_frames > H2_MAX_CONT ||
+            h2->cont_bytes > h2->c->w->app->limits.max_head + 16384)
+            return calm(h2, "CONTINUATION flood");
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h2->w_settings > H2_MAX_CTRL)
+            return calm(h2, "SETTINGS flood");
+        break;
+    case NGHTTP2_PING:
+        if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h2->w_pings > H2_MAX_CTRL)
+            return calm(h2, "PING flood");
+        break;
+    case NGHTTP2_PRIORITY:
+        if (++h2->w_prio > H2_MAX_PRIORITY)
+            return calm(h2, "PRIORITY flood");
+        break;
+    case NGHTTP2_WINDOW_UPDATE:
+        if (++h2->w_wu > H2_MAX_WU + 2 * h2->w_data_out)
+            return calm(h2, "WINDOW_UPDATE flood");
+        break;
+    case NGHTTP2_DATA:
+        if (hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM) &&
+            ++h2->w_empty > H2_MAX_EMPTY_DATA)
+            return calm(h2, "empty DATA flood");
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* ---- input ---- */
+
+static void make_ready(flare_h2_t *h2, h2_stream_t *st)
+{
+    if (st->flags & (ST_READY | ST_DISPATCHED))
+        return;
+    st->flags |= ST_READY;
+    st->rnext = NULL;
+    *h2->ready_tail = st;
+    h2->ready_tail = &st->rnext;
+}
+
+static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
+{
+    flare_h2_t *h2 = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    h2->t_activity = h2->c->w->loop.now;
+    if (h2->nstreams >= H2_MAX_STREAMS) {
+        nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
+        return 0;
+    }
+    h2_stream_t *st = stream_new(h2, f->hd.stream_id);
+    if (st == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    nghttp2_session_set_stream_user_data(sess, f->hd.stream_id, st);
+    return 0;
+}
+
+static flare_str_t adup(struct flare_req *ex, const uint8_t *p, size_t n)
+{
+    char *d = flare__arena_dup(&ex->arena, (const char *)p, n);
+    return d != NULL ? (flare_str_t){ d, n } : FLARE_STR_NULL;
+}
+
+static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, f->hd.stream_id);
+    if (st == NULL || st->err_status != 0 || (st->flags & ST_DISPATCHED))
+        return 0;
+    struct flare_req *ex = st->ex;
+    const flare_http_limits_t *lim = &ex->worker->app->limits;
+    /* counted before anything is held: an HPACK bomb stops here */
+    st->hdr_bytes += nlen + vlen + 32;
+    if (st->hdr_bytes > lim->max_head) {
+        st->err_status = 431;
+        st->err_msg = "header list too large";
+        return 0;
+    }
+    flare_http_head_t *h = &ex->head;
+    if (nlen > 0 && name[0] == ':') {
+        if (f->headers.cat != NGHTTP2_HCAT_REQUEST)
+            return 0;
+        flare_str_t v = adup(ex, value, vlen);
+        if (v.ptr == NULL && vlen > 0)
+            goto nomem;
+        if (nlen == 7 && memcmp(name, ":method", 7) == 0) {
+            h->method = v;
+            h->method_id = flare__http_method_id(v.ptr, v.len);
+        } else if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+            h->target = v;
+        } else if (nlen == 10 && memcmp(name, ":authority", 10) == 0) {
+            h->host = v;
+        }
+        return 0;
+    }
+    if (h->nheaders >= lim->max_headers) {
+        st->err_status = 431;
+        st->err_msg = "too many header fields";
+        return 0;
+    }
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && st->cookie.len > 0) {
+        /* RFC 9113 8.2.3: one field again for the rest of Flare */
+        char *j = flare__arena_alloc(&ex->arena, st->cookie.len + 2 + vlen);
+        if (j == NULL)
+            goto nomem;
+        memcpy(j, st->cookie.ptr, st->cookie.len);
+        memcpy(j + st->cookie.len, "; ", 2);
+        memcpy(j + st->cookie.len + 2, value, vlen);
+        st->cookie = (flare_str_t){ j, st->cookie.len + 2 + vlen };
+        for (size_t i = 0; i < h->nheaders; i++)
+            if (h->headers[i].name.len == 6 && memcmp(h->headers[i].name.ptr, "cookie", 6) == 0)
+                h->headers[i].value = st->cookie;
+        return 0;
+    }
+    flare_header_t *hf = &h->headers[h->nheaders];
+    hf->name = adup(ex, name, nlen);
+    hf->value = adup(ex, value, vlen);
+    if (hf->name.ptr == NULL || (hf->value.ptr == NULL && vlen > 0))
+        goto nomem;
+    if (vlen == 0)
+        hf->value = (flare_str_t){ "", 0 };
+    h->nheaders++;
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
+        st->cookie = hf->value;
+    if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        if (nlen == 14 && memcmp(name, "content-length", 14) == 0) {
+            int64_t v = 0;
+            for (size_t i = 0; i < vlen && v < ((int64_t)1 << 50); i++)
+                v = v * 10 + (value[i] - '0'); /* nghttp2 checked the digits */
+            h->content_length = v;
+        } else if (nlen == 4 && memcmp(name, "host", 4) == 0 && h->host.len == 0) {
+            h->host = hf->value;
+        }
+    }
+    return 0;
+nomem:
+    st->err_status = 500;
+    st->err_msg = "out of memory";
+    return 0;
+}
+
+static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
+                   size_t len, void *ud)
+{
+    (void)flags;
+    flare_h2_t *h2 = ud;
+    nghttp2_session_consume(sess, id, len); /* buffered or dropped: either way done */
+    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
+    if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_ANSWERED)))
+        return 0;
+    struct flare_req *ex = st->ex;
+    st->t_body = h2->t_activity = h2->c->w->loop.now;
+    st->body_len += len;
+    if (st->body_len > ex->worker->app->cfg.max_body) {
+        st->err_status = 413;
+        st->err_msg = "request body too large";
+        make_ready(h2, st); /* answered now, not after the body */
+        return 0;
+    }
+    if (flare__buf_append(&ex->bodybuf, (const char *)data, len) != 0) {
+        st->err_status = 500;
+        st->err_msg = "out of memory";
+        make_ready(h2, st);
+    }
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
+{
+    flare_h2_t *h2 = ud;
+    h2_stream_t *st =
+        f->hd.stream_id != 0 ? nghttp2_session_get_stream_user_data(sess, f->hd.stream_id) : NULL;
+    switch (f->hd.type) {
+    case NGHTTP2_HEADERS:
+        if (st == NULL)
+            return 0;
+        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            st->flags |= ST_ENDED_IN;
+            make_ready(h2, st);
+        } else if (st->err_status != 0) {
+            make_ready(h2, st);
+        } else if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            int64_t cl = st->ex->head.content_length;
+            if (cl > 0 && (uint64_t)cl > st->ex->worker->app->cfg.max_body) {
+                st->err_status = 413;
+                st->err_msg = "request body too large";
+                make_ready(h2, st);
+            }
+        }
+        break;
+    case NGHTTP2_DATA:
+        if (st != NULL && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            st->flags |= ST_ENDED_IN;
+            make_ready(h2, st);
+        }
+        break;
+    case NGHTTP2_RST_STREAM:
+        /* rapid reset: streams the client opens and cancels before their
+         * response is complete */
+        window_roll(h2);
+        h2->ctr.resets++;
+        if (++h2->w_resets > H2_MAX_RESETS)
+            return calm(h2, "rapid reset");
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
+{
+    flare_h2_t *h2 = ud;
+    if (f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) {
+        h2->t_out = h2->c->w->loop.now;
+        if (f->hd.type == NGHTTP2_DATA)
+            h2->w_data_out++;
+        /* answered before the request ended (413, an early error): tell
+         * the client to stop sending (RFC 9113 8.1) */
+        if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+            nghttp2_session_get_stream_remote_close(sess, f->hd.stream_id) == 0)
+            nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    }
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t code, void *ud)
+{
+    (void)code;
+    flare_h2_t *h2 = ud;
+    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
+    if (st != NULL) {
+        nghttp2_session_set_stream_user_data(sess, id, NULL);
+        stream_free(h2, st);
+    }
+    return 0;
+}
+
+/* Builds what the request line gave HTTP/1.1: target, path, query. */
+static bool finish_head(h2_stream_t *st)
+{
+    struct flare_req *ex = st->ex;
+    flare_http_head_t *h = &ex->head;
+    const flare_http_limits_t *lim = &ex->worker->app->limits;
+    if (h->method_id == FLARE_METHOD_CONNECT) {
+        h->path = h->target = h->host;
+        return true;
+    }
+    if (h->target.len > lim->max_request_line) {
+        flare__h2_error(st, 414, "request target too long");
+        return false;
+    }
+    const char *t = h->target.ptr;
+    size_t n = h->target.len;
+    if (n == 0 || (t[0] != '/' && !(n == 1 && t[0] == '*'))) {
+        flare__h2_error(st, 400, "invalid :path");
+        return false;
+    }
+    const char *q = memchr(t, '?', n);
+    size_t plen = q != NULL ? (size_t)(q - t) : n;
+    h->path = (flare_str_t){ t, plen };
+    h->query = q != NULL ? (flare_str_t){ q + 1, n - plen - 1 } : (flare_str_t){ t + n, 0 };
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)t[i];
+        if (ch <= 0x20 || ch == 0x7f) {
+            flare__h2_error(st, 400, "invalid :path");
+            return false;
+        }
+        if (ch == '%' && i < plen) {
+            if (i + 2 >= plen || flare__hexval((unsigned char)t[i + 1]) < 0 ||
+                flare__hexval((unsigned char)t[i + 2]) < 0) {
+                flare__h2_error(st, 400, "invalid percent-encoding in path");
+                return false;
+            }
+            h->path_pct = true;
+        }
+    }
+    return true;
+}
+
+/* Runs what the batch made ready, outside nghttp2's callbacks. */
+static void dispatch_ready(flare_h2_t *h2)
+{
+    flare_app_t *app = h2->c->w->app;
+    h2_stream_t *st;
+    while ((st = h2->ready) != NULL && !(h2->c->flags & C_DEAD)) {
+        h2->ready = st->rnext;
+        if (h2->ready == NULL)
+            h2->ready_tail = &h2->ready;
+        st->flags &= ~(uint32_t)ST_READY;
+        st->flags |= ST_DISPATCHED;
+        struct flare_req *ex = st->ex;
+        if (st->err_status != 0) {
+            flare__h2_error(st, st->err_status, st->err_msg);
+            continue;
+        }
+        if (!finish_head(st))
+            continue;
+        ex->body.ptr = ex->bodybuf.data;
+        ex->body.len = ex->bodybuf.len;
+        flare__http_route(app, ex);
+        flare__http_dispatch(ex);
+    }
+}
+
+/* ---- output ---- */
+
+static void h2_close(flare_h2_t *h2, bool clean)
+{
+    if (clean)
+        flare__conn_close_clean(h2->c);
+    else
+        flare__conn_close(h2->c);
+}
+
+/* The connection is finished with: nothing more to read or write. */
+static void maybe_close(flare_h2_t *h2)
+{
+    flare_conn_t *c = h2->c;
+    if (c->flags & C_DEAD || flare__stream_has_output(&c->s))
+        return;
+    bool done = (!nghttp2_session_want_read(h2->sess) && !nghttp2_session_want_write(h2->sess)) ||
+                (h2->flags & H2_CLOSING) || ((h2->flags & H2_GOAWAY) && h2->nstreams == 0);
+    if (!done)
+        return;
+    if (c->s.sflags & FLARE_S_RD_EOF) {
+        h2_close(h2, true);
+        return;
+    }
+    /* the GOAWAY must not be lost to a reset of unread input */
+    if (!(c->s.sflags & FLARE_S_LINGER))
+        flare__stream_linger(&c->s);
+}
+
+/* mem_send until nghttp2 has nothing (or too much is queued), then one
+ * write. false when the connection was closed. */
+static bool send_flush(flare_h2_t *h2)
+{
+    flare_conn_t *c = h2->c;
+    for (;;) {
+        while (flare__stream_unsent(&c->s) < H2_MAX_UNSENT) {
+            const uint8_t *data;
+            ssize_t n = nghttp2_session_mem_send(h2->sess, &data);
+            if (n < 0) {
+                h2_close(h2, false);
+                return false;
+            }
+            if (n == 0)
+                break;
+            /* the chunk is copied before the next call */
+            if (flare__buf_append(flare__stream_wbuf(&c->s), (const char *)data, (size_t)n) != 0) {
+                h2_close(h2, false);
+                return false;
+            }
+        }
+        size_t before = flare__stream_unsent(&c->s);
+        int rc = flare__stream_flush(&c->s);
+        if (c->w->metrics != NULL && before > flare__stream_unsent(&c->s))
+            flare__metrics_tx(c->w, before - flare__stream_unsent(&c->s));
+        if (rc < 0) {
+            h2_close(h2, false);
+            return false;
+        }
+        if (rc == 0) {
+            /* blocked: stop reading while a lot waits */
+            if (flare__stream_unsent(&c->s) >= H2_MAX_UNSENT && !(h2->flags & H2_PAUSED)) {
+                h2->flags |= H2_PAUSED;
+                flare__stream_read_enable(&c->s, false);
+            }
+            return true;
+        }
+        if (h2->flags & H2_PAUSED) {
+            h2->flags &= ~(uint32_t)H2_PAUSED;
+            flare__stream_read_enable(&c->s, true);
+        }
+        if (!nghttp2_session_want_write(h2->sess))
+            break;
+    }
+    maybe_close(h2);
+    return !(c->flags & C_DEAD);
+}
+
+void flare__h2_output(flare_h2_t *h2)
+{
+    if (h2->flags & H2_IN_BATCH || (h2->c->flags & C_DEAD))
+        return;
+    send_flush(h2);
+    if (!(h2->c->flags & C_DEAD))
+        flare__stream_idle(&h2->c->s);
+}
+
+/* A connection error: GOAWAY with the code, then close once it is out. */
+static void fail(flare_h2_t *h2, uint32_t code, const char *why)
+{
+    if (h2->flags & H2_CLOSING)
+        return;
+    h2->flags |= H2_CLOSING;
+    h2->why = why;
+    nghttp2_session_terminate_session(h2->sess, code);
+}
+
+/* Feeds the unconsumed input to nghttp2; false when the connection ended. */
+static bool feed(flare_h2_t *h2)
+{
+    flare_stream_t *s = &h2->c->s;
+    if (s->rpos == s->rlen || (h2->flags & H2_CLOSING)) {
+        s->rpos = s->rlen;
+        return true;
+    }
+    h2->flags |= H2_IN_RECV;
+    ssize_t n =
+        nghttp2_session_mem_recv(h2->sess, (const uint8_t *)s->rbuf + s->rpos, s->rlen - s->rpos);
+    h2->flags &= ~(uint32_t)H2_IN_RECV;
+    s->rpos = s->rlen;
+    if (n < 0) {
+        if (n == NGHTTP2_ERR_CALLBACK_FAILURE && h2->goaway_code != 0)
+            fail(h2, h2->goaway_code, h2->why);
+        else if (n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
+            fail(h2, NGHTTP2_PROTOCOL_ERROR, "bad client preface");
+        else if (n == NGHTTP2_ERR_NOMEM)
+            fail(h2, NGHTTP2_INTERNAL_ERROR, "out of memory");
+        else
+            fail(h2, NGHTTP2_PROTOCOL_ERROR, nghttp2_strerror((int)n));
+        flare_log(h2->c->w, FLARE_LOG_INFO, "http2: connection error: %s", h2->why);
+    }
+    return true;
+}
+
+static void on_readable(flare_h2_t *h2)
+{
+    flare_conn_t *c = h2->c;
+    flare_stream_t *s = &c->s;
+    if (s->sflags & FLARE_S_LINGER) {
+        if (flare__stream_linger_read(s))
+            flare__conn_close(c);
+        return;
+    }
+    h2->flags |= H2_IN_BATCH;
+    do {
+        ssize_t n = flare__stream_read(s, FLARE_CONN_BUF);
+        if (n < 0) {
+            if (n != -EAGAIN) {
+                h2_close(h2, false);
+                return;
+            }
+            break;
+        }
+        if (n == 0) {
+            h2->flags &= ~(uint32_t)H2_IN_BATCH;
+            h2_close(h2, true); /* the client is gone: its streams with it */
+            return;
+        }
+        flare__metrics_rx(c->w, (size_t)n);
+        feed(h2);
+        dispatch_ready(h2);
+        if (c->flags & C_DEAD)
+            return;
+    } while (flare__stream_has_pending(s) && !(h2->flags & (H2_PAUSED | H2_CLOSING)));
+    h2->flags &= ~(uint32_t)H2_IN_BATCH;
+    if (send_flush(h2))
+        flare__stream_idle(s);
+}
+
+static void h2_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    (void)l;
+    flare_conn_t *c = (flare_conn_t *)io;
+    if (c->flags & C_DEAD)
+        return;
+    flare_h2_t *h2 = H2(c);
+    events = flare__stream_ready(&c->s, events);
+    if ((events & FLARE_IO_ERR) && !(events & FLARE_IO_READ)) {
+        h2_close(h2, false);
+        return;
+    }
+    if (events & FLARE_IO_WRITE) {
+        if (!send_flush(h2))
+            return;
+    }
+    if (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)) {
+        if ((c->s.sflags & FLARE_S_RD_EOF) && !(c->s.sflags & FLARE_S_LINGER)) {
+            if (events & (FLARE_IO_HUP | FLARE_IO_ERR))
+                h2_close(h2, false);
+            return;
+        }
+        on_readable(h2);
+    }
+}
+
+/* ---- start, sweep, drain, end ---- */
+
+void flare__h2_start(flare_conn_t *c)
+{
+    flare_worker_t *w = c->w;
+    flare_h2_t *h2 = calloc(1, sizeof(*h2));
+    nghttp2_session_callbacks *cb = NULL;
+    nghttp2_option *opt = NULL;
+    if (h2 == NULL || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0)
+        goto fail;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_option_set_max_outbound_ack(opt, 1000);
+    nghttp2_option_set_max_settings(opt, 32);
+    nghttp2_option_set_no_closed_streams(opt, 1);
+    h2->c = c;
+    h2->ready_tail = &h2->ready;
+    h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
+    if (nghttp2_session_server_new2(&h2->sess, cb, h2, opt) != 0)
+        goto fail;
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_option_del(opt);
+    cb = NULL;
+    opt = NULL;
+    size_t mhl = w->app->limits.max_head;
+    nghttp2_settings_entry iv[] = {
+        { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, H2_MAX_STREAMS },
+        { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW },
+        { NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, mhl > UINT32_MAX ? UINT32_MAX : (uint32_t)mhl },
+        { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
+    };
+    if (nghttp2_submit_settings(h2->sess, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0 ||
+        nghttp2_session_set_local_window_size(h2->sess, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW) != 0)
+        goto fail;
+    c->h2 = h2;
+    c->flags |= C_H2;
+    c->s.io.cb = h2_io_cb;
+    if (w->draining)
+        flare__h2_drain(c);
+    h2->flags |= H2_IN_BATCH;
+    feed(h2);
+    dispatch_ready(h2);
+    if (c->flags & C_DEAD)
+        return;
+    h2->flags &= ~(uint32_t)H2_IN_BATCH;
+    if (send_flush(h2))
+        flare__stream_idle(&c->s);
+    return;
+fail:
+    if (cb != NULL)
+        nghttp2_session_callbacks_del(cb);
+    if (opt != NULL)
+        nghttp2_option_del(opt);
+    if (h2 != NULL && h2->sess != NULL)
+        nghttp2_session_del(h2->sess);
+    free(h2);
+    c->h2 = NULL;
+    flare__conn_close(c);
+}
+
+/* Whether a stream has response bytes waiting for the peer's window. */
+static bool owes_data(const h2_stream_t *st)
+{
+    if (st->src == SRC_REF || st->src == SRC_FILE || st->src == SRC_BUF)
+        return true;
+    return st->src == SRC_STREAM && st->ex != NULL && st->ex->out.len > st->opos;
+}
+
+void flare__h2_sweep(flare_conn_t *c)
+{
+    flare_h2_t *h2 = H2(c);
+    flare_worker_t *w = c->w;
+    const flare_config_t *cfg = &w->app->cfg;
+    uint64_t now = w->loop.now;
+    if (c->s.sflags & FLARE_S_LINGER) {
+        if (now - c->s.t_active > H2_LINGER_MS)
+            flare__conn_close(c);
+        return;
+    }
+    if (flare__stream_has_output(&c->s) && (c->s.sflags & FLARE_S_WANT_WRITE) &&
+        now - c->s.t_active > cfg->write_timeout_ms) {
+        flare__metrics_timeout(w, FLARE__TO_WRITE);
+        flare__conn_close(c);
+        return;
+    }
+    bool owes = false;
+    for (h2_stream_t *st = h2->streams, *next; st != NULL; st = next) {
+        next = st->next;
+        if (owes_data(st))
+            owes = true;
+        if (!(st->flags & (ST_DISPATCHED | ST_READY | ST_ENDED_IN)) && st->err_status == 0 &&
+            now - st->t_body > cfg->body_timeout_ms) {
+            flare__metrics_timeout(w, FLARE__TO_BODY);
+            st->err_status = 408;
+            st->err_msg = "request body timeout";
+            make_ready(h2, st);
+        }
+    }
+    /* a peer that keeps its window shut: no output can move, nothing to poll */
+    if (owes && now - h2->t_out > cfg->write_timeout_ms) {
+        flare__metrics_timeout(w, FLARE__TO_WRITE);
+        flare_log(w, FLARE_LOG_INFO, "http2: flow-control window closed for too long");
+        flare__conn_close(c);
+        return;
+    }
+    if (h2->nstreams == 0 && !(h2->flags & H2_CLOSING) &&
+        now - h2->t_activity > cfg->idle_timeout_ms) {
+        flare__metrics_timeout(w, FLARE__TO_IDLE);
+        fail(h2, NGHTTP2_NO_ERROR, "idle");
+    }
+    if (w->draining) {
+        if (!(h2->flags & H2_NOTICE)) {
+            flare__h2_drain(c);
+        } else if (!(h2->flags & H2_GOAWAY)) {
+            h2->flags |= H2_GOAWAY;
+            nghttp2_submit_goaway(h2->sess, NGHTTP2_FLAG_NONE,
+                                  nghttp2_session_get_last_proc_stream_id(h2->sess),
+                                  NGHTTP2_NO_ERROR, NULL, 0);
+        }
+        if (now >= w->drain_deadline) {
+            flare__conn_close(c);
+            return;
+        }
+    }
+    h2->flags |= H2_IN_BATCH;
+    dispatch_ready(h2);
+    if (c->flags & C_DEAD)
+        return;
+    h2->flags &= ~(uint32_t)H2_IN_BATCH;
+    send_flush(h2);
+}
+
+/* Graceful shutdown: a shutdown notice now, the GOAWAY with the last
+ * stream id at the next sweep; in-flight streams complete, then close. */
+void flare__h2_drain(flare_conn_t *c)
+{
+    flare_h2_t *h2 = H2(c);
+    if (h2 == NULL || (h2->flags & H2_NOTICE))
+        return;
+    h2->flags |= H2_NOTICE;
+    nghttp2_submit_shutdown_notice(h2->sess);
+    if (!(h2->flags & H2_IN_BATCH))
+        send_flush(h2);
+}
+
+void flare__h2_end(flare_conn_t *c)
+{
+    flare_h2_t *h2 = H2(c);
+    while (h2->streams != NULL) {
+        h2_stream_t *st = h2->streams;
+        nghttp2_session_set_stream_user_data(h2->sess, st->id, NULL);
+        stream_free(h2, st);
+    }
+    h2->ready = NULL;
+    h2->ready_tail = &h2->ready;
+}
+
+void flare__h2_free(flare_conn_t *c)
+{
+    flare_h2_t *h2 = H2(c);
+    if (h2 == NULL)
+        return;
+    nghttp2_session_del(h2->sess);
+    free(h2);
+    c->h2 = NULL;
+}
