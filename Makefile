@@ -2,6 +2,7 @@
 #   make run     install what is missing, build the library + examples, start the showcase on LISTEN
 #   make test    install what is missing, build everything the tests need, run every test
 #   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
+#   make bench-h2  HTTP/2 against h2o and nginx (bench/h2.sh); make bench-h2-counts: its counts
 # Each target installs only what its own path needs (tools/deps.sh MODE; docs/dependencies.md)
 # and configures BUILD with every option that differs between them set explicitly, so the same
 # build directory serves `make run` after `make test` and the other way round.
@@ -16,7 +17,8 @@ RUN_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=O
 TEST_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=ON \
   -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
 
-.PHONY: all build run test test-asan test-tsan fuzz format format-check bench bench-counts flame clean install
+.PHONY: all build run test test-asan test-tsan fuzz format format-check bench bench-counts bench-h2 \
+  bench-h2-counts flame clean install
 
 all: build
 
@@ -74,6 +76,12 @@ bench:
 
 bench-counts:
 	bash bench/counts.sh
+
+bench-h2:
+	bash bench/h2.sh
+
+bench-h2-counts:
+	bash bench/h2_counts.sh
 
 flame:
 	bash bench/flame.sh
