@@ -82,6 +82,12 @@ typedef struct flare_h2 {
     const char *why;
     uint64_t t_win;
     uint32_t w_resets, w_settings, w_pings, w_prio, w_empty, w_wu, w_data_out;
+    /* streams this side reset (413, REFUSED_STREAM, an early answer): a
+     * client's HEADERS still in flight for one of them is ignored (RFC 9113
+     * 5.1, "closed"), any other HEADERS on a stream id at or below the last
+     * one opened is a connection error */
+    int32_t reset_ids[16];
+    unsigned reset_pos;
     uint32_t cont_frames;
     size_t cont_bytes;
     uint64_t t_activity; /* last request activity (not PING) */

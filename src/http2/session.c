@@ -138,6 +138,42 @@ static int calm(flare_h2_t *h2, const char *why)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* A connection error found by Flare's own checks: GOAWAY with code. */
+static int proto_error(flare_h2_t *h2, uint32_t code, const char *why)
+{
+    h2->goaway_code = code;
+    h2->why = why;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static void note_reset(flare_h2_t *h2, int32_t id)
+{
+    h2->reset_ids[h2->reset_pos++ % (sizeof(h2->reset_ids) / sizeof(h2->reset_ids[0]))] = id;
+}
+
+static bool reset_by_us(const flare_h2_t *h2, int32_t id)
+{
+    for (size_t i = 0; i < sizeof(h2->reset_ids) / sizeof(h2->reset_ids[0]); i++)
+        if (h2->reset_ids[i] == id)
+            return true;
+    return false;
+}
+
+/* HEADERS on a client stream id that is not open: nghttp2 1.52 drops it
+ * silently; RFC 9113 makes it a connection error: a stream id going
+ * backwards (5.1.1: PROTOCOL_ERROR) or a stream closed both ways (5.1).
+ * Streams this side reset are the exception (their frames may still be on
+ * the way: ignored). */
+static int headers_on_old_stream(nghttp2_session *sess, flare_h2_t *h2, int32_t id)
+{
+    if ((id & 1) == 0 || id > nghttp2_session_get_last_proc_stream_id(sess) ||
+        nghttp2_session_find_stream(sess, id) != NULL || reset_by_us(h2, id))
+        return 0;
+    /* closed and never-opened ids are not told apart (nghttp2 keeps no
+     * closed streams): PROTOCOL_ERROR, which 5.1.1 names for the second */
+    return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "HEADERS on a stream that is not open");
+}
+
 static void window_roll(flare_h2_t *h2)
 {
     uint64_t now = h2->c->w->loop.now;
@@ -150,14 +186,13 @@ static void window_roll(flare_h2_t *h2)
 
 static int on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud)
 {
-    (void)sess;
     flare_h2_t *h2 = ud;
     window_roll(h2);
     switch (hd->type) {
     case NGHTTP2_HEADERS:
         h2->cont_frames = 0;
         h2->cont_bytes = hd->length;
-        break;
+        return headers_on_old_stream(sess, h2, hd->stream_id);
     case NGHTTP2_CONTINUATION:
         h2->cont_bytes += hd->length;
         if (++h2->cont_frames > H2_MAX_CONT ||
@@ -378,6 +413,8 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
 static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
+    if (f->hd.type == NGHTTP2_RST_STREAM)
+        note_reset(h2, f->hd.stream_id);
     if (f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) {
         h2->t_out = h2->c->w->loop.now;
         if (f->hd.type == NGHTTP2_DATA)
