@@ -205,10 +205,25 @@ if [ -n "${FRESH_APT_CACHE:-}" ]; then
     mount_one --bind "$FRESH_APT_CACHE" "$ROOT/var/cache/apt/archives"
 fi
 
+# The certificate authorities this host added itself (/usr/local/share/ca-certificates: e.g.
+# a TLS-inspecting proxy on the way to the npm registry) are part of the network, not of the
+# packages: a new machine on the same network has them too. They go into the root as one file
+# for Node (NODE_EXTRA_CA_CERTS), so npm reaches the registry from there as it does from here;
+# Debian's own trust store in the root stays as its packages make it.
+EXTRA_CA=''
+shopt -s nullglob
+local_cas=(/usr/local/share/ca-certificates/*.crt)
+shopt -u nullglob
+if [ ${#local_cas[@]} -gt 0 ]; then
+    cat "${local_cas[@]}" >"$ROOT/root/.host-local-ca.pem"
+    EXTRA_CA=NODE_EXTRA_CA_CERTS=/root/.host-local-ca.pem
+fi
+export EXTRA_CA
+
 # A command in the root as root, with the environment of a login on a new machine.
 in_root() {
     env -i HOME=/root USER=root LOGNAME=root TERM=dumb LANG=C.UTF-8 SHELL=/bin/bash \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ${EXTRA_CA:+"$EXTRA_CA"} \
         chroot "$ROOT" /bin/bash -c "cd $SRC_IN_ROOT && $1"
 }
 # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
