@@ -91,6 +91,11 @@ as_root() {
 
 missing=()
 for p in "${pkgs[@]}"; do
+    # A Node.js from elsewhere (NodeSource's nodejs bundles npm, and its package conflicts with
+    # Debian's npm) already gives the npm command the build and the tests call: keep it.
+    if [ "$p" = npm ] && ! installed npm && command -v npm >/dev/null; then
+        continue
+    fi
     installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -ne 0 ]; then
