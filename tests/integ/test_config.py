@@ -33,6 +33,15 @@ def get(port, path="/plaintext", sock=None, tls_ctx=None):
             sock = tls_ctx.wrap_socket(sock, server_hostname="localhost")
     sock.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" %
                   (path, "Connection: close\r\n" if own else "")).encode())
+    try:
+        return read_response(sock)
+    finally:
+        if own:
+            sock.close()
+
+
+def read_response(sock):
+    """(status line, body) of one response with a Content-Length (or none) from sock."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -50,8 +59,6 @@ def get(port, path="/plaintext", sock=None, tls_ctx=None):
         if not chunk:
             break
         body += chunk
-    if own:
-        sock.close()
     return head.split(b"\r\n")[0].decode(), body
 
 
@@ -284,26 +291,11 @@ class Config(unittest.TestCase):
                 sock = socket.create_connection((HOST, port), timeout=5)
             sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n"
                          % (len(body), b"Connection: close\r\n" if own else b"") + body)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            head, _, rest = data.partition(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            while len(rest) < length:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                rest += chunk
-            if own:
-                sock.close()
-            return head.split(b"\r\n")[0].decode(), rest
+            try:
+                return read_response(sock)
+            finally:
+                if own:
+                    sock.close()
 
         def reload(new_text, count):
             write(self.file, new_text)
