@@ -863,6 +863,12 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     rc = workers_alloc(app);
     if (rc != 0)
         goto out;
+    /* signals before listeners: once the port accepts, a SIGTERM must stop
+     * the app cleanly, and the module threads worker_setup may start
+     * inherit the blocked mask */
+    rc = signals_take(app, &rs);
+    if (rc != 0)
+        goto out;
     /* listeners first: a bad address or a taken port fails before threads */
     rc = listeners_begin(app, listen_addr);
     if (rc != 0)
@@ -875,9 +881,6 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
             goto out;
     }
     atomic_store(&app->port, atomic_load(&app->active[0]->port));
-    rc = signals_take(app, &rs);
-    if (rc != 0)
-        goto out;
     rc = flare__jobs_start(app);
     if (rc != 0)
         goto out;

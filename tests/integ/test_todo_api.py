@@ -3,6 +3,7 @@ every status, header and body of its contract."""
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import tempfile
@@ -271,6 +272,23 @@ class TodoApiDatabase(ServerTestCase):
         # the class's server is stopped: start a fresh one for tearDownClass
         type(self).server = flaretest.Server(*self.server_args, binary=flaretest.TODO_API).start()
         type(self).addr = self.server.addr
+
+    def test_sigterm_right_after_the_port_accepts(self):
+        # the port accepts while the other workers are still being set up
+        # (their database handles opened): a SIGTERM then must stop the
+        # server cleanly, not kill it
+        path = os.path.join(DB_DIR, "early-stop.db")
+        for _ in range(15):
+            srv = flaretest.Server("--db", "sqlite:" + path, binary=flaretest.TODO_API).start()
+            try:
+                srv.send_signal(signal.SIGTERM)
+                rc = srv.wait(10)
+                self.assertEqual(rc, 0, "%s\n%s" % (flaretest.describe_rc(rc), srv.output()))
+            finally:
+                if srv.alive():
+                    srv.proc.kill()
+                    srv.proc.wait()
+                srv.close_log()
 
     def test_bad_database_url(self):
         for url, why in (("mysql://x", "unknown URL scheme"),
