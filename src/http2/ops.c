@@ -15,39 +15,75 @@ static bool status_has_body(int status)
     return !(status < 200 || status == 204 || status == 304);
 }
 
+/* RFC 9113 8.2.2: fields HTTP/2 does not carry. */
 static bool conn_specific(flare_str_t n)
 {
-    static const char *const names[] = { "connection", "keep-alive", "proxy-connection",
-                                         "transfer-encoding", "upgrade" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (n.len == strlen(names[i]) && strncasecmp(n.ptr, names[i], n.len) == 0)
-            return true;
-    return false;
+    switch (n.len) {
+    case 7:
+        return strncasecmp(n.ptr, "upgrade", 7) == 0;
+    case 10:
+        return strncasecmp(n.ptr, "connection", 10) == 0 ||
+               strncasecmp(n.ptr, "keep-alive", 10) == 0;
+    case 16:
+        return strncasecmp(n.ptr, "proxy-connection", 16) == 0;
+    case 17:
+        return strncasecmp(n.ptr, "transfer-encoding", 17) == 0;
+    default:
+        return false;
+    }
 }
 
+/* Names and values stay in the exchange (its arena, the worker's date
+ * line, static strings) until the stream is closed, after its HEADERS
+ * frame is serialized: nghttp2 keeps the pointers instead of copies. */
 static nghttp2_nv mknv(const char *n, size_t nl, const char *v, size_t vl)
 {
     return (nghttp2_nv){ (uint8_t *)(uintptr_t)n, (uint8_t *)(uintptr_t)v, nl, vl,
-                         NGHTTP2_NV_FLAG_NONE };
+                         NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE };
 }
 
-/* Adds one handler header (lower-cased copy in the arena). */
-static bool add_nv(struct flare_req *ex, nghttp2_nv *nva, size_t *n, size_t cap, flare_str_t name,
-                   flare_str_t value)
+/* The response's fields as nghttp2 takes them: names lower-cased into
+ * one arena block, connection-specific fields dropped. */
+typedef struct nvb {
+    nghttp2_nv *nva;
+    size_t n, cap;
+    char *lc; /* room for the lower-cased names */
+} nvb_t;
+
+static void add_nv(nvb_t *b, flare_str_t name, flare_str_t value)
 {
     while (value.len > 0 && (value.ptr[value.len - 1] == ' ' || value.ptr[value.len - 1] == '\t'))
         value.len--;
-    if (name.len == 0 || conn_specific(name) || *n >= cap)
-        return true;
-    char *lc = flare__arena_alloc(&ex->arena, name.len);
-    if (lc == NULL)
-        return false;
+    if (name.len == 0 || b->n >= b->cap || conn_specific(name))
+        return;
+    char *lc = b->lc;
     for (size_t i = 0; i < name.len; i++) {
         char ch = name.ptr[i];
         lc[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
     }
-    nva[(*n)++] = mknv(lc, name.len, value.ptr, value.len);
-    return true;
+    b->lc += name.len;
+    b->nva[b->n++] = mknv(lc, name.len, value.ptr, value.len);
+}
+
+/* A trusted block of "Name: value\r\n" lines. */
+static void add_block(nvb_t *b, flare_str_t blk)
+{
+    const char *p = blk.ptr, *end = p + blk.len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        const char *le = eol != NULL ? eol : end;
+        const char *colon = memchr(p, ':', (size_t)(le - p));
+        if (colon != NULL) {
+            const char *v = colon + 1, *ve = le;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            if (ve > v && ve[-1] == '\r')
+                ve--;
+            add_nv(b, (flare_str_t){ p, (size_t)(colon - p) },
+                   (flare_str_t){ v, (size_t)(ve - v) });
+        }
+        p = le + 1;
+    }
 }
 
 static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t clen, bool body)
@@ -55,60 +91,46 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     h2_stream_t *st = ex->pstream;
     flare_h2_t *h2 = st->h2;
     flare_worker_t *w = ex->worker;
-    size_t cap = 4;
+    /* bounds: a field per header, per line of a block (each line holds at
+     * least "x:\n"), and the names' bytes */
+    size_t cap = 4, names = 0;
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
         if (h->name.len == 0) {
-            for (size_t i = 0; i < h->value.len; i++)
-                cap += h->value.ptr[i] == '\n';
+            cap += h->value.len / 3 + 1;
+            names += h->value.len;
         } else {
             cap++;
+            names += h->name.len;
         }
     }
-    nghttp2_nv *nva = flare__arena_alloc(&ex->arena, (cap + 1) * sizeof(*nva));
-    char *num = flare__arena_alloc(&ex->arena, 24);
-    if (nva == NULL || num == NULL)
+    nvb_t b = { flare__arena_alloc(&ex->arena, cap * sizeof(nghttp2_nv) + 24 + names), 0, cap,
+                NULL };
+    if (b.nva == NULL)
         return FLARE_ENOMEM;
-    size_t n = 0;
+    char *num = (char *)(b.nva + cap);
+    b.lc = num + 24;
     if (status < 100 || status > 999)
         status = 500;
     num[0] = (char)('0' + status / 100);
     num[1] = (char)('0' + status / 10 % 10);
     num[2] = (char)('0' + status % 10);
-    nva[n++] = mknv(":status", 7, num, 3);
+    b.nva[b.n++] = mknv(":status", 7, num, 3);
     /* "Date: <date>\r\n" cached per worker per second */
-    nva[n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
+    b.nva[b.n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
     if (ctype.len > 0)
-        nva[n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
+        b.nva[b.n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
     if (clen >= 0 && status_has_body(status)) {
         size_t l = flare__u64toa(num + 4, (uint64_t)clen);
-        nva[n++] = mknv("content-length", 14, num + 4, l);
+        b.nva[b.n++] = mknv("content-length", 14, num + 4, l);
     }
-    cap += 1;
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
-        if (h->name.len != 0) {
-            if (!add_nv(ex, nva, &n, cap, h->name, h->value))
-                return FLARE_ENOMEM;
-            continue;
-        }
-        /* a trusted block of "Name: value\r\n" lines */
-        const char *p = h->value.ptr, *end = p + h->value.len;
-        while (p < end) {
-            const char *eol = memchr(p, '\n', (size_t)(end - p));
-            const char *le = eol != NULL ? eol : end;
-            const char *colon = memchr(p, ':', (size_t)(le - p));
-            if (colon != NULL) {
-                const char *v = colon + 1, *ve = le;
-                while (v < ve && (*v == ' ' || *v == '\t'))
-                    v++;
-                if (ve > v && ve[-1] == '\r')
-                    ve--;
-                if (!add_nv(ex, nva, &n, cap, (flare_str_t){ p, (size_t)(colon - p) },
-                            (flare_str_t){ v, (size_t)(ve - v) }))
-                    return FLARE_ENOMEM;
-            }
-            p = le + 1;
-        }
+        if (h->name.len != 0)
+            add_nv(&b, h->name, h->value);
+        else
+            add_block(&b, h->value);
     }
+    nghttp2_nv *nva = b.nva;
+    size_t n = b.n;
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
     bool with_body = body && status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
