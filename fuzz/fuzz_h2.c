@@ -23,6 +23,7 @@
 #include "core/buf.h"
 #include "http/exchange.h"
 #include "http1/conn.h"
+#include "http2/h2.h"
 #include "mw/chain.h"
 #include "net/stream.h"
 
@@ -120,6 +121,7 @@ static void worker_free(flare_worker_t *w)
         free(ex->headers);
         free(ex);
     }
+    flare__h2_mem_dispose(w);
     flare__bufpool_dispose(&w->pool);
 }
 

@@ -21,6 +21,7 @@
 #include "flare/tls.h"
 #include "app.h"
 #include "http1/conn.h"
+#include "http2/h2.h"
 #include "sd.h"
 #include "upgrade.h"
 
@@ -414,6 +415,7 @@ static void worker_dispose(flare_worker_t *w, bool inited)
         free(ex->headers);
         free(ex);
     }
+    flare__h2_mem_dispose(w);
     flare__bufpool_dispose(&w->pool);
 }
 

@@ -25,4 +25,7 @@ void flare__h2_drain(flare_conn_t *c);
 void flare__h2_end(flare_conn_t *c);
 void flare__h2_free(flare_conn_t *c);
 
+/* Frees the worker's HTTP/2 block lists (after its connections are gone). */
+void flare__h2_mem_dispose(flare_worker_t *w);
+
 #endif

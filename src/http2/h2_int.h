@@ -93,9 +93,18 @@ typedef struct flare_h2 {
     uint64_t t_activity; /* last request activity (not PING) */
     uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
     flare_h2_counters_t ctr;
+    nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;
 
 extern const flare_proto_ops_t flare__h2_ops;
+
+/* mem.c: per-worker free lists for nghttp2's blocks and our streams */
+typedef struct flare_h2_mem flare_h2_mem_t;
+void *flare__h2_malloc(flare_worker_t *w, size_t size);
+void *flare__h2_calloc(flare_worker_t *w, size_t n, size_t size);
+void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size);
+void flare__h2_mfree(flare_worker_t *w, void *ptr);
+nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w);
 
 /* session.c: produce output (mem_send into the stream's buffer) and write
  * it, unless inside an input batch (the batch's end does). */

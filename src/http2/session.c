@@ -44,12 +44,12 @@ static flare_h2_t *H2(flare_conn_t *c)
 static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
 {
     flare_worker_t *w = h2->c->w;
-    h2_stream_t *st = calloc(1, sizeof(*st));
+    h2_stream_t *st = flare__h2_calloc(w, 1, sizeof(*st));
     if (st == NULL)
         return NULL;
     struct flare_req *ex = flare__ex_get(w);
     if (ex == NULL) {
-        free(st);
+        flare__h2_mfree(w, st);
         return NULL;
     }
     st->h2 = h2;
@@ -125,7 +125,7 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
     if (st->next != NULL)
         st->next->prev = st->prev;
     h2->nstreams--;
-    free(st);
+    flare__h2_mfree(w, st);
 }
 
 /* ---- defences ---- */
@@ -715,7 +715,8 @@ void flare__h2_start(flare_conn_t *c)
     h2->c = c;
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
-    if (nghttp2_session_server_new2(&h2->sess, cb, h2, opt) != 0)
+    h2->mem = flare__h2_nghttp2_mem(w);
+    if (nghttp2_session_server_new3(&h2->sess, cb, h2, opt, &h2->mem) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);

@@ -1,0 +1,188 @@
+/* nghttp2's memory, and our streams', from per-worker free lists.
+ *
+ * A session allocates and frees several small blocks per stream (the
+ * stream, its outbound items, header copies, HPACK buffers). With many
+ * streams in flight glibc's per-thread cache (7 blocks a size) overflows
+ * and every allocation takes its slow path; measured, malloc and free were
+ * about 1,500 instructions per request. Here blocks of a size class are
+ * kept on the worker's list (bounded) and reused; larger ones go to
+ * malloc. Every session and stream lives on one worker thread, so no
+ * locking.
+ *
+ * Under AddressSanitizer the lists are bypassed, so its checks (use after
+ * free, overflow) still see every block. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "http2/h2_int.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define H2M_PASSTHROUGH 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define H2M_PASSTHROUGH 1
+#endif
+#endif
+
+#define H2M_MIN_SHIFT 5            /* 32 bytes */
+#define H2M_CLASSES   8            /* up to 4 KiB */
+#define H2M_KEEP      (256u << 10) /* bytes kept per class at most */
+#define H2M_BIG       0xff
+
+/* Precedes every block: its class (H2M_BIG: malloc'd as it is). 16 bytes
+ * keep the block as aligned as malloc's. */
+typedef union h2m_hdr {
+    struct {
+        union h2m_hdr *next; /* on a free list */
+        uint32_t cls;
+        uint32_t size; /* H2M_BIG: the block's size */
+    } h;
+    max_align_t align;
+} h2m_hdr_t;
+
+struct flare_h2_mem {
+    h2m_hdr_t *free[H2M_CLASSES];
+    uint32_t nfree[H2M_CLASSES];
+};
+
+static size_t cls_size(unsigned cls)
+{
+    return (size_t)1 << (cls + H2M_MIN_SHIFT);
+}
+
+static unsigned size_cls(size_t size)
+{
+    unsigned cls = 0;
+    while (cls < H2M_CLASSES && cls_size(cls) < size)
+        cls++;
+    return cls < H2M_CLASSES ? cls : H2M_BIG;
+}
+
+static flare_h2_mem_t *pool(flare_worker_t *w)
+{
+    if (w->h2mem == NULL)
+        w->h2mem = calloc(1, sizeof(*w->h2mem));
+    return w->h2mem;
+}
+
+void *flare__h2_malloc(flare_worker_t *w, size_t size)
+{
+#ifdef H2M_PASSTHROUGH
+    (void)w;
+    return malloc(size);
+#else
+    unsigned cls = size_cls(size);
+    flare_h2_mem_t *m = cls != H2M_BIG ? pool(w) : NULL;
+    h2m_hdr_t *b;
+    if (m != NULL && m->free[cls] != NULL) {
+        b = m->free[cls];
+        m->free[cls] = b->h.next;
+        m->nfree[cls]--;
+        return b + 1;
+    }
+    if (m == NULL)
+        cls = H2M_BIG;
+    size_t real = cls != H2M_BIG ? cls_size(cls) : size;
+    if (real > UINT32_MAX - sizeof(*b))
+        return NULL;
+    b = malloc(sizeof(*b) + real);
+    if (b == NULL)
+        return NULL;
+    b->h.cls = cls;
+    b->h.size = (uint32_t)real;
+    return b + 1;
+#endif
+}
+
+void flare__h2_mfree(flare_worker_t *w, void *ptr)
+{
+#ifdef H2M_PASSTHROUGH
+    (void)w;
+    free(ptr);
+#else
+    if (ptr == NULL)
+        return;
+    h2m_hdr_t *b = (h2m_hdr_t *)ptr - 1;
+    flare_h2_mem_t *m = w->h2mem;
+    unsigned cls = b->h.cls;
+    if (cls == H2M_BIG || m == NULL || (size_t)(m->nfree[cls] + 1) * cls_size(cls) > H2M_KEEP) {
+        free(b);
+        return;
+    }
+    b->h.next = m->free[cls];
+    m->free[cls] = b;
+    m->nfree[cls]++;
+#endif
+}
+
+void *flare__h2_calloc(flare_worker_t *w, size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    void *p = flare__h2_malloc(w, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
+}
+
+void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size)
+{
+#ifdef H2M_PASSTHROUGH
+    (void)w;
+    return realloc(ptr, size);
+#else
+    if (ptr == NULL)
+        return flare__h2_malloc(w, size);
+    h2m_hdr_t *b = (h2m_hdr_t *)ptr - 1;
+    if (size <= b->h.size)
+        return ptr;
+    void *n = flare__h2_malloc(w, size);
+    if (n == NULL)
+        return NULL;
+    memcpy(n, ptr, b->h.size);
+    flare__h2_mfree(w, ptr);
+    return n;
+#endif
+}
+
+void flare__h2_mem_dispose(flare_worker_t *w)
+{
+    flare_h2_mem_t *m = w->h2mem;
+    if (m == NULL)
+        return;
+    for (unsigned i = 0; i < H2M_CLASSES; i++) {
+        while (m->free[i] != NULL) {
+            h2m_hdr_t *b = m->free[i];
+            m->free[i] = b->h.next;
+            free(b);
+        }
+    }
+    free(m);
+    w->h2mem = NULL;
+}
+
+/* nghttp2_mem's shape: the worker is the user data */
+static void *ng_malloc(size_t size, void *ud)
+{
+    return flare__h2_malloc(ud, size);
+}
+
+static void ng_free(void *ptr, void *ud)
+{
+    flare__h2_mfree(ud, ptr);
+}
+
+static void *ng_calloc(size_t n, size_t size, void *ud)
+{
+    return flare__h2_calloc(ud, n, size);
+}
+
+static void *ng_realloc(void *ptr, size_t size, void *ud)
+{
+    return flare__h2_realloc(ud, ptr, size);
+}
+
+nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w)
+{
+    return (nghttp2_mem){ w, ng_malloc, ng_free, ng_calloc, ng_realloc };
+}
