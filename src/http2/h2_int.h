@@ -23,6 +23,7 @@
 #define H2_MAX_WU         1000        /* WINDOW_UPDATE per window, plus two per DATA sent */
 #define H2_MAX_CONT       32          /* CONTINUATION frames in one header block (CVE-2024-27316) */
 #define H2_LINGER_MS      2000
+#define H2_COPY_MAX       1024 /* borrowed body pieces this small are copied, not queued */
 
 enum { SRC_NONE, SRC_BUF, SRC_REF, SRC_FILE, SRC_STREAM };
 
@@ -112,6 +113,9 @@ void flare__h2_output(flare_h2_t *h2);
 /* ops.c: the data provider */
 ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *ud);
+/* ops.c: puts a DATA frame the provider sized (NO_COPY) on the output */
+int flare__h2_send_data(nghttp2_session *sess, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t len, nghttp2_data_source *src, void *ud);
 /* ops.c: a stream's response source is released (ref, file) */
 void flare__h2_src_release(h2_stream_t *st);
 /* ops.c: submits an error answer for a stream not dispatched */

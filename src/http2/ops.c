@@ -260,10 +260,15 @@ static int stream_end(struct flare_req *ex)
     return 0;
 }
 
+/* The data provider sizes each DATA frame and leaves its payload where it
+ * is (NGHTTP2_DATA_FLAG_NO_COPY); flare__h2_send_data then puts the frame
+ * on the connection's output: the header and the payload copied once into
+ * the write buffer (a file read straight into it), or a borrowed body
+ * queued by reference. Nothing runs between the two calls. */
 ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
-    (void)sess, (void)id, (void)ud;
+    (void)sess, (void)id, (void)buf, (void)ud;
     h2_stream_t *st = src->ptr;
     struct flare_req *ex = st->ex;
     size_t n;
@@ -273,49 +278,117 @@ ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_
         n = ex->out.len - st->opos;
         if (n > len)
             n = len;
-        memcpy(buf, ex->out.data + st->opos, n);
-        st->opos += n;
-        if (st->opos == ex->out.len) {
-            ex->out.len = st->opos = 0;
+        if (n == ex->out.len - st->opos) {
             if (st->src == SRC_BUF || (st->flags & ST_EOF)) {
                 *flags |= NGHTTP2_DATA_FLAG_EOF;
-                st->src = SRC_NONE;
             } else if (n == 0) {
                 st->flags |= ST_DEFERRED;
                 return NGHTTP2_ERR_DEFERRED;
             }
         }
-        return (ssize_t)n;
+        break;
     case SRC_REF:
         n = st->ref.len < len ? st->ref.len : len;
-        memcpy(buf, st->ref.ptr, n);
-        st->ref.ptr += n;
-        st->ref.len -= n;
-        if (st->ref.len == 0) {
+        if (n == st->ref.len)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
-            flare__h2_src_release(st);
-        }
-        return (ssize_t)n;
-    case SRC_FILE: {
+        break;
+    case SRC_FILE:
         n = st->fleft < len ? (size_t)st->fleft : len;
-        ssize_t r;
-        do
-            r = pread(st->fd, buf, n, (off_t)st->foff);
-        while (r < 0 && errno == EINTR);
-        if (r <= 0) /* an error, or the file shrank: the stream is reset */
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        st->foff += (uint64_t)r;
-        st->fleft -= (uint64_t)r;
-        if (st->fleft == 0) {
+        if (n == st->fleft)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
-            flare__h2_src_release(st);
-        }
-        return r;
-    }
+        break;
     default:
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         return 0;
     }
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)n;
+}
+
+int flare__h2_send_data(nghttp2_session *sess, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t len, nghttp2_data_source *src, void *ud)
+{
+    (void)sess, (void)ud;
+    h2_stream_t *st = src->ptr;
+    struct flare_req *ex = st->ex;
+    flare_stream_t *s = &st->h2->c->s;
+    flare_buf_t *wb = flare__stream_wbuf(s);
+    size_t mark = wb->len;
+    /* no padding is asked for (no select_padding callback) */
+    if (frame->data.padlen != 0 || flare__buf_append(wb, framehd, 9) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    switch (st->src) {
+    case SRC_BUF:
+    case SRC_STREAM:
+        if (flare__buf_append(wb, ex->out.data + st->opos, len) != 0)
+            goto fail;
+        st->opos += len;
+        if (st->opos == ex->out.len) {
+            ex->out.len = st->opos = 0;
+            if (st->src == SRC_BUF || (st->flags & ST_EOF))
+                st->src = SRC_NONE;
+        }
+        break;
+    case SRC_REF:
+        if (len <= H2_COPY_MAX) {
+            if (flare__buf_append(wb, st->ref.ptr, len) != 0)
+                goto fail;
+        } else {
+            flare_outseg_t seg = { 0, st->ref.ptr, len, NULL, NULL, -1, 0 };
+            if (flare__stream_add_seg(s, &seg) != 0)
+                goto fail;
+        }
+        st->ref.ptr += len;
+        st->ref.len -= len;
+        if (st->ref.len == 0)
+            flare__h2_src_release(st);
+        break;
+    case SRC_FILE: {
+        if (flare__buf_reserve(wb, len) != 0)
+            goto fail;
+        size_t got = 0;
+        while (got < len) {
+            ssize_t r = pread(st->fd, wb->data + wb->len + got, len - got, (off_t)(st->foff + got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) /* an error, or the file shrank: the stream is reset */
+                goto reset;
+            got += (size_t)r;
+        }
+        wb->len += len;
+        st->foff += len;
+        st->fleft -= len;
+        if (st->fleft == 0)
+            flare__h2_src_release(st);
+        break;
+    }
+    default:
+        break;
+    }
+    return 0;
+reset:
+    wb->len = mark;
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+fail:
+    wb->len = mark;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+/* A release that must wait for what is queued: borrowed body pieces may
+ * still be in the connection's output. */
+static void release_after_output(h2_stream_t *st, flare_task_fn fn, void *ud)
+{
+    flare_stream_t *s = st->h2 != NULL && st->h2->c != NULL ? &st->h2->c->s : NULL;
+    if (s == NULL || s->nsegs == 0) {
+        fn(ud);
+        return;
+    }
+    /* an empty segment after them: released when the queue reaches it
+     * (or is dropped); on failure add_seg runs fn itself, which could free
+     * memory still queued, so the output is dropped first */
+    flare_outseg_t mark = { 0, NULL, 0, fn, ud, -1, 0 };
+    if (flare__stream_add_seg(s, &mark) != 0)
+        flare__conn_close(st->h2->c); /* (a no-op when it is closing already) */
 }
 
 void flare__h2_src_release(h2_stream_t *st)
@@ -323,10 +396,10 @@ void flare__h2_src_release(h2_stream_t *st)
     if (st->src == SRC_REF && st->rel.fn != NULL) {
         flare_task_fn fn = st->rel.fn;
         st->rel.fn = NULL;
-        fn(st->rel.ud);
+        release_after_output(st, fn, st->rel.ud);
     }
     if (st->src == SRC_FILE && st->fd >= 0) {
-        close(st->fd);
+        close(st->fd); /* read into the write buffer: nothing queued refers to it */
         st->fd = -1;
     }
     st->src = SRC_NONE;

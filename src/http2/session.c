@@ -8,8 +8,9 @@
  * - No user code runs inside an nghttp2 callback: complete requests are
  *   put on a ready list and dispatched after mem_recv returns.
  * - Output: every chunk nghttp2_session_mem_send hands out is copied into
- *   the stream's buffer before the next call; everything one read batch
- *   produced leaves in one write at the end of the batch.
+ *   the stream's buffer before the next call; DATA payloads never pass
+ *   through nghttp2 (ops.c, flare__h2_send_data); everything one read
+ *   batch produced leaves in one write at the end of the batch.
  * - Defences are Flare's own counters (h2_int.h), whatever nghttp2's
  *   version enforces: a verdict queues GOAWAY with its code, and the
  *   connection closes once that is flushed. */
@@ -708,6 +709,7 @@ void flare__h2_start(flare_conn_t *c)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cb, flare__h2_send_data);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_settings(opt, 32);
