@@ -45,6 +45,7 @@ struct flare_h2_mem {
     uint32_t nfree[H2M_CLASSES];
 };
 
+#ifndef H2M_PASSTHROUGH
 static size_t cls_size(unsigned cls)
 {
     return (size_t)1 << (cls + H2M_MIN_SHIFT);
@@ -52,9 +53,10 @@ static size_t cls_size(unsigned cls)
 
 static unsigned size_cls(size_t size)
 {
-    unsigned cls = 0;
-    while (cls < H2M_CLASSES && cls_size(cls) < size)
-        cls++;
+    if (size <= ((size_t)1 << H2M_MIN_SHIFT))
+        return 0;
+    /* the smallest power of two holding size, as a class */
+    unsigned cls = (unsigned)(64 - __builtin_clzll((unsigned long long)(size - 1))) - H2M_MIN_SHIFT;
     return cls < H2M_CLASSES ? cls : H2M_BIG;
 }
 
@@ -64,6 +66,7 @@ static flare_h2_mem_t *pool(flare_worker_t *w)
         w->h2mem = calloc(1, sizeof(*w->h2mem));
     return w->h2mem;
 }
+#endif
 
 void *flare__h2_malloc(flare_worker_t *w, size_t size)
 {

@@ -23,13 +23,6 @@ from h2util import (DATA, END_STREAM, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE,  # n
                     MAX_CONCURRENT_STREAMS, NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, RST_STREAM,
                     err_name, rst_stream, window_update)
 
-# under AddressSanitizer freed blocks are overwritten: bytes sent from memory
-# let go of too early (test_cached_file_replaced_while_its_responses_wait)
-# would arrive as 0x55s, not quietly as the old contents
-if "max_free_fill_size" not in os.environ.get("ASAN_OPTIONS", ""):
-    os.environ["ASAN_OPTIONS"] = ":".join(
-        o for o in (os.environ.get("ASAN_OPTIONS", ""), "max_free_fill_size=1048576") if o)
-
 HELLO = b"Hello, World!"
 STATIC = flaretest.temp_dir("flare-h2-static-")
 BIG = bytes((i * 131 + (i >> 8) + (i >> 16) * 7) & 0xFF for i in range(2 << 20))   # 2 MiB
@@ -102,21 +95,23 @@ class Flow(h2util.H2TestCase):
         self.assertTrue(got == BIG)
 
     def test_cached_file_replaced_while_its_responses_wait(self):
-        # a small file is served from the worker's cache by reference: the
-        # DATA frames queued on a connection whose client does not read keep
-        # the old contents alive after the file changes and the cache lets
-        # go of them; reset streams let go of theirs; every stream that
-        # completes carries one version whole
+        # a small file is served from the worker's cache by reference: 75
+        # responses of it queued for a client that reads slowly, the file
+        # changed (the cache lets go of the old contents) and a third of the
+        # streams reset while they wait; every stream that completes carries
+        # the version it was answered with, whole. (The kernel's buffers take
+        # most of what is queued here, so this does not prove the release
+        # waits for the queue; the empty-segment marker in ops.c does that.)
         path = os.path.join(STATIC, "c12k.bin")
         old, new = pattern(12288, 3), pattern(12288, 4)
         with open(path, "wb") as f:
             f.write(old)
         c = self.raw()
-        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)   # the server's writes block
         c.send(window_update(0, 16 << 20))
         c.request(1, "/static/c12k.bin")
         self.assertEqual(c.response(1)[2], old)   # now cached
-        sids = list(range(3, 3 + 2 * 60, 2))
+        sids = list(range(3, 3 + 2 * 75, 2))
         for sid in sids:
             c.request(sid, "/static/c12k.bin")
         time.sleep(0.3)   # the server queues what the client does not read
@@ -136,9 +131,9 @@ class Flow(h2util.H2TestCase):
             if st is None or st["rst"] is not None or not st["ended"]:
                 self.assertIn(sid, sids[::3], "stream %d did not complete: %s" % (sid, c.history()))
                 continue
-            body = b"".join(st["body"])
-            self.assertIn(body, (old, new), "stream %d: %d bytes of neither version" % (sid, len(body)))
-        self.assertEqual(b"".join(c.streams[last]["body"]), new)
+            # answered before the change: the old contents, whole
+            self.assertTrue(b"".join(st["body"]) == (old if sid != last else new),
+                            "stream %d: not the contents it was answered with" % sid)
         c.alive_check(last + 2)
 
     def test_bodies_both_ways_on_many_streams(self):
