@@ -25,4 +25,8 @@ void flare__h2_drain(flare_conn_t *c);
 void flare__h2_end(flare_conn_t *c);
 void flare__h2_free(flare_conn_t *c);
 
+/* stats.c: the request streams open on c (the metrics' sampled gauge; on
+ * c's worker). */
+unsigned flare__h2_streams_open(const flare_conn_t *c);
+
 #endif
