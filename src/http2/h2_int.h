@@ -114,6 +114,12 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
 /* session.c: produce output (mem_send into the stream's buffer) and write
  * it, unless inside an input batch (the batch's end does). */
 void flare__h2_output(flare_h2_t *h2);
+/* ops.c: adds one handler header to nva[*n] (cap entries): the name
+ * lower-cased into ex's arena, the value a view with trailing blanks cut;
+ * empty and connection-specific names (RFC 9113 8.2.2) are dropped, as is
+ * anything past cap. false only when the arena is out of memory. */
+bool flare__h2_add_nv(struct flare_req *ex, nghttp2_nv *nva, size_t *n, size_t cap,
+                      flare_str_t name, flare_str_t value);
 /* ops.c: the data provider */
 ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *ud);

@@ -31,9 +31,8 @@ static nghttp2_nv mknv(const char *n, size_t nl, const char *v, size_t vl)
                          NGHTTP2_NV_FLAG_NONE };
 }
 
-/* Adds one handler header (lower-cased copy in the arena). */
-static bool add_nv(struct flare_req *ex, nghttp2_nv *nva, size_t *n, size_t cap, flare_str_t name,
-                   flare_str_t value)
+bool flare__h2_add_nv(struct flare_req *ex, nghttp2_nv *nva, size_t *n, size_t cap,
+                      flare_str_t name, flare_str_t value)
 {
     while (value.len > 0 && (value.ptr[value.len - 1] == ' ' || value.ptr[value.len - 1] == '\t'))
         value.len--;
@@ -86,7 +85,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     cap += 1;
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
         if (h->name.len != 0) {
-            if (!add_nv(ex, nva, &n, cap, h->name, h->value))
+            if (!flare__h2_add_nv(ex, nva, &n, cap, h->name, h->value))
                 return FLARE_ENOMEM;
             continue;
         }
@@ -102,8 +101,8 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
                     v++;
                 if (ve > v && ve[-1] == '\r')
                     ve--;
-                if (!add_nv(ex, nva, &n, cap, (flare_str_t){ p, (size_t)(colon - p) },
-                            (flare_str_t){ v, (size_t)(ve - v) }))
+                if (!flare__h2_add_nv(ex, nva, &n, cap, (flare_str_t){ p, (size_t)(colon - p) },
+                                      (flare_str_t){ v, (size_t)(ve - v) }))
                     return FLARE_ENOMEM;
             }
             p = le + 1;
