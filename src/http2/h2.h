@@ -28,4 +28,8 @@ void flare__h2_free(flare_conn_t *c);
 /* Frees the worker's HTTP/2 block lists (after its connections are gone). */
 void flare__h2_mem_dispose(flare_worker_t *w);
 
+/* stats.c: the request streams open on c (the metrics' sampled gauge; on
+ * c's worker). */
+unsigned flare__h2_streams_open(const flare_conn_t *c);
+
 #endif

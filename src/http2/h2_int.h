@@ -9,21 +9,27 @@
 #include "http/exchange.h"
 #include "http1/conn.h"
 #include "http2/h2.h"
+#include "http2/h2_names.h"
 
 /* Advertised and enforced limits (docs/http2.md). */
-#define H2_MAX_STREAMS    128         /* SETTINGS_MAX_CONCURRENT_STREAMS, and our own count */
-#define H2_STREAM_WINDOW  (256 << 10) /* SETTINGS_INITIAL_WINDOW_SIZE */
-#define H2_CONN_WINDOW    (1 << 20)   /* the connection's receive window */
-#define H2_MAX_UNSENT     (1u << 20)  /* output queued for a slow reader before reading pauses */
-#define H2_WINDOW_MS      1000        /* flood counters' window */
-#define H2_MAX_RESETS     100         /* streams the client cancels per window (CVE-2023-44487) */
-#define H2_MAX_CTRL       100         /* SETTINGS, PING per window (each) */
-#define H2_MAX_PRIORITY   500         /* PRIORITY frames per window */
-#define H2_MAX_EMPTY_DATA 100         /* DATA without payload nor END_STREAM per window */
-#define H2_MAX_WU         1000        /* WINDOW_UPDATE per window, plus two per DATA sent */
-#define H2_MAX_CONT       32          /* CONTINUATION frames in one header block (CVE-2024-27316) */
-#define H2_LINGER_MS      2000
-#define H2_COPY_MAX       1024 /* borrowed body pieces this small are copied, not queued */
+#define H2_MAX_STREAMS       128         /* SETTINGS_MAX_CONCURRENT_STREAMS, and our own count */
+#define H2_STREAM_WINDOW     (256 << 10) /* SETTINGS_INITIAL_WINDOW_SIZE */
+#define H2_CONN_WINDOW       (1 << 20)   /* the connection's receive window */
+#define H2_MAX_UNSENT        (1u << 20)  /* output queued for a slow reader before reading pauses */
+#define H2_WINDOW_MS         1000        /* flood counters' window */
+#define H2_MAX_RESETS        100  /* streams the client cancels per window (CVE-2023-44487) */
+#define H2_MAX_CTRL          100  /* SETTINGS, PING per window (each) */
+#define H2_MAX_PRIORITY      500  /* PRIORITY frames per window */
+#define H2_MAX_EMPTY_DATA    100  /* DATA without payload nor END_STREAM per window */
+#define H2_MAX_WU            1000 /* WINDOW_UPDATE per window, plus two per DATA sent */
+#define H2_MAX_CONT          32   /* CONTINUATION frames in one header block (CVE-2024-27316) */
+#define H2_LINGER_MS         2000
+/* NGHTTP2_ERR_TOO_MANY_CONTINUATIONS, by value: nghttp2 1.61 (and Debian
+ * 12's 1.52 with the CVE-2024-28182 fix) ends a header block of more than
+ * 8 CONTINUATION frames itself, before H2_MAX_CONT; answered as our own
+ * CONTINUATION defence, ENHANCE_YOUR_CALM, not as a protocol error */
+#define H2_ERR_TOO_MANY_CONT (-905)
+#define H2_COPY_MAX          1024 /* borrowed body pieces this small are copied, not queued */
 
 enum { SRC_NONE, SRC_BUF, SRC_REF, SRC_FILE, SRC_STREAM };
 
@@ -70,6 +76,7 @@ enum {
     H2_GOAWAY = 1u << 3,   /* drain: final GOAWAY sent */
     H2_PAUSED = 1u << 4,   /* input paused: too much output queued */
     H2_IN_RECV = 1u << 5,  /* inside nghttp2_session_mem_recv */
+    H2_IN_HDRS = 1u << 6,  /* a header block is open (HEADERS without END_HEADERS) */
 };
 
 typedef struct flare_h2 {
@@ -93,6 +100,7 @@ typedef struct flare_h2 {
     size_t cont_bytes;
     uint64_t t_activity; /* last request activity (not PING) */
     uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
+    uint64_t t_hdrs;     /* H2_IN_HDRS: when its HEADERS began (the header timeout) */
     flare_h2_counters_t ctr;
     nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;
@@ -106,10 +114,28 @@ void *flare__h2_calloc(flare_worker_t *w, size_t n, size_t size);
 void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size);
 void flare__h2_mfree(flare_worker_t *w, void *ptr);
 nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w);
+/* session.c: nghttp2's on_begin_frame callback (ud: the flare_h2_t), where
+ * the flood counters count (per H2_WINDOW_MS window of h2->c->w->loop.now)
+ * and a verdict sets goaway_code and returns NGHTTP2_ERR_CALLBACK_FAILURE;
+ * it also opens and closes the header-block timeout (H2_IN_HDRS). */
+int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud);
 
 /* session.c: produce output (mem_send into the stream's buffer) and write
  * it, unless inside an input batch (the batch's end does). */
 void flare__h2_output(flare_h2_t *h2);
+/* ops.c: the response's fields as nghttp2 takes them. nva holds cap
+ * entries, lc room for every name's bytes (lower-cased there). add_nv
+ * cuts the value's trailing blanks and drops empty and connection-specific
+ * names (RFC 9113 8.2.2) and anything past cap; add_block adds the lines of
+ * a trusted "Name: value\r\n" block. Names and values are not copied: they
+ * must outlive the HEADERS frame (NGHTTP2_NV_FLAG_NO_COPY_*). */
+typedef struct flare_h2_nvb {
+    nghttp2_nv *nva;
+    size_t n, cap;
+    char *lc;
+} flare_h2_nvb_t;
+void flare__h2_add_nv(flare_h2_nvb_t *b, flare_str_t name, flare_str_t value);
+void flare__h2_add_block(flare_h2_nvb_t *b, flare_str_t blk);
 /* ops.c: the data provider */
 ssize_t flare__h2_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *ud);

@@ -42,15 +42,7 @@ static nghttp2_nv mknv(const char *n, size_t nl, const char *v, size_t vl)
                          NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE };
 }
 
-/* The response's fields as nghttp2 takes them: names lower-cased into
- * one arena block, connection-specific fields dropped. */
-typedef struct nvb {
-    nghttp2_nv *nva;
-    size_t n, cap;
-    char *lc; /* room for the lower-cased names */
-} nvb_t;
-
-static void add_nv(nvb_t *b, flare_str_t name, flare_str_t value)
+void flare__h2_add_nv(flare_h2_nvb_t *b, flare_str_t name, flare_str_t value)
 {
     while (value.len > 0 && (value.ptr[value.len - 1] == ' ' || value.ptr[value.len - 1] == '\t'))
         value.len--;
@@ -65,8 +57,7 @@ static void add_nv(nvb_t *b, flare_str_t name, flare_str_t value)
     b->nva[b->n++] = mknv(lc, name.len, value.ptr, value.len);
 }
 
-/* A trusted block of "Name: value\r\n" lines. */
-static void add_block(nvb_t *b, flare_str_t blk)
+void flare__h2_add_block(flare_h2_nvb_t *b, flare_str_t blk)
 {
     const char *p = blk.ptr, *end = p + blk.len;
     while (p < end) {
@@ -79,8 +70,8 @@ static void add_block(nvb_t *b, flare_str_t blk)
                 v++;
             if (ve > v && ve[-1] == '\r')
                 ve--;
-            add_nv(b, (flare_str_t){ p, (size_t)(colon - p) },
-                   (flare_str_t){ v, (size_t)(ve - v) });
+            flare__h2_add_nv(b, (flare_str_t){ p, (size_t)(colon - p) },
+                             (flare_str_t){ v, (size_t)(ve - v) });
         }
         p = le + 1;
     }
@@ -103,8 +94,8 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
             names += h->name.len;
         }
     }
-    nvb_t b = { flare__arena_alloc(&ex->arena, cap * sizeof(nghttp2_nv) + 24 + names), 0, cap,
-                NULL };
+    flare_h2_nvb_t b = { flare__arena_alloc(&ex->arena, cap * sizeof(nghttp2_nv) + 24 + names), 0,
+                         cap, NULL };
     if (b.nva == NULL)
         return FLARE_ENOMEM;
     char *num = (char *)(b.nva + cap);
@@ -125,9 +116,9 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     }
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
         if (h->name.len != 0)
-            add_nv(&b, h->name, h->value);
+            flare__h2_add_nv(&b, h->name, h->value);
         else
-            add_block(&b, h->value);
+            flare__h2_add_block(&b, h->value);
     }
     nghttp2_nv *nva = b.nva;
     size_t n = b.n;

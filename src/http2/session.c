@@ -75,6 +75,7 @@ static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
     h2->streams = st;
     h2->nstreams++;
     h2->ctr.streams++;
+    flare__metrics_h2(w, FLARE__H2C_STREAMS);
     return st;
 }
 
@@ -131,11 +132,12 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
 
 /* ---- defences ---- */
 
-static int calm(flare_h2_t *h2, const char *why)
+static int calm(flare_h2_t *h2, unsigned kind, const char *why)
 {
     h2->goaway_code = NGHTTP2_ENHANCE_YOUR_CALM;
     h2->why = why;
     h2->ctr.calm++;
+    flare__metrics_h2(h2->c->w, FLARE__H2C_FLOOD + kind);
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
@@ -185,41 +187,50 @@ static void window_roll(flare_h2_t *h2)
     }
 }
 
-static int on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud)
+int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud)
 {
     flare_h2_t *h2 = ud;
     window_roll(h2);
+    /* a header block is open from its HEADERS until a frame with
+     * END_HEADERS begins (anything else in between is a connection error) */
+    if (hd->type != NGHTTP2_CONTINUATION || (hd->flags & NGHTTP2_FLAG_END_HEADERS))
+        h2->flags &= ~(uint32_t)H2_IN_HDRS;
     switch (hd->type) {
     case NGHTTP2_HEADERS:
         h2->cont_frames = 0;
         h2->cont_bytes = hd->length;
+        if (!(hd->flags & NGHTTP2_FLAG_END_HEADERS)) {
+            h2->flags |= H2_IN_HDRS;
+            h2->t_hdrs = h2->c->w->loop.now;
+        }
         return headers_on_old_stream(sess, h2, hd->stream_id);
     case NGHTTP2_CONTINUATION:
         h2->cont_bytes += hd->length;
-        if (++h2->cont_frames > H2_MAX_CONT ||
-            h2->cont_bytes > h2->c->w->app->limits.max_head + 16384)
-            return calm(h2, "CONTINUATION flood");
+        if (++h2->cont_frames > H2_MAX_CONT)
+            return calm(h2, FLARE__H2F_CONTINUATION, "CONTINUATION flood");
+        if (h2->cont_bytes > h2->c->w->app->limits.max_head + 16384)
+            return calm(h2, FLARE__H2F_HEADER_LIST, "header block too large");
         break;
     case NGHTTP2_SETTINGS:
         if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h2->w_settings > H2_MAX_CTRL)
-            return calm(h2, "SETTINGS flood");
+            return calm(h2, FLARE__H2F_SETTINGS, "SETTINGS flood");
         break;
     case NGHTTP2_PING:
         if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h2->w_pings > H2_MAX_CTRL)
-            return calm(h2, "PING flood");
+            return calm(h2, FLARE__H2F_PING, "PING flood");
         break;
     case NGHTTP2_PRIORITY:
         if (++h2->w_prio > H2_MAX_PRIORITY)
-            return calm(h2, "PRIORITY flood");
+            return calm(h2, FLARE__H2F_PRIORITY, "PRIORITY flood");
         break;
     case NGHTTP2_WINDOW_UPDATE:
         if (++h2->w_wu > H2_MAX_WU + 2 * h2->w_data_out)
-            return calm(h2, "WINDOW_UPDATE flood");
+            return calm(h2, FLARE__H2F_WINDOW_UPDATE, "WINDOW_UPDATE flood");
         break;
     case NGHTTP2_DATA:
         if (hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM) &&
             ++h2->w_empty > H2_MAX_EMPTY_DATA)
-            return calm(h2, "empty DATA flood");
+            return calm(h2, FLARE__H2F_EMPTY_DATA, "empty DATA flood");
         break;
     default:
         break;
@@ -403,7 +414,7 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         window_roll(h2);
         h2->ctr.resets++;
         if (++h2->w_resets > H2_MAX_RESETS)
-            return calm(h2, "rapid reset");
+            return calm(h2, FLARE__H2F_RAPID_RESET, "rapid reset");
         break;
     default:
         break;
@@ -414,8 +425,12 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
 static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
-    if (f->hd.type == NGHTTP2_RST_STREAM)
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
         note_reset(h2, f->hd.stream_id);
+        flare__metrics_h2(h2->c->w, FLARE__H2C_RST);
+    } else if (f->hd.type == NGHTTP2_GOAWAY) {
+        flare__metrics_h2(h2->c->w, flare__metrics_h2_goaway(f->goaway.error_code));
+    }
     if (f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) {
         h2->t_out = h2->c->w->loop.now;
         if (f->hd.type == NGHTTP2_DATA)
@@ -618,7 +633,10 @@ static bool feed(flare_h2_t *h2)
     h2->flags &= ~(uint32_t)H2_IN_RECV;
     s->rpos = s->rlen;
     if (n < 0) {
-        if (n == NGHTTP2_ERR_CALLBACK_FAILURE && h2->goaway_code != 0)
+        if (n == H2_ERR_TOO_MANY_CONT)
+            (void)calm(h2, FLARE__H2F_CONTINUATION, "CONTINUATION flood");
+        if (h2->goaway_code != 0 &&
+            (n == NGHTTP2_ERR_CALLBACK_FAILURE || n == H2_ERR_TOO_MANY_CONT))
             fail(h2, h2->goaway_code, h2->why);
         else if (n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
             fail(h2, NGHTTP2_PROTOCOL_ERROR, "bad client preface");
@@ -702,7 +720,7 @@ void flare__h2_start(flare_conn_t *c)
     nghttp2_option *opt = NULL;
     if (h2 == NULL || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0)
         goto fail;
-    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, flare__h2_on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
@@ -737,6 +755,7 @@ void flare__h2_start(flare_conn_t *c)
     c->h2 = h2;
     c->flags |= C_H2;
     c->s.io.cb = h2_io_cb;
+    flare__metrics_h2(w, FLARE__H2C_CONNS);
     if (w->draining)
         flare__h2_drain(c);
     h2->flags |= H2_IN_BATCH;
@@ -804,6 +823,15 @@ void flare__h2_sweep(flare_conn_t *c)
         flare_log(w, FLARE_LOG_INFO, "http2: flow-control window closed for too long");
         flare__conn_close(c);
         return;
+    }
+    /* a header block left open holds the whole connection (no other frame
+     * may come before its end): the header timeout, as for HTTP/1.1's head;
+     * CONTINUATION frames trickling in do not extend it */
+    if ((h2->flags & (H2_IN_HDRS | H2_CLOSING)) == H2_IN_HDRS &&
+        now - h2->t_hdrs > cfg->header_timeout_ms) {
+        flare__metrics_timeout(w, FLARE__TO_HEADER);
+        flare_log(w, FLARE_LOG_INFO, "http2: header block not completed in time");
+        fail(h2, NGHTTP2_NO_ERROR, "header timeout");
     }
     if (h2->nstreams == 0 && !(h2->flags & H2_CLOSING) &&
         now - h2->t_activity > cfg->idle_timeout_ms) {

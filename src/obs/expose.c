@@ -328,6 +328,43 @@ static void connections(flare_metrics_writer_t *mw, flare_metrics_app_t *ma,
                wsm[1]);
 }
 
+/* HTTP/2: counters summed over the workers, gauges sampled with the
+ * connection gauges. Every code and kind is written, zero or not, so that
+ * a rate() over them has a series from the first scrape. */
+static void h2_series(flare_metrics_writer_t *mw, const flare_metrics_totals_t *t)
+{
+    static const char *const fam[][3] = {
+        { "flare_h2_connections_total", "counter", "HTTP/2 connections begun (the preface read)" },
+        { "flare_h2_streams_total", "counter", "HTTP/2 request streams accepted" },
+        { "flare_h2_rst_stream_total", "counter", "HTTP/2 RST_STREAM frames sent" },
+    };
+    static const unsigned cell[] = { FLARE__H2C_CONNS, FLARE__H2C_STREAMS, FLARE__H2C_RST };
+    for (unsigned i = 0; i < 3; i++) {
+        flare_metrics_family(mw, fam[i][0], fam[i][1], fam[i][2]);
+        sample_u64(mw, fam[i][0], NULL, t->h2[cell[i]]);
+    }
+    static const char goaway[] = "flare_h2_goaway_total";
+    flare_metrics_family(mw, goaway, "counter",
+                         "HTTP/2 GOAWAY frames sent, by error code (a drain sends two)");
+    for (uint32_t code = 0; code <= FLARE__H2E_COUNT; code++) {
+        uint64_t v = t->h2[flare__metrics_h2_goaway(code)];
+        if (code < FLARE__H2E_COUNT || v > 0)
+            sample_u64(mw, goaway, (const char *[]){ "code", flare__h2_error_name(code), NULL }, v);
+    }
+    static const char floods[] = "flare_h2_floods_total";
+    flare_metrics_family(mw, floods, "counter",
+                         "HTTP/2 connections ended by a defence (ENHANCE_YOUR_CALM), by kind");
+    for (unsigned k = 0; k < FLARE__H2F_COUNT; k++)
+        sample_u64(mw, floods, (const char *[]){ "kind", flare__h2_flood_name(k), NULL },
+                   t->h2[FLARE__H2C_FLOOD + k]);
+    flare_metrics_family(mw, "flare_h2_connections", "gauge",
+                         "HTTP/2 connections open (sampled every 250 ms)");
+    sample_u64(mw, "flare_h2_connections", NULL, t->h2_open);
+    flare_metrics_family(mw, "flare_h2_streams", "gauge",
+                         "HTTP/2 request streams open (sampled every 250 ms)");
+    sample_u64(mw, "flare_h2_streams", NULL, t->h2_streams);
+}
+
 static void middleware(flare_metrics_writer_t *mw, flare_app_t *app)
 {
     size_t n = flare_app_mw_stats(app, NULL, 0);
@@ -531,6 +568,7 @@ static int render(flare_app_t *app, bool on_worker, flare_metrics_writer_t *mw)
     requests(mw, ma);
     durations(mw, app, &t);
     connections(mw, ma, &t);
+    h2_series(mw, &t);
     free(t.routes);
     middleware(mw, app);
     flare_metrics_family(mw, "flare_jobs_queued", "gauge",

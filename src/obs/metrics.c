@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "http1/conn.h"
+#include "http2/h2.h"
 #include "obs/metrics_app.h"
 
 const uint64_t flare__hist_bounds_ns[FLARE__HIST_NB] = {
@@ -162,15 +163,21 @@ void flare__metrics_sample_conns(flare_worker_t *w)
     flare_metrics_w_t *m = w->metrics;
     if (m == NULL)
         return;
-    uint64_t open = 0, active = 0;
+    uint64_t open = 0, active = 0, h2_open = 0, h2_streams = 0;
     for (flare_conn_t *c = w->conns; c != NULL; c = c->next) {
         open++;
         if (c->qhead != NULL || c->recv != NULL || c->s.rpos < c->s.rlen)
             active++;
+        if ((c->flags & C_H2) && c->h2 != NULL) {
+            h2_open++;
+            h2_streams += flare__h2_streams_open(c);
+        }
     }
     atomic_store_explicit(&m->open, open, memory_order_relaxed);
     atomic_store_explicit(&m->active, active, memory_order_relaxed);
     atomic_store_explicit(&m->ws_open, w->nmodule_conns, memory_order_relaxed);
+    atomic_store_explicit(&m->h2_open, h2_open, memory_order_relaxed);
+    atomic_store_explicit(&m->h2_streams, h2_streams, memory_order_relaxed);
 }
 
 static int met_init_worker(flare_worker_t *w, void *state)
@@ -200,6 +207,8 @@ static void met_dispose_worker(flare_worker_t *w, void *state)
     atomic_store_explicit(&b->m.open, 0, memory_order_relaxed);
     atomic_store_explicit(&b->m.active, 0, memory_order_relaxed);
     atomic_store_explicit(&b->m.ws_open, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->m.h2_open, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->m.h2_streams, 0, memory_order_relaxed);
     w->metrics = NULL;
 }
 
@@ -307,6 +316,10 @@ int flare__metrics_totals(flare_app_t *app, flare_metrics_totals_t *t)
         t->open += flare__ctr_get(&m->open);
         t->active += flare__ctr_get(&m->active);
         t->ws_open += flare__ctr_get(&m->ws_open);
+        t->h2_open += flare__ctr_get(&m->h2_open);
+        t->h2_streams += flare__ctr_get(&m->h2_streams);
+        for (unsigned k = 0; k < FLARE__H2C_COUNT; k++)
+            t->h2[k] += flare__ctr_get(&m->h2[k]);
         for (uint32_t k = 0; k <= m->mask; k++) {
             uint64_t key = atomic_load_explicit(&m->keys[k], memory_order_acquire);
             if (key == 0)

@@ -17,6 +17,7 @@
 #include "app.h"
 #include "flare/metrics.h"
 #include "http/exchange.h"
+#include "http2/h2_names.h"
 
 /* Request duration buckets (upper bounds, ns); +Inf is one more bucket. */
 #define FLARE__HIST_NB 16
@@ -36,6 +37,17 @@ enum {
 
 typedef _Atomic uint64_t flare__ctr_t;
 
+/* HTTP/2 counters (session.c): one cell each, GOAWAYs sent by error code
+ * (the last one for a code RFC 9113 does not name), the defences by kind. */
+enum {
+    FLARE__H2C_CONNS,
+    FLARE__H2C_STREAMS,
+    FLARE__H2C_RST,
+    FLARE__H2C_GOAWAY,
+    FLARE__H2C_FLOOD = FLARE__H2C_GOAWAY + FLARE__H2E_COUNT + 1,
+    FLARE__H2C_COUNT = FLARE__H2C_FLOOD + FLARE__H2F_COUNT
+};
+
 /* Histogram cells of one route: NB + 1 buckets (not cumulative: the scrape
  * adds them up), then the sum of durations in ns. */
 #define FLARE__HIST_CELLS (FLARE__HIST_NB + 2)
@@ -47,7 +59,9 @@ typedef struct flare_metrics_w {
     flare__ctr_t timeouts[FLARE__TO_KINDS];
     flare__ctr_t parse_err[FLARE__PARSE_ST_N];
     flare__ctr_t dropped; /* request series that found no slot */
-    uint64_t batch_ns;    /* when the current read batch began (worker only) */
+    flare__ctr_t h2[FLARE__H2C_COUNT];
+    flare__ctr_t h2_open, h2_streams; /* sampled by the sweep, gauges */
+    uint64_t batch_ns;                /* when the current read batch began (worker only) */
     /* requests by (route, method, status): open addressing, never resized
      * (sized for the routes when counting starts); key 0 = empty */
     uint32_t mask;
@@ -121,6 +135,20 @@ static inline void flare__metrics_ws_msg(flare_worker_t *w, unsigned dir)
         flare__ctr_add(&m->ws_msgs[dir], 1);
 }
 
+/* HTTP/2: one cell of FLARE__H2C_* (a frame sent, a stream or connection
+ * begun, a defence fired). */
+static inline void flare__metrics_h2(flare_worker_t *w, unsigned cell)
+{
+    flare_metrics_w_t *m = w->metrics;
+    if (flare__unlikely(m != NULL))
+        flare__ctr_add(&m->h2[cell], 1);
+}
+
+static inline unsigned flare__metrics_h2_goaway(uint32_t code)
+{
+    return FLARE__H2C_GOAWAY + (code < FLARE__H2E_COUNT ? code : FLARE__H2E_COUNT);
+}
+
 /* ---- health.c ---- */
 
 /* Whether the app is ready, as seen from worker w; when not, *why names
@@ -139,6 +167,8 @@ typedef struct flare_metrics_route_sum {
 } flare_metrics_route_sum_t;
 typedef struct flare_metrics_totals {
     uint64_t rx, tx, open, active, ws_open, requests;
+    uint64_t h2_open, h2_streams;
+    uint64_t h2[FLARE__H2C_COUNT];
     size_t nroutes; /* app->nroutes + 1 entries in routes */
     flare_metrics_route_sum_t *routes;
 } flare_metrics_totals_t;

@@ -663,6 +663,38 @@ limit-request-body: 1048576
         self.log.close()
 
 
+def scrape(addr):
+    """examples/hello's /metrics over HTTP/1.1 (a plaintext listener):
+    {'name{label="v",...}': value} as the exposition writes the series."""
+    sock = socket.create_connection(addr, timeout=READ_TIMEOUT)
+    try:
+        sock.sendall(flaretest.get("/metrics", extra="Connection: close\r\n"))
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise AssertionError("GET /metrics: %r" % head[:200])
+    out = {}
+    for line in body.decode("utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def counted(before, after, name):
+    """How much series name (as scrape() keys it) moved between two scrapes."""
+    if name not in after:
+        raise AssertionError("no series %s in /metrics (%d series)" % (name, len(after)))
+    return after[name] - before.get(name, 0.0)
+
+
 def flare_only(what="this needs examples/hello's routes or flags"):
     """Skip in the h2o validation mode only."""
     if PEER != "flare":

@@ -5,7 +5,10 @@ SETTINGS / PING / PRIORITY / empty DATA / WINDOW_UPDATE floods, a stream
 that never sends its body, and an idle connection kept "alive" by PINGs.
 Each must end with a GOAWAY (ENHANCE_YOUR_CALM where the issue says so) or a
 close within a bounded time, with the server's memory bounded, and the server
-must go on serving new connections."""
+must go on serving new connections. Each defence is counted once in
+/metrics (flare_h2_floods_total{kind}, flare_h2_goaway_total{code}), and a
+header block left open is ended by the header timeout, which neither
+CONTINUATION frames trickling in nor PINGs extend."""
 
 import os
 import select
@@ -134,6 +137,8 @@ class Floods(h2util.H2TestCase):
     def setUp(self):
         super().setUp()
         self.rss0 = self.rss()
+        # before the test's connection: its counters are the only ones moving
+        self.m0 = h2util.scrape(self.addr) if h2util.PEER == "flare" else None
 
     def rss(self):
         return h2util.proc_stat(self.pid())[1]
@@ -143,9 +148,24 @@ class Floods(h2util.H2TestCase):
         if not flaretest.sanitized():   # (ASan's quarantine keeps freed memory resident)
             self.assertLess(grown, RSS_GROWTH_KB, "server RSS grew by %d KiB: %r" % (grown, res))
 
-    def assertCalm(self, res, codes=(ENHANCE_YOUR_CALM,), close_ok=True):
+    def assertCounted(self, kind):
+        """/metrics counted this test's connection, one defence of kind and
+        one GOAWAY ENHANCE_YOUR_CALM."""
+        if self.m0 is None:
+            return
+        m1 = h2util.scrape(self.addr)
+        moved = {n: h2util.counted(self.m0, m1, n) for n in (
+            "flare_h2_connections_total", 'flare_h2_floods_total{kind="%s"}' % kind,
+            'flare_h2_goaway_total{code="enhance_your_calm"}')}
+        self.assertEqual(list(moved.values()), [1, 1, 1], moved)
+        others = {n: h2util.counted(self.m0, m1, n) for n in m1
+                  if n.startswith("flare_h2_floods_total") and kind not in n}
+        self.assertEqual(sum(others.values()), 0, others)
+
+    def assertCalm(self, res, codes=(ENHANCE_YOUR_CALM,), close_ok=True, kind=None):
         """The flood ended by the server: GOAWAY with one of codes, or
-        (close_ok) a close without one."""
+        (close_ok) a close without one; kind: the defence /metrics must
+        have counted."""
         c = res.conn
         if c.goaway is not None:
             self.assertIn(c.goaway[1], codes, "GOAWAY %s, expected %s: %r" % (
@@ -155,6 +175,8 @@ class Floods(h2util.H2TestCase):
             self.assertTrue(close_ok and c.eof, "the server did not stop the flood: %r" % res)
         self.assertLess(res.took, FLOOD_SECONDS + 0.5, repr(res))
         self.assertMemoryBounded(res)
+        if kind is not None:
+            self.assertCounted(kind)
         self.assertServes()
 
     def assertServes(self):
@@ -175,7 +197,7 @@ class Floods(h2util.H2TestCase):
         res = flood(c, streams())
         # the issue: ENHANCE_YOUR_CALM, not just a close
         self.assertIsNotNone(c.goaway, "no GOAWAY for rapid reset: %r" % res)
-        self.assertCalm(res)
+        self.assertCalm(res, kind="rapid_reset")
 
     def test_continuation_flood(self):
         c = self.raw()
@@ -190,7 +212,20 @@ class Floods(h2util.H2TestCase):
         self.assertTrue(c.eof, repr(res))
         self.assertLess(res.took, FLOOD_SECONDS + 0.5, repr(res))
         self.assertMemoryBounded(res)
+        # 16 KB frames: the block outgrows max-head + 16 KiB (after 3 of
+        # them) long before it reaches 32 frames
+        self.assertCounted("header_list")
         self.assertServes()
+
+    def test_continuation_small_frames(self):
+        # CONTINUATION frames of one field each: the frame count defence
+        # (nghttp2's own, 8 frames, where it has one; Flare's, 32, otherwise)
+        c = self.raw()
+        c.wait_settings()
+        c.send(frame(HEADERS, END_STREAM, 1, c.encode(BASE)))
+        res = flood(c, repeat(frame(CONTINUATION, 0, 1, b"\x10\x01a\x01b"), 200))
+        self.assertIsNotNone(c.goaway, "no GOAWAY for 200 CONTINUATION frames: %r" % res)
+        self.assertCalm(res, kind="continuation")
 
     def test_hpack_bomb(self):
         # one 4,000-byte value in the dynamic table (literal with incremental
@@ -229,13 +264,13 @@ class Floods(h2util.H2TestCase):
         c = self.raw()
         c.wait_settings()
         res = flood(c, repeat(h2util.settings_frame([(h2util.ENABLE_PUSH, 0)]) * 100), read=False)
-        self.assertCalm(res)
+        self.assertCalm(res, kind="settings")
 
     def test_ping_flood(self):
         c = self.raw()
         c.wait_settings()
         res = flood(c, repeat(h2util.ping(b"floodpin") * 100), read=False)
-        self.assertCalm(res)
+        self.assertCalm(res, kind="ping")
 
     def test_priority_flood(self):
         c = self.raw()
@@ -247,20 +282,20 @@ class Floods(h2util.H2TestCase):
                 yield b"".join(h2util.priority(sid + 2 * k, dep=sid + 2 * k + 2) for k in range(100))
                 sid = (sid + 200) % (1 << 30) | 1
         res = flood(c, frames())
-        self.assertCalm(res)
+        self.assertCalm(res, kind="priority")
 
     def test_empty_data_flood(self):
         c = self.raw()
         c.wait_settings()
         c.headers(1, POST, end_stream=False)
         res = flood(c, repeat(frame(DATA, 0, 1, b"") * 100))
-        self.assertCalm(res)
+        self.assertCalm(res, kind="empty_data")
 
     def test_window_update_flood(self):
         c = self.raw()
         c.wait_settings()
         res = flood(c, repeat(h2util.window_update(0, 1) * 100))
-        self.assertCalm(res)
+        self.assertCalm(res, kind="window_update")
 
     def test_headers_only_stream_flood(self):
         # many streams opened and answered normally, as fast as possible, is
@@ -271,6 +306,13 @@ class Floods(h2util.H2TestCase):
             c.request(sid, "/plaintext")
             status, _, body, _ = c.response(sid)
             self.assertEqual((status, body), (200, b"Hello, World!"))
+        if self.m0 is not None:
+            m1 = h2util.scrape(self.addr)
+            moved = {n: h2util.counted(self.m0, m1, n) for n in m1
+                     if n.startswith("flare_h2_") and "_total" in n}
+            moved = {n: v for n, v in moved.items() if v}
+            self.assertEqual(moved, {"flare_h2_connections_total": 1, "flare_h2_streams_total": 200},
+                             "200 streams answered on one connection")
 
 
 class BodyAndIdleTimeouts(h2util.H2TestCase):
@@ -331,6 +373,148 @@ class BodyAndIdleTimeouts(h2util.H2TestCase):
         self.assertLess(took, 5, "closed only after %.2f s" % took)
         if c.goaway:
             self.assertEqual(c.goaway[1], h2util.NO_ERROR, c.history())
+
+
+class Counters(h2util.H2TestCase):
+    """flare_h2_* in /metrics: exact counts of what one test's connection
+    did, and the sampled gauges."""
+    server_tls = False
+    server_args = ("--idle-timeout", "1s")
+
+    def setUp(self):
+        super().setUp()
+        h2util.flare_only("examples/hello's /metrics")
+        self.m0 = h2util.scrape(self.addr)
+
+    def moved(self, name):
+        return h2util.counted(self.m0, h2util.scrape(self.addr), name)
+
+    def gauges(self):
+        time.sleep(0.35)   # the gauges are sampled every 250 ms
+        m = h2util.scrape(self.addr)
+        return m["flare_h2_connections"], m["flare_h2_streams"]
+
+    def test_gauges(self):
+        self.assertEqual(self.gauges(), (0, 0))
+        c = self.raw()
+        c.alive_check(1)
+        self.assertEqual(self.gauges(), (1, 0))
+        c.headers(3, POST + [("content-length", "10")], end_stream=False)
+        c.headers(5, POST + [("content-length", "10")], end_stream=False)
+        self.assertEqual(self.gauges(), (1, 2))
+        c.data(3, b"0123456789", end_stream=True)
+        self.assertEqual(c.response(3)[2], b"0123456789")
+        self.assertEqual(self.gauges(), (1, 1))
+        c.close()
+        self.assertEqual(self.gauges(), (0, 0))
+
+    def test_rst_stream_sent(self):
+        # a Content-Length over --max-body: 413 at once, then RST_STREAM
+        # NO_ERROR so that the client stops sending the body (RFC 9113 8.1)
+        c = self.raw()
+        c.headers(1, POST + [("content-length", str(1 << 40))], end_stream=False)
+        status, _, _, _ = c.response(1)
+        self.assertEqual(status, 413)
+        c.until(lambda f: f.type == RST_STREAM and f.sid == 1, what="RST_STREAM on stream 1")
+        self.assertEqual(self.moved("flare_h2_rst_stream_total"), 1)
+        self.assertEqual(self.moved("flare_h2_streams_total"), 1)
+
+    def test_goaway_codes(self):
+        # the idle timeout: GOAWAY NO_ERROR; a frame on stream 0 that must
+        # not be there: GOAWAY PROTOCOL_ERROR
+        c = self.raw()
+        c.alive_check(1)
+        c.expect_goaway(h2util.NO_ERROR, timeout=5)
+        c = self.raw()
+        c.wait_settings()
+        c.send(frame(DATA, 0, 0, b"x"))
+        c.expect_goaway(h2util.PROTOCOL_ERROR)
+        m1 = h2util.scrape(self.addr)
+        got = {code: h2util.counted(self.m0, m1, 'flare_h2_goaway_total{code="%s"}' % code)
+               for code in ("no_error", "protocol_error", "enhance_your_calm", "internal_error")}
+        self.assertEqual(got, {"no_error": 1, "protocol_error": 1, "enhance_your_calm": 0,
+                               "internal_error": 0})
+        self.assertEqual(h2util.counted(self.m0, m1, "flare_h2_connections_total"), 2)
+
+
+class HeaderBlockTimeout(h2util.H2TestCase):
+    """A header block left open (HEADERS without END_HEADERS) holds the
+    whole connection: nothing but its CONTINUATION may follow. The header
+    timeout ends it with GOAWAY, as --header-timeout ends an HTTP/1.1 head
+    that never completes; body and idle timeouts are far away here."""
+    server_tls = False
+    server_args = ("--header-timeout", "1s", "--body-timeout", "30s", "--idle-timeout", "30s")
+
+    def setUp(self):
+        super().setUp()
+        h2util.flare_only("--header-timeout")
+        self.m0 = h2util.scrape(self.addr)
+
+    def open_block(self):
+        c = self.raw()
+        c.wait_settings()
+        c.send(frame(HEADERS, END_STREAM, 1, c.encode(BASE)))   # no END_HEADERS
+        return c, time.monotonic()
+
+    def assertHeaderTimeout(self, c, t0):
+        if c.goaway is None:
+            c.until(lambda f: f.type == GOAWAY, 5, "GOAWAY for the header timeout")
+        took = time.monotonic() - t0
+        self.assertEqual(c.goaway[1], h2util.NO_ERROR, c.history())
+        self.assertTrue(c.drain(3), "still open after GOAWAY: %s" % c.history())
+        # the sweep runs once a second: 1 s, plus up to one period
+        self.assertGreaterEqual(took, 0.9, c.history())
+        self.assertLess(took, 3.0, c.history())
+        self.assertFalse([f for f in c.log if f.sid == 1], "stream 1 was answered: %s" % c.history())
+        m1 = h2util.scrape(self.addr)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="header"}'), 1)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_h2_goaway_total{code="no_error"}'), 1)
+
+    def test_silent_after_headers(self):
+        c, t0 = self.open_block()
+        self.assertHeaderTimeout(c, t0)
+
+    def test_continuation_trickle(self):
+        # a field every 350 ms keeps the block going but not the timeout
+        # (fewer than the 8 CONTINUATION frames nghttp2 allows a block)
+        c, t0 = self.open_block()
+        sent = 0
+        try:
+            while time.monotonic() - t0 < 5 and c.goaway is None:
+                c.send(frame(CONTINUATION, 0, 1, b"\x10\x01a\x01b"))
+                sent += 1
+                try:
+                    c.recv_frame(0.35)
+                except socket.timeout:
+                    pass
+        except (BrokenPipeError, ConnectionResetError, h2util.Closed):
+            pass
+        self.assertGreaterEqual(sent, 4, c.history())
+        self.assertHeaderTimeout(c, t0)
+
+    def test_ping_in_header_block(self):
+        # a PING cannot keep the connection: inside a header block it is a
+        # connection error at once (RFC 9113 6.10), long before the timeout
+        c, t0 = self.open_block()
+        c.send(h2util.ping(b"keep0000"))
+        c.expect_goaway(h2util.PROTOCOL_ERROR, timeout=5)
+        self.assertLess(time.monotonic() - t0, 0.9, c.history())
+        self.assertFalse([f for f in c.log if f.type == PING], c.history())
+        m1 = h2util.scrape(self.addr)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="header"}'), 0)
+
+    def test_block_completed_disarms(self):
+        # HEADERS + CONTINUATION with END_HEADERS: served; the connection then
+        # stays open past the header timeout and serves again
+        c, _ = self.open_block()
+        c.send(frame(CONTINUATION, END_HEADERS, 1, b"\x10\x01a\x01b"))
+        status, _, body, _ = c.response(1)
+        self.assertEqual((status, body), (200, b"Hello, World!"))
+        time.sleep(2.2)
+        c.alive_check(3)
+        self.assertIsNone(c.goaway, c.history())
+        m1 = h2util.scrape(self.addr)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="header"}'), 0)
 
 
 if __name__ == "__main__":

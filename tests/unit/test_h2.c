@@ -1,0 +1,342 @@
+/* HTTP/2 glue without a socket: the error-code and defence names the
+ * metrics use, the flood counters of flare__h2_on_begin_frame (their
+ * limits, their one-second window, the metrics cell each verdict counts),
+ * the header-block state the header timeout reads, and the response
+ * header fields of ops.c (lower-cased, connection-specific ones dropped). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http2/h2_int.h"
+#include "obs/metrics.h"
+
+/* ---- names ---- */
+
+static void test_error_names(void **state)
+{
+    (void)state;
+    static const char *const want[] = {
+        "no_error",
+        "protocol_error",
+        "internal_error",
+        "flow_control_error",
+        "settings_timeout",
+        "stream_closed",
+        "frame_size_error",
+        "refused_stream",
+        "cancel",
+        "compression_error",
+        "connect_error",
+        "enhance_your_calm",
+        "inadequate_security",
+        "http_1_1_required",
+    };
+    assert_int_equal(FLARE__H2E_COUNT, 14);
+    for (uint32_t code = 0; code < 14; code++)
+        assert_string_equal(flare__h2_error_name(code), want[code]);
+    assert_string_equal(flare__h2_error_name(NGHTTP2_ENHANCE_YOUR_CALM), "enhance_your_calm");
+    assert_string_equal(flare__h2_error_name(14), "unknown");
+    assert_string_equal(flare__h2_error_name(UINT32_MAX), "unknown");
+    /* each known code its own cell, every other code the one after them */
+    assert_int_equal(flare__metrics_h2_goaway(0), FLARE__H2C_GOAWAY);
+    assert_int_equal(flare__metrics_h2_goaway(13), FLARE__H2C_GOAWAY + 13);
+    assert_int_equal(flare__metrics_h2_goaway(14), FLARE__H2C_GOAWAY + 14);
+    assert_int_equal(flare__metrics_h2_goaway(0x1234), FLARE__H2C_GOAWAY + 14);
+    assert_true(flare__metrics_h2_goaway(UINT32_MAX) < FLARE__H2C_FLOOD);
+}
+
+static void test_flood_names(void **state)
+{
+    (void)state;
+    static const char *const want[] = { "rapid_reset",   "continuation", "settings",
+                                        "ping",          "priority",     "empty_data",
+                                        "window_update", "header_list" };
+    assert_int_equal(FLARE__H2F_COUNT, 8);
+    for (unsigned k = 0; k < 8; k++)
+        assert_string_equal(flare__h2_flood_name(k), want[k]);
+    assert_null(flare__h2_flood_name(8));
+    assert_int_equal(FLARE__H2C_COUNT, FLARE__H2C_FLOOD + 8);
+}
+
+/* ---- a connection without a socket ---- */
+
+typedef struct fixture {
+    flare_app_t app;
+    flare_worker_t w;
+    flare_conn_t c;
+    flare_metrics_w_t m;
+    flare_h2_t h2;
+    nghttp2_session *sess;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    nghttp2_session_callbacks *cb;
+    if (f == NULL || nghttp2_session_callbacks_new(&cb) != 0)
+        return -1;
+    int rc = nghttp2_session_server_new(&f->sess, cb, &f->h2);
+    nghttp2_session_callbacks_del(cb);
+    if (rc != 0)
+        return -1;
+    f->app.limits.max_head = 32768;
+    f->w.app = &f->app;
+    f->w.metrics = &f->m;
+    f->w.loop.now = 100000;
+    f->c.w = &f->w;
+    f->h2.c = &f->c;
+    f->h2.t_win = f->w.loop.now;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    nghttp2_session_del(f->sess);
+    free(f);
+    return 0;
+}
+
+static int frame(fixture_t *f, uint8_t type, uint8_t flags, int32_t sid, size_t len)
+{
+    nghttp2_frame_hd hd = { .length = len, .stream_id = sid, .type = type, .flags = flags };
+    return flare__h2_on_begin_frame(f->sess, &hd, &f->h2);
+}
+
+static uint64_t floods(fixture_t *f, unsigned kind)
+{
+    return flare__ctr_get(&f->m.h2[FLARE__H2C_FLOOD + kind]);
+}
+
+static uint64_t floods_all(fixture_t *f)
+{
+    uint64_t n = 0;
+    for (unsigned k = 0; k < FLARE__H2F_COUNT; k++)
+        n += floods(f, k);
+    return n;
+}
+
+/* limit frames pass; the next one is the verdict, counted once */
+static void check_limit(fixture_t *f, uint8_t type, uint8_t flags, int32_t sid, size_t len,
+                        unsigned limit, unsigned kind)
+{
+    for (unsigned i = 0; i < limit; i++)
+        assert_int_equal(frame(f, type, flags, sid, len), 0);
+    assert_int_equal(f->h2.goaway_code, 0);
+    assert_int_equal(frame(f, type, flags, sid, len), NGHTTP2_ERR_CALLBACK_FAILURE);
+    assert_int_equal(f->h2.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    assert_non_null(f->h2.why);
+    assert_int_equal(floods(f, kind), 1);
+    assert_int_equal(floods_all(f), 1);
+}
+
+static void test_ping_limit(void **state)
+{
+    check_limit(*state, NGHTTP2_PING, 0, 0, 8, H2_MAX_CTRL, FLARE__H2F_PING);
+}
+
+static void test_settings_limit(void **state)
+{
+    check_limit(*state, NGHTTP2_SETTINGS, 0, 0, 6, H2_MAX_CTRL, FLARE__H2F_SETTINGS);
+}
+
+static void test_priority_limit(void **state)
+{
+    check_limit(*state, NGHTTP2_PRIORITY, 0, 3, 5, H2_MAX_PRIORITY, FLARE__H2F_PRIORITY);
+}
+
+static void test_empty_data_limit(void **state)
+{
+    fixture_t *f = *state;
+    /* DATA with a payload, or with END_STREAM, is not an empty DATA frame */
+    for (unsigned i = 0; i < 3 * H2_MAX_EMPTY_DATA; i++) {
+        assert_int_equal(frame(f, NGHTTP2_DATA, 0, 1, 1), 0);
+        assert_int_equal(frame(f, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, 0), 0);
+    }
+    check_limit(f, NGHTTP2_DATA, 0, 1, 0, H2_MAX_EMPTY_DATA, FLARE__H2F_EMPTY_DATA);
+}
+
+static void test_window_update_limit(void **state)
+{
+    fixture_t *f = *state;
+    /* each DATA frame sent in the window allows two more */
+    f->h2.w_data_out = 10;
+    check_limit(f, NGHTTP2_WINDOW_UPDATE, 0, 0, 4, H2_MAX_WU + 20, FLARE__H2F_WINDOW_UPDATE);
+}
+
+static void test_acks_not_counted(void **state)
+{
+    fixture_t *f = *state;
+    for (unsigned i = 0; i < 10 * H2_MAX_CTRL; i++) {
+        assert_int_equal(frame(f, NGHTTP2_PING, NGHTTP2_FLAG_ACK, 0, 8), 0);
+        assert_int_equal(frame(f, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, 0), 0);
+    }
+    assert_int_equal(floods_all(f), 0);
+}
+
+static void test_window_rolls(void **state)
+{
+    fixture_t *f = *state;
+    /* the limit each window, for five windows: never a verdict */
+    for (int win = 0; win < 5; win++) {
+        for (unsigned i = 0; i < H2_MAX_CTRL; i++)
+            assert_int_equal(frame(f, NGHTTP2_PING, 0, 0, 8), 0);
+        /* just before the window ends, still the same window */
+        f->w.loop.now += H2_WINDOW_MS - 1;
+        if (win == 4)
+            break;
+        f->w.loop.now += 1;
+    }
+    assert_int_equal(frame(f, NGHTTP2_PING, 0, 0, 8), NGHTTP2_ERR_CALLBACK_FAILURE);
+    assert_int_equal(floods(f, FLARE__H2F_PING), 1);
+}
+
+static void test_continuation_count(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(frame(f, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, 1, 10), 0);
+    check_limit(f, NGHTTP2_CONTINUATION, 0, 1, 10, H2_MAX_CONT, FLARE__H2F_CONTINUATION);
+}
+
+static void test_continuation_restarts_per_block(void **state)
+{
+    fixture_t *f = *state;
+    /* 32 frames in each of three blocks: the count is per block */
+    for (int32_t sid = 1; sid <= 5; sid += 2) {
+        assert_int_equal(frame(f, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, sid, 10), 0);
+        for (unsigned i = 0; i < H2_MAX_CONT - 1; i++)
+            assert_int_equal(frame(f, NGHTTP2_CONTINUATION, 0, sid, 10), 0);
+        assert_int_equal(frame(f, NGHTTP2_CONTINUATION, NGHTTP2_FLAG_END_HEADERS, sid, 10), 0);
+    }
+    assert_int_equal(floods_all(f), 0);
+}
+
+static void test_header_list_size(void **state)
+{
+    fixture_t *f = *state;
+    /* max_head + 16 KiB of block in all: 16384 + 16384 + 16384 passes, one
+     * byte more is the verdict */
+    assert_int_equal(frame(f, NGHTTP2_HEADERS, 0, 1, 16384), 0);
+    assert_int_equal(frame(f, NGHTTP2_CONTINUATION, 0, 1, 16384), 0);
+    assert_int_equal(frame(f, NGHTTP2_CONTINUATION, 0, 1, 16384), 0);
+    assert_int_equal(f->h2.goaway_code, 0);
+    assert_int_equal(frame(f, NGHTTP2_CONTINUATION, 0, 1, 1), NGHTTP2_ERR_CALLBACK_FAILURE);
+    assert_int_equal(floods(f, FLARE__H2F_HEADER_LIST), 1);
+    assert_int_equal(floods_all(f), 1);
+}
+
+static void test_header_block_state(void **state)
+{
+    fixture_t *f = *state;
+    /* a complete HEADERS frame opens no block */
+    assert_int_equal(frame(f, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, 10), 0);
+    assert_false(f->h2.flags & H2_IN_HDRS);
+    /* HEADERS without END_HEADERS: open since now; CONTINUATION keeps the
+     * first time (the timeout is not extended) */
+    f->w.loop.now += 5;
+    assert_int_equal(frame(f, NGHTTP2_HEADERS, 0, 3, 10), 0);
+    assert_true(f->h2.flags & H2_IN_HDRS);
+    uint64_t t0 = f->w.loop.now;
+    assert_int_equal(f->h2.t_hdrs, t0);
+    f->w.loop.now += 700;
+    assert_int_equal(frame(f, NGHTTP2_CONTINUATION, 0, 3, 10), 0);
+    assert_true(f->h2.flags & H2_IN_HDRS);
+    assert_int_equal(f->h2.t_hdrs, t0);
+    /* the frame with END_HEADERS closes it */
+    assert_int_equal(frame(f, NGHTTP2_CONTINUATION, NGHTTP2_FLAG_END_HEADERS, 3, 10), 0);
+    assert_false(f->h2.flags & H2_IN_HDRS);
+    /* so does any other frame (nghttp2 makes it a connection error) */
+    assert_int_equal(frame(f, NGHTTP2_HEADERS, 0, 5, 10), 0);
+    assert_true(f->h2.flags & H2_IN_HDRS);
+    assert_int_equal(frame(f, NGHTTP2_PING, 0, 0, 8), 0);
+    assert_false(f->h2.flags & H2_IN_HDRS);
+    assert_int_equal(floods_all(f), 0);
+}
+
+static void test_no_metrics_block(void **state)
+{
+    fixture_t *f = *state;
+    /* counting off: the verdict is the same, nothing is written */
+    f->w.metrics = NULL;
+    for (unsigned i = 0; i < H2_MAX_CTRL; i++)
+        assert_int_equal(frame(f, NGHTTP2_PING, 0, 0, 8), 0);
+    assert_int_equal(frame(f, NGHTTP2_PING, 0, 0, 8), NGHTTP2_ERR_CALLBACK_FAILURE);
+    assert_int_equal(f->h2.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    assert_int_equal(floods_all(f), 0);
+}
+
+/* ---- response fields (ops.c) ---- */
+
+static void test_add_nv(void **state)
+{
+    (void)state;
+    nghttp2_nv nva[8];
+    char lc[256];
+    flare_h2_nvb_t b = { nva, 0, 8, lc };
+    flare__h2_add_nv(&b, FLARE_STR("X-Request-ID"), FLARE_STR("abc \t"));
+    flare__h2_add_nv(&b, FLARE_STR("Connection"), FLARE_STR("close"));
+    flare__h2_add_nv(&b, FLARE_STR("keep-alive"), FLARE_STR("5"));
+    flare__h2_add_nv(&b, FLARE_STR("Transfer-Encoding"), FLARE_STR("chunked"));
+    flare__h2_add_nv(&b, FLARE_STR("UPGRADE"), FLARE_STR("h2c"));
+    flare__h2_add_nv(&b, FLARE_STR("Proxy-Connection"), FLARE_STR("x"));
+    flare__h2_add_nv(&b, FLARE_STR(""), FLARE_STR("no name"));
+    /* a name that only begins like a connection-specific one is kept */
+    flare__h2_add_nv(&b, FLARE_STR("Connection-Id"), FLARE_STR("7"));
+    flare__h2_add_nv(&b, FLARE_STR("Cache-Control"), FLARE_STR(""));
+    assert_int_equal(b.n, 3);
+    assert_int_equal(nva[0].namelen, 12);
+    assert_memory_equal(nva[0].name, "x-request-id", 12);
+    assert_int_equal(nva[0].valuelen, 3);
+    assert_memory_equal(nva[0].value, "abc", 3);
+    assert_memory_equal(nva[1].name, "connection-id", 13);
+    assert_memory_equal(nva[2].name, "cache-control", 13);
+    assert_int_equal(nva[2].valuelen, 0);
+    /* nghttp2 keeps pointers, not copies */
+    assert_true(nva[0].flags & NGHTTP2_NV_FLAG_NO_COPY_NAME);
+    assert_true(nva[0].flags & NGHTTP2_NV_FLAG_NO_COPY_VALUE);
+    /* a trusted block: its lines, the value's blanks cut, CR dropped, a
+     * line without a colon and a connection-specific one skipped */
+    flare__h2_add_block(&b, FLARE_STR("ETag: \"x\"\r\nnonsense\r\nConnection: close\r\n"
+                                      "Last-Modified:  Wed\t\r\nVary: Accept"));
+    assert_int_equal(b.n, 6);
+    assert_memory_equal(nva[3].name, "etag", 4);
+    assert_int_equal(nva[3].valuelen, 3);
+    assert_memory_equal(nva[3].value, "\"x\"", 3);
+    assert_memory_equal(nva[4].name, "last-modified", 13);
+    assert_int_equal(nva[4].valuelen, 3);
+    assert_memory_equal(nva[4].value, "Wed", 3);
+    assert_memory_equal(nva[5].name, "vary", 4);
+    assert_memory_equal(nva[5].value, "Accept", 6);
+    /* past cap: dropped, not written */
+    b.cap = 6;
+    flare__h2_add_nv(&b, FLARE_STR("X-More"), FLARE_STR("1"));
+    assert_int_equal(b.n, 6);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_names),
+        cmocka_unit_test(test_flood_names),
+        cmocka_unit_test_setup_teardown(test_ping_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_priority_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_data_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_update_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acks_not_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_rolls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_continuation_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_continuation_restarts_per_block, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_list_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_block_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_metrics_block, setup, teardown),
+        cmocka_unit_test(test_add_nv),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
