@@ -499,31 +499,20 @@ static int render(pg_worker_t *pw, const flare_db_val_t *p, size_t n, size_t *le
 
 /* ---- choosing a connection, the wait queue ---- */
 
-/* The pool connection a statement goes to; NULL when none has room. A
- * read joins the open segment of this loop iteration when one has room:
- * the reads of one iteration go to one connection, one batch under one
- * Sync and one wake-up of one backend (docs/data.md). Otherwise the usable
- * connection with the fewest statements in flight, with room for one more. */
-static pg_conn_t *pick(pg_worker_t *pw, bool read)
+/* The usable pool connection with the fewest statements in flight, with
+ * room for one more; NULL when none. */
+static pg_conn_t *pick(pg_worker_t *pw)
 {
-    pg_conn_t *best = NULL, *open = NULL;
+    pg_conn_t *best = NULL;
     unsigned depth = pw->db->cfg.pipeline_depth;
     for (unsigned i = 0; i < pw->npool; i++) {
         pg_conn_t *c = &pw->conns[i];
         if (c->state != C_UP || c->broken || c->tx != NULL || c->reserved || c->inflight >= depth)
             continue;
-        if (read && c->seg_open && (open == NULL || c->inflight > open->inflight))
-            open = c;
         if (best == NULL || c->inflight < best->inflight)
             best = c;
     }
-    return open != NULL ? open : best;
-}
-
-/* Whether q may share a segment (what flare__pg_send joins). */
-static bool query_reads(const pg_worker_t *pw, const pg_query_t *q)
-{
-    return q->stmt != PG_NO_STMT && pw->stmts[q->stmt].read && q->resent < 2;
+    return best;
 }
 
 static void queue_len_add(pg_worker_t *pw, int d)
@@ -587,13 +576,13 @@ void flare__pg_pump(pg_worker_t *pw)
         for (unsigned i = 0; i < pw->npool; i++)
             any |= pw->conns[i].reserved;
         if (!any) {
-            pg_conn_t *c = pick(pw, false);
+            pg_conn_t *c = pick(pw);
             if (c != NULL)
                 c->reserved = true;
         }
     }
     while (pw->qhead != NULL) {
-        pg_conn_t *c = pick(pw, query_reads(pw, pw->qhead));
+        pg_conn_t *c = pick(pw);
         if (c == NULL)
             break;
         pg_query_t *q = pw->qhead;
@@ -702,7 +691,7 @@ static int query(void *ws, flare_db_tx_t *txh, const char *sql, const flare_db_v
         return 0;
     }
     /* FIFO: while others wait, a new query waits behind them */
-    pg_conn_t *c = pw->qhead == NULL ? pick(pw, query_reads(pw, q)) : NULL;
+    pg_conn_t *c = pw->qhead == NULL ? pick(pw) : NULL;
     if (c != NULL) {
         dispatch(c, q, pw->scratch);
         return 0;
