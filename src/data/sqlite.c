@@ -17,7 +17,9 @@
  *
  * One mutex (sq->mu) guards the queues, which connection is busy, which
  * transaction holds the writer, and each worker's queued/in-flight counts.
- * A worker takes it once per statement, to queue it; the reply comes back
+ * A worker takes it once per loop iteration: the statements issued in one
+ * iteration wait in ws->pending and go to the queues together from the
+ * loop's ready list (flush_cb), with one signal; the reply comes back
  * through the lock-free post queue. Three queues, FIFO each:
  *   rq   statements that only read, as far as we know: the same text was
  *        seen read-only before, or never seen. A free reader takes one,
@@ -131,7 +133,9 @@ struct sq_ws {
     jobq_t late;               /* under mu: finished after closing */
     unsigned refs;             /* worker thread: dispose + replies owed */
     bool disposed;
-    sq_tx_t *txs; /* not ended */
+    sq_tx_t *txs;     /* not ended */
+    jobq_t pending;   /* worker thread: submitted this loop iteration */
+    flare_io_t flush; /* on the loop's ready list while pending has jobs */
 };
 
 struct sq_tx {
@@ -196,10 +200,16 @@ static void q_take_ws(jobq_t *q, sq_ws_t *ws, jobq_t *out)
     *q = keep;
 }
 
+/* The figure counts ws->pending too (submit, flush_pending): deltas. */
+static void queue_len_add(sq_ws_t *ws, int d)
+{
+    atomic_fetch_add_explicit(&ws->st->queue_len, (uint64_t)(int64_t)d, memory_order_relaxed);
+}
+
 static void set_queued(sq_ws_t *ws, int d)
 {
     ws->queued = (unsigned)((int)ws->queued + d);
-    atomic_store_explicit(&ws->st->queue_len, ws->queued, memory_order_relaxed);
+    queue_len_add(ws, d);
 }
 
 static void busy_add(sq_ws_t *ws, int d)
@@ -556,41 +566,76 @@ static void tx_set_ended(sq_tx_t *tx)
 
 static void job_reply(void *ud);
 
-/* Queues j for the pool (or, past queue_max, fails it on this worker's
- * next iteration: callbacks never run inside the call). */
-static void submit(sq_ws_t *ws, job_t *j)
+/* Queues j (under mu; the worker's thread) or, past queue_max, returns
+ * false: j then fails on this worker's next iteration. */
+static bool enqueue(sq_db_t *sq, sq_ws_t *ws, job_t *j, uint64_t now)
+{
+    if (j->kind != J_END && ws->queued >= sq->db->cfg.queue_max)
+        return false;
+    jobq_t *q;
+    if (j->kind == J_TXQ || j->kind == J_END) {
+        q = &sq->txq;
+    } else {
+        j->deadline = now + sq->db->cfg.queue_timeout_ms;
+        if (j->kind == J_BEGIN || sq->memory) {
+            q = &sq->wq;
+        } else {
+            unsigned h = hint_slot(j->hash);
+            j->cls = sq->hints[h].hash == j->hash ? sq->hints[h].cls : C_ANY;
+            q = j->cls == C_WRITE ? &sq->wq : &sq->rq;
+        }
+    }
+    q_push(q, j);
+    set_queued(ws, 1);
+    return true;
+}
+
+/* The jobs submitted since the last flush go to the pool's queues: one
+ * lock, one signal (a pool thread that takes one signals the next while
+ * work is left, pool_main). The ones past queue_max fail on the next
+ * iteration, in order: callbacks never run inside the call. */
+static void flush_pending(sq_ws_t *ws)
 {
     sq_db_t *sq = ws->sq;
-    ws->refs++;
-    if (j->tx != NULL)
-        j->tx->pending++;
-    j->reply = (flare_post_node_t){ .fn = job_reply, .ud = j };
+    jobq_t list = ws->pending, full = { 0 };
+    ws->pending = (jobq_t){ 0 };
+    if (list.head == NULL)
+        return;
+    uint64_t now = flare__now_ms();
+    job_t *j;
+    int n = 0;
     pthread_mutex_lock(&sq->mu);
-    bool full = j->kind != J_END && ws->queued >= sq->db->cfg.queue_max;
-    if (!full) {
-        jobq_t *q;
-        if (j->kind == J_TXQ || j->kind == J_END) {
-            q = &sq->txq;
-        } else {
-            j->deadline = flare__now_ms() + sq->db->cfg.queue_timeout_ms;
-            if (j->kind == J_BEGIN || sq->memory) {
-                q = &sq->wq;
-            } else {
-                unsigned h = hint_slot(j->hash);
-                j->cls = sq->hints[h].hash == j->hash ? sq->hints[h].cls : C_ANY;
-                q = j->cls == C_WRITE ? &sq->wq : &sq->rq;
-            }
-        }
-        q_push(q, j);
-        set_queued(ws, 1);
-        pthread_cond_signal(&sq->cv);
+    while ((j = q_pop(&list)) != NULL) {
+        n++;
+        if (!enqueue(sq, ws, j, now))
+            q_push(&full, j);
     }
+    queue_len_add(ws, -n); /* counted by submit; the queued ones again by enqueue */
+    pthread_cond_signal(&sq->cv);
     pthread_mutex_unlock(&sq->mu);
-    if (full) {
+    while ((j = q_pop(&full)) != NULL) {
         j->err = FLARE_EUNAVAIL;
         j->msg = MSG_QUEUE_FULL;
         flare__loop_post_node(&ws->w->loop, &j->reply);
     }
+}
+
+static void flush_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    (void)l, (void)events;
+    flush_pending((sq_ws_t *)((char *)io - offsetof(sq_ws_t, flush)));
+}
+
+/* Queues j for the pool at the end of this loop iteration (flush_cb). */
+static void submit(sq_ws_t *ws, job_t *j)
+{
+    ws->refs++;
+    if (j->tx != NULL)
+        j->tx->pending++;
+    j->reply = (flare_post_node_t){ .fn = job_reply, .ud = j };
+    q_push(&ws->pending, j);
+    queue_len_add(ws, 1);
+    flare__loop_ready(&ws->w->loop, &ws->flush);
 }
 
 static void tx_submit_end(sq_tx_t *tx, bool commit, flare_db_fn cb, void *ud)
@@ -805,6 +850,7 @@ static int winit(flare_db_t *db, flare_worker_t *w, flare_db_wstats_t *st, void 
     if (ws == NULL)
         return flare__fail(FLARE_ENOMEM, 0, "sqlite: out of memory");
     *ws = (sq_ws_t){ .sq = sq, .w = w, .st = st, .refs = 1 };
+    ws->flush = (flare_io_t){ .fd = -1, .cb = flush_cb };
     /* the connections are the app's, not a worker's: counted once */
     if (flare_worker_id(w) == 0)
         atomic_store_explicit(&st->conns_open, sq->nconns, memory_order_relaxed);
@@ -823,12 +869,24 @@ static void wdispose(flare_db_t *db, flare_worker_t *w, void *p)
     (void)w;
     sq_db_t *sq = db->impl;
     sq_ws_t *ws = p;
-    jobq_t dead = { 0 };
+    jobq_t dead = { 0 }, fresh = ws->pending; /* fresh: never queued */
+    ws->pending = (jobq_t){ 0 };
+    if (ws->flush.ready_next != NULL) {
+        /* still on the loop's list (submitted after its last iteration) */
+        flare_io_t **pp = &ws->w->loop.ready;
+        while (*pp != NULL && *pp != FLARE__IO_READY_END && *pp != &ws->flush)
+            pp = &(*pp)->ready_next;
+        if (*pp == &ws->flush)
+            *pp = ws->flush.ready_next;
+        ws->flush.ready_next = NULL;
+    }
     pthread_mutex_lock(&sq->mu);
     ws->closing = true;
     q_take_ws(&sq->rq, ws, &dead);
     q_take_ws(&sq->wq, ws, &dead);
     q_take_ws(&sq->txq, ws, &dead);
+    for (job_t *f; (f = q_pop(&fresh)) != NULL;)
+        q_push(&dead, f);
     ws->queued = 0;
     atomic_store_explicit(&ws->st->queue_len, 0, memory_order_relaxed);
     for (unsigned i = 0; i < sq->nconns; i++) {

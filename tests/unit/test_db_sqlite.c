@@ -150,6 +150,8 @@ typedef struct batch {
     size_t first; /* recs[first..] */
 } batch_t;
 
+static uint64_t batch_queue_len; /* queue_len right after batch_task issued its batch */
+
 static void batch_task(void *ud)
 {
     batch_t *b = ud;
@@ -173,6 +175,9 @@ static void batch_task(void *ud)
         if (r != 0)
             call_failed(rc, r);
     }
+    flare_db_stats_t st;
+    flare_db_stats(db, 0, &st);
+    batch_queue_len = st.queue_len;
     free(b);
 }
 
@@ -409,6 +414,9 @@ static void test_errors_and_batch(void **state)
                            .p = { FLARE_DB_INT(i) } };
     reset_recs();
     run_batch_at(0, qs, 20);
+    /* issued in one loop iteration, they went to the pool together at its
+     * end: all 20 were still waiting when the last call returned */
+    assert_int_equal(batch_queue_len, 20);
     for (int i = 0; i < 20; i++) {
         if (i == 7) {
             assert_int_equal(recs[i].err, FLARE_EDB);
