@@ -107,22 +107,7 @@ static void worker_free(flare_worker_t *w)
         flare__conn_close(w->conns);
     flare__conn_free_dead(w);
     flare__loop_dispose(&w->loop);
-    while (w->orphans != NULL) {
-        struct flare_req *ex = w->orphans;
-        ex->flags |= EX_SENT;
-        flare__ex_put(w, ex);
-    }
-    while (w->free_ex != NULL) {
-        struct flare_req *ex = w->free_ex;
-        w->free_ex = ex->next;
-        flare__arena_dispose(&ex->arena);
-        flare__buf_free(&ex->bodybuf);
-        flare__buf_free(&ex->out);
-        free(ex->headers);
-        free(ex);
-    }
-    flare__h2_mem_dispose(w);
-    flare__bufpool_dispose(&w->pool);
+    flare__worker_free_memory(w);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -397,10 +397,15 @@ static void worker_dispose(flare_worker_t *w, bool inited)
     flare__modules_dispose_worker(w);
     flare__handles_dispose(w);
     flare__loop_dispose(&w->loop);
-    /* Exchanges orphaned by connections closed at shutdown and still owed a
-     * response: the timer or watcher that would have completed them was
-     * cancelled, so they are released here (their cleanups run). Then the
-     * recycled ones. */
+    flare__worker_free_memory(w);
+}
+
+/* Exchanges orphaned by connections closed at shutdown and still owed a
+ * response: the timer or watcher that would have completed them was
+ * cancelled, so they are released here (their cleanups run). Then the
+ * recycled ones, the HTTP/2 block lists and the connection buffers. */
+void flare__worker_free_memory(flare_worker_t *w)
+{
     while (w->orphans != NULL) {
         struct flare_req *ex = w->orphans;
         ex->flags |= EX_SENT;

@@ -160,6 +160,9 @@ int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
  * and refuses new ones. */
 void flare__watch_free_dead(flare_worker_t *w);
 void flare__handles_dispose(flare_worker_t *w);
+/* A stopped worker's exchanges (orphaned ones completed), HTTP/2 block
+ * lists and buffers: after its connections and loop are gone. */
+void flare__worker_free_memory(flare_worker_t *w);
 
 static inline void flare__worker_update_date(flare_worker_t *w, time_t now)
 {
