@@ -40,7 +40,36 @@ enum {
     ST_DEFERRED = 1u << 3,   /* the data provider returned DEFERRED */
     ST_ENDED_IN = 1u << 4,   /* END_STREAM received */
     ST_ANSWERED = 1u << 5,   /* a response was submitted */
+    ST_MALFORMED = 1u << 6,  /* reset with PROTOCOL_ERROR (RFC 9113 8.1.1): never dispatched */
 };
+
+/* fields.c: RFC 9113 8.2 and 8.3, one request field at a time. seen keeps
+ * the block's state (H2S_*); the result says what the field is, or
+ * H2F_BAD: the request is malformed. */
+enum {
+    H2S_METHOD = 1u << 0,
+    H2S_SCHEME = 1u << 1,
+    H2S_PATH = 1u << 2,
+    H2S_AUTHORITY = 1u << 3,
+    H2S_REGULAR = 1u << 4, /* a regular field came: no pseudo-header after it */
+    H2S_CLEN = 1u << 5,    /* content-length came (once) */
+};
+enum {
+    H2F_BAD = -1,
+    H2F_REGULAR,
+    H2F_METHOD,
+    H2F_PATH,
+    H2F_SCHEME,
+    H2F_AUTHORITY,
+    H2F_CLEN,
+    H2F_HOST,
+};
+int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size_t nlen,
+                          const uint8_t *value, size_t vlen);
+/* the block's required pseudo-headers are there (8.3.1, 8.5 for CONNECT) */
+bool flare__h2_head_ok(uint8_t seen, bool connect);
+/* 1*DIGIT, at most 18 of them */
+bool flare__h2_content_length(const uint8_t *v, size_t n, int64_t *out);
 
 typedef struct h2_stream {
     struct h2_stream *next, *prev; /* the connection's streams */
@@ -50,6 +79,7 @@ typedef struct h2_stream {
     int32_t id;
     uint32_t flags;
     uint32_t nfields;
+    uint8_t seen; /* H2S_*: what the request's fields held so far */
     size_t hdr_bytes;
     uint64_t body_len;
     uint64_t t_body; /* last request progress (ms) */

@@ -242,7 +242,7 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
 
 static void make_ready(flare_h2_t *h2, h2_stream_t *st)
 {
-    if (st->flags & (ST_READY | ST_DISPATCHED))
+    if (st->flags & (ST_READY | ST_DISPATCHED | ST_MALFORMED))
         return;
     st->flags |= ST_READY;
     st->rnext = NULL;
@@ -273,14 +273,35 @@ static flare_str_t adup(struct flare_req *ex, const uint8_t *p, size_t n)
     return d != NULL ? (flare_str_t){ d, n } : FLARE_STR_NULL;
 }
 
+/* RFC 9113 8.1.1: a malformed request is a stream error PROTOCOL_ERROR;
+ * the stream is never dispatched and what else comes for it is dropped. */
+static int malformed(nghttp2_session *sess, h2_stream_t *st)
+{
+    st->flags |= ST_MALFORMED;
+    ready_remove(st->h2, st);
+    nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_PROTOCOL_ERROR);
+    return 0;
+}
+
+/* The DATA received agrees with the request's content-length (8.1.1). */
+static bool body_agrees(const h2_stream_t *st)
+{
+    int64_t cl = st->ex->head.content_length;
+    return cl < 0 || st->body_len == (uint64_t)cl;
+}
+
 static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_t *name,
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     (void)flags;
     (void)ud;
     h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, f->hd.stream_id);
-    if (st == NULL || st->err_status != 0 || (st->flags & ST_DISPATCHED))
+    if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_MALFORMED)))
         return 0;
+    bool trailer = f->headers.cat != NGHTTP2_HCAT_REQUEST;
+    int kind = flare__h2_check_field(&st->seen, trailer, name, nlen, value, vlen);
+    if (kind == H2F_BAD)
+        return malformed(sess, st);
     struct flare_req *ex = st->ex;
     const flare_http_limits_t *lim = &ex->worker->app->limits;
     /* counted before anything is held: an HPACK bomb stops here */
@@ -291,21 +312,27 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         return 0;
     }
     flare_http_head_t *h = &ex->head;
-    if (nlen > 0 && name[0] == ':') {
-        if (f->headers.cat != NGHTTP2_HCAT_REQUEST)
-            return 0;
-        flare_str_t v = adup(ex, value, vlen);
+    flare_str_t v;
+    switch (kind) {
+    case H2F_SCHEME:
+        return 0;
+    case H2F_METHOD:
+    case H2F_PATH:
+    case H2F_AUTHORITY:
+        v = adup(ex, value, vlen);
         if (v.ptr == NULL && vlen > 0)
             goto nomem;
-        if (nlen == 7 && memcmp(name, ":method", 7) == 0) {
+        if (kind == H2F_METHOD) {
             h->method = v;
             h->method_id = flare__http_method_id(v.ptr, v.len);
-        } else if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+        } else if (kind == H2F_PATH) {
             h->target = v;
-        } else if (nlen == 10 && memcmp(name, ":authority", 10) == 0) {
+        } else {
             h->host = v;
         }
         return 0;
+    default:
+        break;
     }
     if (h->nheaders >= lim->max_headers) {
         st->err_status = 431;
@@ -336,16 +363,10 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
     h->nheaders++;
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
         st->cookie = hf->value;
-    if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
-        if (nlen == 14 && memcmp(name, "content-length", 14) == 0) {
-            int64_t v = 0;
-            for (size_t i = 0; i < vlen && v < ((int64_t)1 << 50); i++)
-                v = v * 10 + (value[i] - '0'); /* nghttp2 checked the digits */
-            h->content_length = v;
-        } else if (nlen == 4 && memcmp(name, "host", 4) == 0 && h->host.len == 0) {
-            h->host = hf->value;
-        }
-    }
+    if (kind == H2F_CLEN)
+        flare__h2_content_length(value, vlen, &h->content_length);
+    else if (kind == H2F_HOST && !trailer && h->host.len == 0)
+        h->host = hf->value;
     return 0;
 nomem:
     st->err_status = 500;
@@ -360,11 +381,14 @@ static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8
     flare_h2_t *h2 = ud;
     nghttp2_session_consume(sess, id, len); /* buffered or dropped: either way done */
     h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
-    if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_ANSWERED)))
+    if (st == NULL || st->err_status != 0 ||
+        (st->flags & (ST_DISPATCHED | ST_ANSWERED | ST_MALFORMED)))
         return 0;
     struct flare_req *ex = st->ex;
     st->t_body = h2->t_activity = h2->c->w->loop.now;
     st->body_len += len;
+    if (ex->head.content_length >= 0 && st->body_len > (uint64_t)ex->head.content_length)
+        return malformed(sess, st);
     if (st->body_len > ex->worker->app->cfg.max_body) {
         st->err_status = 413;
         st->err_msg = "request body too large";
@@ -386,8 +410,17 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         f->hd.stream_id != 0 ? nghttp2_session_get_stream_user_data(sess, f->hd.stream_id) : NULL;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
-        if (st == NULL)
+        if (st == NULL || (st->flags & ST_MALFORMED))
             return 0;
+        if (st->err_status == 0 && !(st->flags & (ST_DISPATCHED | ST_ANSWERED))) {
+            bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
+            if (f->headers.cat == NGHTTP2_HCAT_REQUEST
+                    ? !flare__h2_head_ok(st->seen, st->ex->head.method_id == FLARE_METHOD_CONNECT)
+                    : !end) /* trailers end the stream (8.1) */
+                return malformed(sess, st);
+            if (end && !body_agrees(st))
+                return malformed(sess, st);
+        }
         if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
             st->flags |= ST_ENDED_IN;
             make_ready(h2, st);
@@ -403,7 +436,10 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         }
         break;
     case NGHTTP2_DATA:
-        if (st != NULL && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        if (st != NULL && (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !(st->flags & ST_MALFORMED)) {
+            if (st->err_status == 0 && !(st->flags & (ST_DISPATCHED | ST_ANSWERED)) &&
+                !body_agrees(st))
+                return malformed(sess, st);
             st->flags |= ST_ENDED_IN;
             make_ready(h2, st);
         }
@@ -732,6 +768,7 @@ void flare__h2_start(flare_conn_t *c)
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_no_closed_streams(opt, 1);
+    nghttp2_option_set_no_http_messaging(opt, 1); /* fields.c checks the fields */
     h2->c = c;
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;

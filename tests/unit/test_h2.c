@@ -319,6 +319,131 @@ static void test_add_nv(void **state)
     assert_int_equal(b.n, 6);
 }
 
+/* ---- request fields (fields.c: RFC 9113 8.2, 8.3) ---- */
+
+static int field(uint8_t *seen, bool trailer, const char *name, const char *value)
+{
+    return flare__h2_check_field(seen, trailer, (const uint8_t *)name, strlen(name),
+                                 (const uint8_t *)value, strlen(value));
+}
+
+static void test_fields_request(void **state)
+{
+    (void)state;
+    uint8_t seen = 0;
+    assert_int_equal(field(&seen, false, ":method", "GET"), H2F_METHOD);
+    assert_int_equal(field(&seen, false, ":scheme", "https"), H2F_SCHEME);
+    assert_false(flare__h2_head_ok(seen, false)); /* no :path yet */
+    assert_int_equal(field(&seen, false, ":path", "/a?b"), H2F_PATH);
+    assert_int_equal(field(&seen, false, ":authority", "[::1]:8443"), H2F_AUTHORITY);
+    assert_int_equal(field(&seen, false, "accept", "*/*"), H2F_REGULAR);
+    assert_int_equal(field(&seen, false, "user-agent", "x\ty \x80\xff"), H2F_REGULAR);
+    assert_int_equal(field(&seen, false, "x-empty", ""), H2F_REGULAR);
+    assert_int_equal(field(&seen, false, "te", "Trailers"), H2F_REGULAR);
+    assert_int_equal(field(&seen, false, "host", "example.com:80"), H2F_HOST);
+    assert_int_equal(field(&seen, false, "content-length", "12"), H2F_CLEN);
+    assert_true(flare__h2_head_ok(seen, false));
+    /* once only, and none after a regular field */
+    assert_int_equal(field(&seen, false, "content-length", "12"), H2F_BAD);
+    assert_int_equal(field(&seen, false, ":path", "/again"), H2F_BAD);
+    /* trailers: regular fields only, no content-length */
+    uint8_t t = seen;
+    assert_int_equal(field(&t, true, "x-checksum", "abc"), H2F_REGULAR);
+    assert_int_equal(field(&t, true, ":method", "GET"), H2F_BAD);
+    uint8_t t2 = 0;
+    assert_int_equal(field(&t2, true, "content-length", "1"), H2F_BAD);
+}
+
+static void test_fields_malformed(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        { "", "v" },
+        { "X-Upper", "1" },
+        { "x:colon", "v" },
+        { "x sp", "v" },
+        { "x\x7f", "v" },
+        { "x-ws", " lead" },
+        { "x-ws", "trail " },
+        { "x-ws", "\ttab" },
+        { "x-ws", "tab\t" },
+        { "x-nl", "a\nb" },
+        { "x-cr", "a\rb" },
+        { "x-del", "a\x7f" },
+        { "x-ctl", "a\x01" },
+        { "connection", "x" },
+        { "keep-alive", "5" },
+        { "upgrade", "h2c" },
+        { "proxy-connection", "keep-alive" },
+        { "transfer-encoding", "chunked" },
+        { "te", "gzip" },
+        { "te", "trailers, x" },
+        { "content-length", "" },
+        { "content-length", "1a" },
+        { "content-length", "-1" },
+        { "content-length", "1234567890123456789" },
+        { "host", "a b" },
+        { "host", "a\"b" },
+        { ":foo", "bar" },
+        { ":status", "200" },
+        { ":protocol", "websocket" },
+        { ":method", "" },
+        { ":method", "G T" },
+        { ":scheme", "" },
+        { ":scheme", "1http" },
+        { ":scheme", "ht tp" },
+        { ":authority", "a b" },
+        { ":authority", "a/b" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t seen = 0;
+        if (field(&seen, false, bad[i][0], bad[i][1]) != H2F_BAD)
+            fail_msg("accepted %s: %s", bad[i][0], bad[i][1]);
+    }
+    /* a NUL inside a value (strlen would stop at it) */
+    uint8_t seen = 0;
+    assert_int_equal(
+        flare__h2_check_field(&seen, false, (const uint8_t *)"x", 1, (const uint8_t *)"a\0b", 3),
+        H2F_BAD);
+    /* a pseudo-header after a regular field */
+    seen = 0;
+    assert_int_equal(field(&seen, false, ":method", "GET"), H2F_METHOD);
+    assert_int_equal(field(&seen, false, "accept", "*/*"), H2F_REGULAR);
+    assert_int_equal(field(&seen, false, ":path", "/"), H2F_BAD);
+    /* duplicates */
+    static const char *const pseudo[][2] = {
+        { ":method", "GET" },
+        { ":scheme", "http" },
+        { ":path", "/" },
+        { ":authority", "a" },
+    };
+    for (size_t i = 0; i < 4; i++) {
+        seen = 0;
+        assert_int_not_equal(field(&seen, false, pseudo[i][0], pseudo[i][1]), H2F_BAD);
+        assert_int_equal(field(&seen, false, pseudo[i][0], pseudo[i][1]), H2F_BAD);
+    }
+}
+
+static void test_fields_required(void **state)
+{
+    (void)state;
+    const uint8_t all = H2S_METHOD | H2S_SCHEME | H2S_PATH;
+    assert_true(flare__h2_head_ok(all, false));
+    assert_true(flare__h2_head_ok(all | H2S_AUTHORITY | H2S_REGULAR, false));
+    assert_false(flare__h2_head_ok(H2S_SCHEME | H2S_PATH, false));
+    assert_false(flare__h2_head_ok(H2S_METHOD | H2S_PATH, false));
+    assert_false(flare__h2_head_ok(H2S_METHOD | H2S_SCHEME, false));
+    /* CONNECT (8.5): :method and :authority, no :scheme, no :path */
+    assert_true(flare__h2_head_ok(H2S_METHOD | H2S_AUTHORITY, true));
+    assert_false(flare__h2_head_ok(H2S_METHOD, true));
+    assert_false(flare__h2_head_ok(H2S_METHOD | H2S_AUTHORITY | H2S_PATH, true));
+    int64_t v = -1;
+    assert_true(flare__h2_content_length((const uint8_t *)"0", 1, &v));
+    assert_int_equal(v, 0);
+    assert_true(flare__h2_content_length((const uint8_t *)"999999999999999999", 18, &v));
+    assert_int_equal(v, 999999999999999999LL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +462,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_block_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_metrics_block, setup, teardown),
         cmocka_unit_test(test_add_nv),
+        cmocka_unit_test(test_fields_request),
+        cmocka_unit_test(test_fields_malformed),
+        cmocka_unit_test(test_fields_required),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
