@@ -115,6 +115,7 @@ typedef struct flare_h2 {
     h2_stream_t *streams;
     unsigned nstreams;
     h2_stream_t *ready, **ready_tail;
+    h2_stream_t *hot; /* the stream last looked up (a block's fields come one by one) */
     uint32_t flags;
     uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
     const char *why;

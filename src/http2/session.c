@@ -79,6 +79,18 @@ static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
     return st;
 }
 
+/* nghttp2_session_get_stream_user_data is a map lookup: the stream of the
+ * frame being decoded is asked for once per field. */
+static h2_stream_t *stream_of(flare_h2_t *h2, int32_t id)
+{
+    if (h2->hot != NULL && h2->hot->id == id)
+        return h2->hot;
+    h2_stream_t *st = nghttp2_session_get_stream_user_data(h2->sess, id);
+    if (st != NULL)
+        h2->hot = st;
+    return st;
+}
+
 static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
 {
     if (!(st->flags & ST_READY))
@@ -102,6 +114,8 @@ static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
 static void stream_free(flare_h2_t *h2, h2_stream_t *st)
 {
     flare_worker_t *w = h2->c->w;
+    if (h2->hot == st)
+        h2->hot = NULL;
     ready_remove(h2, st);
     flare__h2_src_release(st);
     struct flare_req *ex = st->ex;
@@ -264,6 +278,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
     if (st == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     nghttp2_session_set_stream_user_data(sess, f->hd.stream_id, st);
+    h2->hot = st;
     return 0;
 }
 
@@ -294,8 +309,7 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     (void)flags;
-    (void)ud;
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, f->hd.stream_id);
+    h2_stream_t *st = stream_of(ud, f->hd.stream_id);
     if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_MALFORMED)))
         return 0;
     bool trailer = f->headers.cat != NGHTTP2_HCAT_REQUEST;
@@ -380,7 +394,7 @@ static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8
     (void)flags;
     flare_h2_t *h2 = ud;
     nghttp2_session_consume(sess, id, len); /* buffered or dropped: either way done */
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
+    h2_stream_t *st = stream_of(h2, id);
     if (st == NULL || st->err_status != 0 ||
         (st->flags & (ST_DISPATCHED | ST_ANSWERED | ST_MALFORMED)))
         return 0;
@@ -406,8 +420,7 @@ static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8
 static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
-    h2_stream_t *st =
-        f->hd.stream_id != 0 ? nghttp2_session_get_stream_user_data(sess, f->hd.stream_id) : NULL;
+    h2_stream_t *st = f->hd.stream_id != 0 ? stream_of(h2, f->hd.stream_id) : NULL;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (st == NULL || (st->flags & ST_MALFORMED))
