@@ -73,6 +73,7 @@ int flare__backend_poll(flare_loop_t *l, int timeout_ms)
     struct epoll_event events[EPOLL_MAX_EVENTS];
     int n = wait_raw(l->backend_fd, events, EPOLL_MAX_EVENTS, timeout_ms);
     l->now = flare__now_ms();
+    l->turn++;
     for (int i = 0; i < n; i++) {
         flare_io_t *io = events[i].data.ptr;
         io->cb(l, io, events[i].events);

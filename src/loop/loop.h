@@ -66,6 +66,7 @@ struct flare_loop {
     int backend_fd; /* the poller's descriptor (epoll), -1 when none */
     bool stop;
     uint64_t now;           /* cached monotonic ms, refreshed after each wait */
+    uint64_t turn;          /* counts the waits: what one turn handles is simultaneous */
     flare__timer_t *timers; /* heap root */
     size_t ntimers;
     uint64_t timer_seq;

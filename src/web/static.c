@@ -440,6 +440,7 @@ typedef struct cache_entry {
     uint8_t gzreq;      /* the siblings the client takes, in its order (key): WANT_* */
     uint8_t gz;         /* the entry holds the ".gz" (1) or ".br" (2) sibling, or 0 */
     uint64_t opened_ms; /* when the path was last opened */
+    uint64_t checked;   /* the loop turn whose fstat found it unchanged (0: none) */
     dev_t dev;
     ino_t ino;
     struct timespec mtime;
@@ -877,6 +878,7 @@ static cache_entry_t *cache_fill(static_cache_t *c, const char *key, size_t klen
     e->gz = gz;
     memcpy(e->path, key, klen);
     e->opened_ms = now;
+    e->checked = 0;
     e->dev = st->st_dev;
     e->ino = st->st_ino;
     e->mtime = st->st_mtim;
@@ -966,9 +968,14 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     if (cache != NULL) {
         cache_entry_t *e = cache_find(cache, rel, klen, slash, want_gz);
         if (e != NULL) {
+            /* a change in place is seen by the first request read after
+             * it: one fstat per loop turn, not one per request (the turn's
+             * requests arrived together) */
             struct stat cur;
-            if (now - e->opened_ms < sd->cache_ms && fstat(e->fd, &cur) == 0 &&
-                same_file(&cur, e)) {
+            uint64_t turn = req->worker->loop.turn;
+            if (now - e->opened_ms < sd->cache_ms &&
+                (e->checked == turn || (fstat(e->fd, &cur) == 0 && same_file(&cur, e)))) {
+                e->checked = turn;
                 info_from_entry(&fi, e);
                 return respond(req, res, sd, &fi, &cd);
             }

@@ -330,8 +330,9 @@ class Static(ServerTestCase):
         self.assertNotEqual(r1.get("ETag"), r2.get("ETag"))
 
     def test_small_file_cache_sees_changes(self):
-        # small files are cached per worker: a change in place is seen at
-        # once (fstat on the cached descriptor), a rename or removal once
+        # small files are cached per worker: a change in place is seen by
+        # the next request read (fstat on the cached descriptor, once per
+        # loop turn), a rename or removal once
         # the path is looked up again (cache_ms, 1 s by default)
         c = self.connect()
         write("cached.txt", b"first\n")
