@@ -190,7 +190,9 @@ FLARE_API int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t 
  * connections whose negotiated parameters allow sharing) and shared by
  * reference between recipients; each worker delivers to its own
  * connections. Safe from any thread while the app runs. Slow recipients
- * follow the usual write limits. Returns 0, FLARE_EINVAL, FLARE_ENOMEM,
+ * follow the usual write limits. A connection still inside its on_open is
+ * not a recipient yet (it may still be refused): to greet it as well, send
+ * to it directly from on_open. Returns 0, FLARE_EINVAL, FLARE_ENOMEM,
  * FLARE_ESTATE (not running). */
 FLARE_API int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
                                  flare_str_t payload, uint64_t except);
