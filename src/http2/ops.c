@@ -4,6 +4,7 @@
  * control windows allow, from the exchange's buffer (copied bodies and
  * streamed pieces), a borrowed body, or the file (no whole-file buffering). */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,6 +34,48 @@ static bool conn_specific(flare_str_t n)
     }
 }
 
+/* Lower-cases the bytes 'A'..'Z' of a word: the bytes' low seven bits are
+ * compared by additions whose carries cannot cross into the next byte;
+ * bytes >= 0x80 are left alone. */
+static inline uint64_t lower8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101u, high = 0x8080808080808080u;
+    uint64_t low7 = x & ~high;
+    uint64_t ge_a = low7 + (0x80 - 'A') * ones; /* high bit: >= 'A' */
+    uint64_t gt_z = low7 + (0x7f - 'Z') * ones; /* high bit: > 'Z' */
+    return x | (ge_a & ~gt_z & ~x & high) >> 2;
+}
+
+/* Copies n bytes lower-cased, a word at a time; the last word overlaps the
+ * one before it instead of a byte loop (names are 4 to 20 bytes long). */
+static void lower_copy(char *dst, const char *src, size_t n)
+{
+    uint64_t x;
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            memcpy(&x, src + i, 8);
+            x = lower8(x);
+            memcpy(dst + i, &x, 8);
+        }
+        if (n % 8 != 0) {
+            memcpy(&x, src + n - 8, 8);
+            x = lower8(x);
+            memcpy(dst + n - 8, &x, 8);
+        }
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, src, 4);
+        memcpy(&b, src + n - 4, 4);
+        a = (uint32_t)lower8(a);
+        b = (uint32_t)lower8(b);
+        memcpy(dst, &a, 4);
+        memcpy(dst + n - 4, &b, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (char)flare__lower((unsigned char)src[i]);
+    }
+}
+
 /* Names and values stay in the exchange (its arena, the worker's date
  * line, static strings) until the stream is closed, after its HEADERS
  * frame is serialized: nghttp2 keeps the pointers instead of copies. */
@@ -49,10 +92,7 @@ void flare__h2_add_nv(flare_h2_nvb_t *b, flare_str_t name, flare_str_t value)
     if (name.len == 0 || b->n >= b->cap || conn_specific(name))
         return;
     char *lc = b->lc;
-    for (size_t i = 0; i < name.len; i++) {
-        char ch = name.ptr[i];
-        lc[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
-    }
+    lower_copy(lc, name.ptr, name.len);
     b->lc += name.len;
     b->nva[b->n++] = mknv(lc, name.len, value.ptr, value.len);
 }

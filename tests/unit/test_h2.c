@@ -319,6 +319,37 @@ static void test_add_nv(void **state)
     assert_int_equal(b.n, 6);
 }
 
+/* Names are lower-cased a word at a time: every length up to 40, every
+ * byte value at every position, and not a byte written past the name. */
+static void test_add_nv_lowercase(void **state)
+{
+    (void)state;
+    char name[40], want[40], lc[48];
+    nghttp2_nv nva[1];
+    for (size_t len = 1; len <= sizeof(name); len++) {
+        for (unsigned c = 1; c < 256; c++) {
+            for (size_t pos = 0; pos < len; pos++) {
+                for (size_t i = 0; i < len; i++)
+                    name[i] = (char)('A' + (i * 7 + c) % 58); /* 'A'..'z' and between */
+                name[pos] = (char)c;
+                for (size_t i = 0; i < len; i++) {
+                    unsigned char ch = (unsigned char)name[i];
+                    want[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+                }
+                memset(lc, '#', sizeof(lc));
+                flare_h2_nvb_t b = { nva, 0, 1, lc };
+                flare__h2_add_nv(&b, (flare_str_t){ name, len }, FLARE_STR("v"));
+                if (b.n == 0) /* "Upgrade", "Connection"...: dropped, as they must be */
+                    continue;
+                assert_int_equal(nva[0].namelen, len);
+                assert_memory_equal(lc, want, len);
+                assert_int_equal(lc[len], '#');
+                assert_ptr_equal(b.lc, lc + len);
+            }
+        }
+    }
+}
+
 /* ---- request fields (fields.c: RFC 9113 8.2, 8.3) ---- */
 
 static int field(uint8_t *seen, bool trailer, const char *name, const char *value)
@@ -462,6 +493,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_block_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_metrics_block, setup, teardown),
         cmocka_unit_test(test_add_nv),
+        cmocka_unit_test(test_add_nv_lowercase),
         cmocka_unit_test(test_fields_request),
         cmocka_unit_test(test_fields_malformed),
         cmocka_unit_test(test_fields_required),
