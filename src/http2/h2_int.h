@@ -132,6 +132,7 @@ typedef struct flare_h2 {
     uint64_t t_activity; /* last request activity (not PING) */
     uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
     uint64_t t_hdrs;     /* H2_IN_HDRS: when its HEADERS began (the header timeout) */
+    int32_t hdrs_sid;    /* H2_IN_HDRS: the stream whose header block is open */
     flare_h2_counters_t ctr;
     nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;

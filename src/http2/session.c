@@ -216,6 +216,7 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
         if (!(hd->flags & NGHTTP2_FLAG_END_HEADERS)) {
             h2->flags |= H2_IN_HDRS;
             h2->t_hdrs = h2->c->w->loop.now;
+            h2->hdrs_sid = hd->stream_id;
         }
         return headers_on_old_stream(sess, h2, hd->stream_id);
     case NGHTTP2_CONTINUATION:
@@ -440,6 +441,7 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         } else if (st->err_status != 0) {
             make_ready(h2, st);
         } else if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            st->t_body = h2->c->w->loop.now; /* the body's clock starts with it */
             int64_t cl = st->ex->head.content_length;
             if (cl > 0 && (uint64_t)cl > st->ex->worker->app->cfg.max_body) {
                 st->err_status = 413;
@@ -859,8 +861,10 @@ void flare__h2_sweep(flare_conn_t *c)
         next = st->next;
         if (owes_data(st))
             owes = true;
+        /* a stream still in its header block is under the header timeout */
         if (!(st->flags & (ST_DISPATCHED | ST_READY | ST_ENDED_IN)) && st->err_status == 0 &&
-            now - st->t_body > cfg->body_timeout_ms) {
+            now - st->t_body > cfg->body_timeout_ms &&
+            !((h2->flags & H2_IN_HDRS) && st->id == h2->hdrs_sid)) {
             flare__metrics_timeout(w, FLARE__TO_BODY);
             st->err_status = 408;
             st->err_msg = "request body timeout";

@@ -517,5 +517,48 @@ class HeaderBlockTimeout(h2util.H2TestCase):
         self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="header"}'), 0)
 
 
+
+class HeaderBlockUnderBodyTimeout(h2util.H2TestCase):
+    """A stream whose header block is still open is under the header
+    timeout, not the body timeout, even when the body timeout is the
+    shorter one; its body's clock starts once the block is complete."""
+    server_tls = False
+    server_args = ("--header-timeout", "4s", "--body-timeout", "1s", "--idle-timeout", "30s")
+
+    def setUp(self):
+        super().setUp()
+        h2util.flare_only("--header-timeout")
+        self.m0 = h2util.scrape(self.addr)
+
+    def slow_block(self, headers, end_stream):
+        c = self.raw()
+        c.wait_settings()
+        c.send(frame(HEADERS, END_STREAM if end_stream else 0, 1, c.encode(headers)))
+        time.sleep(2.3)  # two sweeps past the body timeout, well inside the header one
+        c.send(frame(CONTINUATION, END_HEADERS, 1, b"\x10\x01a\x01b"))
+        return c
+
+    def test_get_completed_after_the_body_timeout(self):
+        c = self.slow_block(BASE, end_stream=True)
+        status, _, body, _ = c.response(1)
+        self.assertEqual((status, body), (200, b"Hello, World!"), c.history())
+        m1 = h2util.scrape(self.addr)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="body"}'), 0)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="header"}'), 0)
+
+    def test_body_clock_starts_after_the_block(self):
+        c = self.slow_block(POST, end_stream=False)
+        time.sleep(0.4)
+        c.send(frame(DATA, END_STREAM, 1, b"late but in time"))
+        status, _, body, _ = c.response(1)
+        self.assertEqual((status, body), (200, b"late but in time"), c.history())
+        # and the body timeout still holds for a body that never comes
+        c.send(frame(HEADERS, END_HEADERS, 3, c.encode(POST)))
+        status, _, _, _ = c.response(3, timeout=5)
+        self.assertEqual(status, 408, c.history())
+        m1 = h2util.scrape(self.addr)
+        self.assertEqual(h2util.counted(self.m0, m1, 'flare_timeouts_total{kind="body"}'), 1)
+
+
 if __name__ == "__main__":
     flaretest.main()
