@@ -2,8 +2,8 @@
 # check.sh BUILD SOURCE: installs BUILD into a scratch prefix and checks what a
 # user of the install gets, with neither tree to lean on:
 # - SONAME, only flare_* symbols exported;
-# - nothing installed names the build or source tree (the .pc and CMake files,
-#   the shared library's strings); Swagger UI's files are installed;
+# - flare.pc, the CMake package and the shared library's strings name neither
+#   the build nor the source tree; Swagger UI's files are installed;
 # - the prefix is then moved elsewhere (relocatable: pkg-config and
 #   find_package must follow), and a consumer, the README's Hello, World and
 #   an app serving Swagger UI are built against it with find_package(flare)
@@ -30,18 +30,19 @@ bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^fl
 [ -z "$bad" ] || fail "unexpected exported symbols: $bad"
 if nm -D --defined-only "$lib" | grep -q ' flare__'; then fail "internal flare__ symbols exported"; fi
 
-# Nothing installed may lean on the trees it came from: text files must not
-# name them; the library (debug info aside, which names the sources) must not
-# name the build tree.
-for dir in "$build" "$root"; do
-    hits=$(grep -rlIF "$dir" "$tmp/prefix" || true)
+# Nothing installed may lean on the trees it came from: the files the build
+# writes (flare.pc, the CMake package) must not name them; the library (debug
+# info aside, which names the sources) must not name the build tree. Paths end
+# in / here: a short one ("/src") must not match other text.
+libdir=$(dirname "$lib")
+for dir in "$build/" "$root/"; do
+    hits=$(grep -rlF "$dir" "$libdir/pkgconfig" "$libdir/cmake" || true)
     [ -z "$hits" ] || fail "installed files name $dir: ${hits//$tmp\/prefix\//}"
 done
 strip --strip-debug -o "$tmp/lib.nodebug" "$lib"
-if strings -a "$tmp/lib.nodebug" | grep -F "$build"; then
+if strings -a "$tmp/lib.nodebug" | grep -F "$build/"; then
     fail "the installed library names the build tree"
 fi
-libdir=$(dirname "$lib")
 pcfile=$libdir/pkgconfig/flare.pc
 [ -f "$pcfile" ] || fail "no flare.pc next to the library"
 grep -q '^Description:.*HTTP/2' "$pcfile" || fail "flare.pc: $(grep '^Description' "$pcfile")"
