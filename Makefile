@@ -1,5 +1,7 @@
 # Flare: the commands a newcomer runs. CMake does the real work.
-#   make run     install what is missing, build the library + examples, start the showcase on LISTEN
+#   make run     install what is missing, build the showcase (and only what it needs), start it on
+#                LISTEN
+#   make build   the library, every example and the bench helpers;  make install: that, installed
 #   make test    install what is missing, build everything the tests need, run every test
 #   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
 #   make bench-h2  HTTP/2 against h2o and nginx (bench/h2.sh); make bench-h2-counts: its counts
@@ -17,17 +19,22 @@ RUN_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=O
 TEST_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=ON \
   -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
 
-.PHONY: all build run test test-asan test-tsan fuzz format format-check bench bench-counts bench-h2 \
+.PHONY: all configure-run build run test test-asan test-tsan fuzz format format-check bench bench-counts bench-h2 \
   bench-h2-counts flame clean install
 
 all: build
 
-build:
+configure-run:
 	@tools/deps.sh build
 	cmake -S . -B $(BUILD) $(RUN_OPTS)
+
+build: configure-run
 	cmake --build $(BUILD) -j$(JOBS)
 
-run: build
+# The showcase target brings the static library and Swagger UI's files; not the other examples
+# or the bench helpers.
+run: configure-run
+	cmake --build $(BUILD) -j$(JOBS) --target showcase
 	./$(BUILD)/examples/showcase --listen $(LISTEN) --workers $(WORKERS)
 
 test:

@@ -193,7 +193,10 @@ FLARE_API int flare_openapi_route(flare_app_t *app, const char *path);
 typedef struct flare_swagger_opts {
     /* The directory of the npm package swagger-ui-dist (the one holding
      * swagger-ui-bundle.js). [the environment variable
-     * FLARE_SWAGGER_UI_DIR, else the directory the build installed it to] */
+     * FLARE_SWAGGER_UI_DIR, else the first that holds the files of: the
+     * install's share/flare/swagger-ui found from where libflare.so was
+     * loaded (a moved prefix included), the configured install directory,
+     * the build tree's copy for the build's own programs; docs/openapi.md] */
     const char *dir;
     /* The URL of the document the page shows [the path given to
      * flare_openapi_route, else "/openapi.json"]. */
@@ -206,7 +209,8 @@ typedef struct flare_swagger_opts {
  * and swagger-ui.css from prefix/ (nothing from elsewhere: it works
  * offline; no inline script) and shows the
  * document; prefix/<file> are the package's files (flare_static). When the
- * files are not there (npm was missing at build time) every one of these
+ * files are not there (npm was missing at build time, or a directory given
+ * in opts.dir or FLARE_SWAGGER_UI_DIR lacks them) every one of these
  * URLs answers 503 with a plain-text message saying so and where they were
  * looked for, and the call still returns 0. Returns 0 or FLARE_EINVAL (bad
  * prefix), FLARE_EEXIST (routes taken), FLARE_ESTATE, FLARE_ENOMEM. */

@@ -1,10 +1,12 @@
 /* Swagger UI: a page of ours over the files of the npm package
- * swagger-ui-dist, which the build installs (cmake/swagger_ui.cmake) and
- * flare_static serves. The package's own index.html and
+ * swagger-ui-dist, which the build fetches and `cmake --install` copies to
+ * DATADIR/flare/swagger-ui (cmake/swagger_ui.cmake), and flare_static
+ * serves. The package's own index.html and
  * swagger-initializer.js point at a demo document on the Internet, so the
  * page and the script that starts the UI are ours, served from memory; no
  * inline script (a script-src policy without 'unsafe-inline' allows the
  * page's own scripts; whether the bundle itself needs more is not tested). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +17,22 @@
 #include "flare/static.h"
 #include "web/openapi_int.h"
 
-#ifndef FLARE_SWAGGER_UI_BUILD_DIR
-#define FLARE_SWAGGER_UI_BUILD_DIR ""
+/* The install's copy: DATADIR/flare/swagger-ui as configured, and the same
+ * place as a path from LIBDIR ("../share/flare/swagger-ui"), which finds it
+ * from wherever this library was loaded: an install made with
+ * `cmake --install --prefix P`, or moved, serves its own files. */
+#ifndef FLARE_SWAGGER_UI_INSTALL_DIR
+#define FLARE_SWAGGER_UI_INSTALL_DIR ""
 #endif
+#ifndef FLARE_SWAGGER_UI_FROM_LIBDIR
+#define FLARE_SWAGGER_UI_FROM_LIBDIR ""
+#endif
+
+/* Where the build tree keeps the files (BUILD/npm/...). Defined only in the
+ * binaries the build links for itself (examples, tests: the object
+ * flare_build_paths), never in the installed libraries, which must not
+ * depend on a tree that may be gone or rebuilt: unresolved, it is NULL. */
+extern const char flare__swagger_ui_build_dir[] __attribute__((weak, visibility("hidden")));
 
 #define INIT_JS "flare-swagger-init.js"
 
@@ -178,6 +193,68 @@ static bool installed(const char *dir)
     return true;
 }
 
+/* dirname(path of the object this library was loaded from) + "/" + rel: the
+ * shared library's own directory, or the executable's when linked
+ * statically. The loader gives the path it was asked for, relative to the
+ * working directory when the command line or LD_LIBRARY_PATH was: such a
+ * path is made absolute now (it must exist for that), so the files stay
+ * reachable after a chdir. false when there is no such path or it does not
+ * fit. */
+static bool beside_object(const char *rel, char *out, size_t size)
+{
+    static const char anchor = 0; /* any address inside this object */
+    Dl_info info;
+    if (rel[0] == '\0' || dladdr(&anchor, &info) == 0 || info.dli_fname == NULL)
+        return false;
+    const char *slash = strrchr(info.dli_fname, '/');
+    if (slash == NULL)
+        return false;
+    int n = snprintf(out, size, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, rel);
+    if (n <= 0 || (size_t)n >= size)
+        return false;
+    if (out[0] != '/') {
+        char *real = realpath(out, NULL);
+        if (real == NULL || strlen(real) >= size) {
+            free(real);
+            return false;
+        }
+        strcpy(out, real);
+        free(real);
+    }
+    return true;
+}
+
+/* Where Swagger UI's files are when neither opts.dir nor the environment
+ * says: the first of (the install beside this library, the configured
+ * install directory, the build tree) that holds them, in buf; NULL when none
+ * does, with the places looked at listed in tried. */
+static const char *find_dir(char *buf, size_t size, char *tried, size_t tried_size)
+{
+    const char *where[3];
+    size_t n = 0;
+    if (beside_object(FLARE_SWAGGER_UI_FROM_LIBDIR, buf, size))
+        where[n++] = buf;
+    if (FLARE_SWAGGER_UI_INSTALL_DIR[0] != '\0')
+        where[n++] = FLARE_SWAGGER_UI_INSTALL_DIR;
+    if (flare__swagger_ui_build_dir != NULL && flare__swagger_ui_build_dir[0] != '\0')
+        where[n++] = flare__swagger_ui_build_dir;
+    size_t used = 0;
+    tried[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (installed(where[i])) {
+            if (where[i] != buf)
+                snprintf(buf, size, "%s", where[i]);
+            return buf;
+        }
+        int k = snprintf(tried + used, tried_size - used, "%s\"%s\"",
+                         i == 0 ? "" : (i + 1 < n ? ", " : " or "), where[i]);
+        if (k < 0 || (size_t)k >= tried_size - used)
+            break;
+        used += (size_t)k;
+    }
+    return NULL;
+}
+
 /* GET prefix + suffix -> fn(st). */
 static int route(flare_app_t *app, const char *prefix, const char *suffix, flare_handler_fn fn,
                  oa_state_t *st)
@@ -205,11 +282,19 @@ int flare_swagger_ui(flare_app_t *app, const char *prefix, const flare_swagger_o
     if (st->ui_prefix != NULL)
         return flare__fail(FLARE_EEXIST, 0, "flare_swagger_ui: already served at %s",
                            st->ui_prefix);
+    /* An explicit directory is the only one looked at: a wrong one answers
+     * 503 naming it rather than quietly serving another copy. */
+    char found[4096], tried[2048] = "";
     const char *dir = opts->dir;
     if (dir == NULL || dir[0] == '\0')
         dir = getenv("FLARE_SWAGGER_UI_DIR");
-    if (dir == NULL || dir[0] == '\0')
-        dir = FLARE_SWAGGER_UI_BUILD_DIR;
+    if (dir == NULL || dir[0] == '\0') {
+        dir = find_dir(found, sizeof(found), tried, sizeof(tried));
+        if (dir == NULL)
+            dir = "";
+    } else {
+        snprintf(tried, sizeof(tried), "\"%s\"", dir);
+    }
     const char *pre = flare__openapi_strdup(st, prefix);
     const char *title = flare__openapi_strdup(st, opts->title ? opts->title : "API documentation");
     const char *url = flare__openapi_strdup(st, opts->url);
@@ -233,13 +318,13 @@ int flare_swagger_ui(flare_app_t *app, const char *prefix, const flare_swagger_o
             goto fail;
         return 0;
     }
-    char msg[1024];
+    char msg[3072];
     snprintf(msg, sizeof(msg),
-             "503 Swagger UI is not installed: no swagger-ui-bundle.js in \"%.700s\". It comes "
-             "from the npm package swagger-ui-dist, installed when Flare is built with npm "
-             "present (tools/deps.sh test installs npm); or set FLARE_SWAGGER_UI_DIR to a "
-             "swagger-ui-dist directory.\n",
-             dir[0] != '\0' ? dir : "(no directory: npm was missing at build time)");
+             "503 Swagger UI is not installed: no swagger-ui-bundle.js in %s. It comes from the "
+             "npm package swagger-ui-dist, fetched when Flare is built with npm present "
+             "(tools/deps.sh build installs npm) and copied to share/flare/swagger-ui by "
+             "`cmake --install`; or set FLARE_SWAGGER_UI_DIR to a swagger-ui-dist directory.\n",
+             tried[0] != '\0' ? tried : "(no directory known to this build)");
     if ((st->ui_missing = flare__openapi_strdup(st, msg)) == NULL)
         goto nomem;
     if ((rc = route(app, prefix, "", serve_missing, st)) != 0 ||
