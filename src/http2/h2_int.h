@@ -91,8 +91,19 @@ typedef struct h2_stream {
     flare_release_t rel;
     int fd;
     uint64_t foff, fleft;
-    flare_str_t cookie; /* the cookie fields joined with "; " (RFC 9113 8.2.3) */
+    /* RFC 9113 8.2.3: the cookie fields of a block are joined with "; "
+     * into the first one's value (head.headers[cookie_ix - 1]; 0: none yet)
+     * once the block ends; the further ones wait here (in the arena) */
+    uint32_t cookie_ix;
+    struct h2_crumb *crumbs, *crumbs_last;
 } h2_stream_t;
+
+/* a cookie field after the block's first */
+typedef struct h2_crumb {
+    struct h2_crumb *next;
+    size_t len;
+    char data[];
+} h2_crumb_t;
 
 /* Flare's own per-connection counters (independent of nghttp2's). */
 typedef struct flare_h2_counters {

@@ -319,14 +319,21 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         return malformed(sess, st);
     struct flare_req *ex = st->ex;
     const flare_http_limits_t *lim = &ex->worker->app->limits;
-    /* counted before anything is held: an HPACK bomb stops here */
+    flare_http_head_t *h = &ex->head;
+    /* counted before anything is held: an HPACK bomb stops here. A cookie
+     * field after the first also counts what it adds to the joined value
+     * (and the first field's value the first time): with HPACK indexing a
+     * repeated "cookie: a" costs the client one byte */
+    bool crumb = nlen == 6 && st->cookie_ix != 0 && memcmp(name, "cookie", 6) == 0;
     st->hdr_bytes += nlen + vlen + 32;
+    if (crumb)
+        st->hdr_bytes +=
+            vlen + 2 + (st->crumbs == NULL ? h->headers[st->cookie_ix - 1].value.len : 0);
     if (st->hdr_bytes > lim->max_head) {
         st->err_status = 431;
         st->err_msg = "header list too large";
         return 0;
     }
-    flare_http_head_t *h = &ex->head;
     flare_str_t v;
     switch (kind) {
     case H2F_SCHEME:
@@ -354,18 +361,19 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         st->err_msg = "too many header fields";
         return 0;
     }
-    if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && st->cookie.len > 0) {
-        /* RFC 9113 8.2.3: one field again for the rest of Flare */
-        char *j = flare__arena_alloc(&ex->arena, st->cookie.len + 2 + vlen);
-        if (j == NULL)
+    if (crumb) {
+        /* kept as it came; joined once, at the block's end (join_cookies) */
+        h2_crumb_t *cr = flare__arena_alloc(&ex->arena, sizeof(*cr) + vlen);
+        if (cr == NULL)
             goto nomem;
-        memcpy(j, st->cookie.ptr, st->cookie.len);
-        memcpy(j + st->cookie.len, "; ", 2);
-        memcpy(j + st->cookie.len + 2, value, vlen);
-        st->cookie = (flare_str_t){ j, st->cookie.len + 2 + vlen };
-        for (size_t i = 0; i < h->nheaders; i++)
-            if (h->headers[i].name.len == 6 && memcmp(h->headers[i].name.ptr, "cookie", 6) == 0)
-                h->headers[i].value = st->cookie;
+        cr->next = NULL;
+        cr->len = vlen;
+        memcpy(cr->data, value, vlen);
+        if (st->crumbs_last != NULL)
+            st->crumbs_last->next = cr;
+        else
+            st->crumbs = cr;
+        st->crumbs_last = cr;
         return 0;
     }
     flare_header_t *hf = &h->headers[h->nheaders];
@@ -377,7 +385,7 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         hf->value = (flare_str_t){ "", 0 };
     h->nheaders++;
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
-        st->cookie = hf->value;
+        st->cookie_ix = (uint32_t)h->nheaders; /* the field's index + 1 */
     if (kind == H2F_CLEN)
         flare__h2_content_length(value, vlen, &h->content_length);
     else if (kind == H2F_HOST && !trailer && h->host.len == 0)
@@ -387,6 +395,33 @@ nomem:
     st->err_status = 500;
     st->err_msg = "out of memory";
     return 0;
+}
+
+/* RFC 9113 8.2.3: the block's cookie fields become one again for the
+ * rest of Flare, "; " between them: one copy of each crumb (their bytes
+ * were counted against max_head as they came). */
+static void join_cookies(h2_stream_t *st)
+{
+    struct flare_req *ex = st->ex;
+    flare_header_t *hf = &ex->head.headers[st->cookie_ix - 1];
+    size_t n = hf->value.len;
+    for (const h2_crumb_t *cr = st->crumbs; cr != NULL; cr = cr->next)
+        n += 2 + cr->len;
+    char *j = flare__arena_alloc(&ex->arena, n);
+    if (j == NULL) {
+        st->err_status = 500;
+        st->err_msg = "out of memory";
+        return;
+    }
+    memcpy(j, hf->value.ptr, hf->value.len);
+    size_t at = hf->value.len;
+    for (const h2_crumb_t *cr = st->crumbs; cr != NULL; cr = cr->next) {
+        memcpy(j + at, "; ", 2);
+        memcpy(j + at + 2, cr->data, cr->len);
+        at += 2 + cr->len;
+    }
+    hf->value = (flare_str_t){ j, n };
+    st->crumbs = st->crumbs_last = NULL;
 }
 
 static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
@@ -426,6 +461,8 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
     case NGHTTP2_HEADERS:
         if (st == NULL || (st->flags & ST_MALFORMED))
             return 0;
+        if (st->crumbs != NULL && st->err_status == 0)
+            join_cookies(st);
         if (st->err_status == 0 && !(st->flags & (ST_DISPATCHED | ST_ANSWERED))) {
             bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
             if (f->headers.cat == NGHTTP2_HCAT_REQUEST
