@@ -41,6 +41,7 @@ void flare_config_init(flare_config_t *cfg)
     cfg->max_body = 1024 * 1024;
     cfg->job_threads = 4;
     cfg->backlog = 4096;
+    cfg->max_conn_body = 0; /* 4 x max_body, whatever max_body becomes (flare_app_new) */
 }
 
 flare_app_t *flare_app_new(const flare_config_t *cfg)

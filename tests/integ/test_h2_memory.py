@@ -5,13 +5,19 @@ worker keeps after it (one worker, so every byte lands in the same one):
 - cookie crumbs: many `cookie` fields in one header block (a repeated
   `cookie: a` costs the client one byte with HPACK indexing) count against
   max-head as the joined value they make, so the block is answered 431
-  instead of being joined again for every crumb.
+  instead of being joined again for every crumb;
+- request bodies: the bodies buffered on one connection are bounded by
+  max-conn-body (default 4 x max-body): past it the flow-control window is
+  not given back (a stream still waiting past half the connection window is
+  refused with REFUSED_STREAM), and a single stream with a body up to
+  max-body is never held up by it.
 
 The RSS figures are VmRSS from /proc/PID/status. Under AddressSanitizer
 they mean nothing (freed memory stays in its quarantine): only the frame-
 level checks are made then."""
 
 import os
+import select
 import socket
 import struct
 import sys
@@ -20,9 +26,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
 import h2util  # noqa: E402
-from h2util import GOAWAY, HEADERS, RST_STREAM  # noqa: E402
+from h2util import (DATA, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE, REFUSED_STREAM,  # noqa: E402
+                    RST_STREAM, WINDOW_UPDATE, frame)
 
+MIB = 1 << 20
 POST = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost"), (":path", "/echo")]
+GET = [(":method", "GET"), (":scheme", "http"), (":authority", "localhost"), (":path", "/plaintext")]
 
 
 def vm_rss_kib(pid):
@@ -101,6 +110,164 @@ class CookieCrumbs(MemoryCase):
         self.assertEqual((status, body), (200, b"Hello, World!"))
         c.close()
         self.check_rss(self.settle_rss() - rss0, 8 * 1024, "after the connection closed")
+
+
+class BodyBudget(MemoryCase):
+    # the default budget: 4 x max-body
+    server_args = ("--max-body", "1m", "--body-timeout", "30s", "--idle-timeout", "30s")
+    BUDGET = 4 * MIB
+    CONN_WINDOW = MIB      # the connection's receive window (docs/http2.md)
+
+    def pour(self, c, sids, per_stream, seconds=2.0, cap=48 * MIB):
+        """Sends DATA (no END_STREAM) round-robin on sids, per_stream bytes
+        each at most (this call), as fast as the windows the server gives
+        allow; stops once nothing could be sent for `seconds` or cap bytes
+        went out. The windows are kept on c across calls. Returns ({sid:
+        bytes sent}, the sids reset or answered, {sid: stream-level
+        WINDOW_UPDATE increments})."""
+        if not hasattr(c, "flow"):
+            swin0 = c.wait_settings().get(INITIAL_WINDOW_SIZE, 65535)
+            c.flow = dict(swin0=swin0, conn=65535, win={}, seen=0, reset=set())
+        fl = c.flow
+        for sid in sids:
+            fl["win"].setdefault(sid, fl["swin0"])
+        sent = {sid: 0 for sid in sids}
+        updates = {sid: 0 for sid in sids}
+        chunk = b"x" * 16384
+        idle_since = time.monotonic()
+        total = 0
+        while total < cap:
+            # what the server said meanwhile
+            while True:
+                r, _, _ = select.select([c.sock], [], [], 0)
+                if not r and len(c.buf) < 9:
+                    break
+                try:
+                    c.recv_frame(0.5)
+                except (socket.timeout, h2util.Closed):
+                    break
+            for f in c.log[fl["seen"]:]:
+                if f.type == WINDOW_UPDATE:
+                    inc = struct.unpack(">I", f.payload)[0] & 0x7FFFFFFF
+                    if f.sid == 0:
+                        fl["conn"] += inc
+                    elif f.sid in fl["win"]:
+                        fl["win"][f.sid] += inc
+                        if f.sid in updates:
+                            updates[f.sid] += inc
+                elif f.sid in fl["win"] and (f.type == RST_STREAM or f.type == HEADERS):
+                    fl["reset"].add(f.sid)
+            fl["seen"] = len(c.log)
+            if c.eof or c.goaway:
+                break
+            progressed = False
+            for sid in sids:
+                if sid in fl["reset"]:
+                    continue
+                n = min(len(chunk), fl["win"][sid], fl["conn"], per_stream - sent[sid])
+                if n <= 0:
+                    continue
+                c.send(frame(DATA, 0, sid, chunk[:n]))
+                fl["win"][sid] -= n
+                fl["conn"] -= n
+                sent[sid] += n
+                total += n
+                progressed = True
+            if progressed:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > seconds:
+                break
+            else:
+                select.select([c.sock], [], [], 0.05)
+        return sent, fl["reset"] & set(sids), updates
+
+    def test_bodies_held_per_connection_bounded(self):
+        # 100 streams of ~1 MB (under max-body) without END_STREAM: before,
+        # each stream's window came back as its data was buffered, so the
+        # connection held 100 MB
+        rss0 = self.rss()
+        c = self.raw()
+        sids = list(range(1, 201, 2))
+        for sid in sids:
+            c.headers(sid, POST, end_stream=False)
+        sent, reset, _ = self.pour(c, sids, 1000000)
+        held = sum(n for sid, n in sent.items() if sid not in reset)
+        total = sum(sent.values())
+        sys.stderr.write("100 bodies: %.1f MiB sent, %.1f MiB on streams not reset, %d streams "
+                         "refused\n" % (total / MIB, held / MIB, len(reset)))
+        # the budget, what the connection window had let through when it
+        # was reached, and the oldest stream's body (always let through)
+        bound = self.BUDGET + self.CONN_WINDOW + MIB
+        self.assertLessEqual(held, bound, "%.1f MiB of request bodies held on one connection "
+                             "(budget 4 MiB): %s" % (held / MIB, c.history()))
+        codes = {f.sid: struct.unpack(">I", f.payload)[0] for f in c.log if f.type == RST_STREAM}
+        self.assertEqual(set(codes.values()) - {REFUSED_STREAM}, set(), codes)
+        self.check_rss(self.rss() - rss0, 24 * 1024, "100 bodies of 1 MB held open")
+        # the oldest stream was never held up: it can finish
+        c.data(sids[0], b"y" * 10, end_stream=True)
+        status, _, body, _ = c.response(sids[0], timeout=10)
+        self.assertEqual((status, len(body)), (200, sent[sids[0]] + 10))
+        c.close()
+        self.check_rss(self.settle_rss() - rss0, 8 * 1024, "after the connection closed")
+
+    def test_window_not_returned_past_budget(self):
+        # five streams, one after the other: the first four fill the budget
+        # (their windows come back), the fifth gets none back past it
+        c = self.raw()
+        sids = [1, 3, 5, 7, 9]
+        for sid in sids:
+            c.headers(sid, POST, end_stream=False)
+        sent, reset, updates = self.pour(c, sids[:4], MIB - 4096)
+        self.assertEqual(reset, set())
+        self.assertEqual(sum(sent.values()), 4 * (MIB - 4096), c.history())
+        sent5, reset5, updates5 = self.pour(c, [9], MIB - 4096, seconds=1.0)
+        self.assertEqual(reset5, set(), c.history())
+        self.assertEqual(updates5[9], 0, "the fifth stream got %d bytes of window back with the "
+                         "budget full (%d bytes sent)" % (updates5[9], sent5[9]))
+        self.assertLess(sent5[9], MIB - 4096, "the fifth stream sent its whole body with the "
+                        "budget full: %s" % c.history())
+        # the first stream ends: its answer frees its part, the fifth goes on
+        c.data(1, b"", end_stream=True)
+        status, _, body, _ = c.response(1, timeout=10)
+        self.assertEqual((status, len(body)), (200, MIB - 4096))
+        more, reset5, _ = self.pour(c, [9], MIB - 4096 - sent5[9], seconds=1.0)
+        self.assertEqual(reset5, set(), c.history())
+        self.assertEqual(sent5[9] + more[9], MIB - 4096, "the fifth stream stalled after the first "
+                         "one's answer: %s" % c.history())
+        c.data(9, b"", end_stream=True)
+        status, _, body, _ = c.response(9, timeout=10)
+        self.assertEqual((status, len(body)), (200, MIB - 4096))
+
+
+class BodyBudgetTight(MemoryCase):
+    # the budget set to max-body itself: a single body of max-body passes,
+    # and so do bodies on many streams one after the other and together
+    server_args = ("--max-body", "1m", "--max-conn-body", "1m")
+
+    def test_single_stream_max_body(self):
+        c = self.client()
+        body = bytes(range(256)) * 4096   # exactly 1 MiB
+        sid = c.post("/echo", body)
+        status, _, got, _, reset = c.wait([sid], timeout=20)[0]
+        self.assertEqual((status, reset, got == body), (200, None, True))
+
+    def test_concurrent_bodies_complete(self):
+        # eight bodies of 900 KB together through a 1 MiB budget: the oldest
+        # stream always goes on; streams refused (REFUSED_STREAM: never
+        # processed, RFC 9113 8.7) are sent again, as clients do
+        c = self.client()
+        todo = {i: bytes([65 + i]) * 900000 for i in range(8)}
+        done = {}
+        deadline = time.monotonic() + 60
+        while todo and time.monotonic() < deadline:
+            sids = {c.post("/echo", b): i for i, b in todo.items()}
+            for sid, (status, _, got, _, reset) in zip(sids, c.wait(list(sids), timeout=30)):
+                i = sids[sid]
+                if reset == REFUSED_STREAM:
+                    continue
+                self.assertEqual((status, reset, got == todo[i]), (200, None, True))
+                done[i] = todo.pop(i)
+        self.assertEqual(todo, {}, "bodies never completed")
 
 
 if __name__ == "__main__":
