@@ -10,7 +10,10 @@ worker keeps after it (one worker, so every byte lands in the same one):
   max-conn-body (default 4 x max-body): past it the flow-control window is
   not given back (a stream still waiting past half the connection window is
   refused with REFUSED_STREAM), and a single stream with a body up to
-  max-body is never held up by it.
+  max-body is never held up by it;
+- memory given back: after a burst of streams with bodies both ways, once
+  the connections are closed, the worker's RSS returns to within a few MiB
+  of where it was.
 
 The RSS figures are VmRSS from /proc/PID/status. Under AddressSanitizer
 they mean nothing (freed memory stays in its quarantine): only the frame-
@@ -268,6 +271,44 @@ class BodyBudgetTight(MemoryCase):
                 self.assertEqual((status, reset, got == todo[i]), (200, None, True))
                 done[i] = todo.pop(i)
         self.assertEqual(todo, {}, "bodies never completed")
+
+
+class PoolsGiveBack(MemoryCase):
+    server_args = ("--max-body", "1m", "--idle-timeout", "30s")
+
+    def test_rss_returns_after_burst(self):
+        # 3 connections x 100 streams, each a 60 KB body echoed back, with
+        # the answers held behind closed windows so that all 300 exchanges
+        # live at once; then read everything and close
+        rss0 = self.settle_rss(0.5)
+        conns = []
+        body = b"z" * 60000
+        for _ in range(3):
+            c = self.raw()
+            c.auto_window = False
+            c.wait_settings()
+            conns.append(c)
+        for c in conns:
+            for sid in range(1, 201, 2):
+                c.headers(sid, POST + [("content-length", str(len(body)))], end_stream=False)
+                for off in range(0, len(body), 16384):
+                    c.data(sid, body[off:off + 16384], end_stream=off + 16384 >= len(body))
+        time.sleep(1.0)
+        peak = self.rss()
+        for c in conns:
+            c.auto_window = True
+            c.send(h2util.window_update(0, 64 * MIB))
+            for sid in range(1, 201, 2):
+                c.send(h2util.window_update(sid, 1 * MIB))
+            for sid in range(1, 201, 2):
+                status, _, got, _ = c.response(sid, timeout=20)
+                self.assertEqual((status, len(got)), (200, len(body)))
+        for c in conns:
+            c.close()
+        rss1 = self.settle_rss()
+        sys.stderr.write("burst: RSS %.1f MiB before, %.1f MiB at its peak, %.1f MiB after\n" % (
+            rss0 / 1024, peak / 1024, rss1 / 1024))
+        self.check_rss(rss1 - rss0, 12 * 1024, "after a burst of 300 exchanges")
 
 
 if __name__ == "__main__":
