@@ -1,7 +1,8 @@
 /* The example server: the routes the benchmarks and the outside tests use.
  *
  *   hello [--config FILE] [--check-config] --listen HOST:PORT --workers N
- *         [--header-timeout S] [--idle-timeout S] [--max-body BYTES] [--static DIR]
+ *         [--header-timeout S] [--idle-timeout S] [--max-body BYTES] [--max-conn-body BYTES]
+ *         [--static DIR]
  *         [--tls-cert FILE --tls-key FILE [--tls-sni-cert FILE --tls-sni-key FILE]...
  *          [--tls-handshake-timeout S]] [--listen-plain HOST:PORT]...
  *         [--log FILE|-] [--log-level error|warn|info|debug] [--access-log FILE|-]

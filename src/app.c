@@ -6,6 +6,7 @@
  * meanwhile), then asks every worker to drain and joins them. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sched.h>
 #include <stddef.h>
@@ -41,6 +42,7 @@ void flare_config_init(flare_config_t *cfg)
     cfg->max_body = 1024 * 1024;
     cfg->job_threads = 4;
     cfg->backlog = 4096;
+    cfg->max_conn_body = 0; /* 4 x max_body, whatever max_body becomes (flare_app_new) */
 }
 
 flare_app_t *flare_app_new(const flare_config_t *cfg)
@@ -307,6 +309,47 @@ static void gate_close(flare_app_t *app)
 /* The periodic sweep. It is re-armed first, on an embedded timer, so that
  * nothing it does (closing connections, running their callbacks) can keep
  * the next sweep from happening: a lost re-arm would end all timeouts. */
+/* After a burst the caches hold what its peak needed: each sweep frees
+ * what none took since the one before (their low-water marks), down to a
+ * small floor, and asks malloc to give the pages back when that was a lot
+ * (it keeps freed memory of a thread's arena otherwise). */
+#define TRIM_KEEP_EX   16
+#define TRIM_KEEP_BUFS 16
+#define TRIM_RELEASE   (1u << 20)
+
+static size_t ex_free(struct flare_req *ex)
+{
+    size_t n = sizeof(*ex) + ex->bodybuf.cap + ex->out.cap;
+    flare__arena_dispose(&ex->arena);
+    flare__buf_free(&ex->bodybuf);
+    flare__buf_free(&ex->out);
+    free(ex->headers);
+    free(ex);
+    return n;
+}
+
+static void worker_trim(flare_worker_t *w)
+{
+    size_t freed = 0;
+    unsigned drop = w->nfree_ex > TRIM_KEEP_EX ? w->nfree_ex - TRIM_KEEP_EX : 0;
+    if (drop > w->ex_low)
+        drop = w->ex_low;
+    for (unsigned i = 0; i < drop; i++) {
+        struct flare_req *ex = w->free_ex;
+        w->free_ex = ex->next;
+        freed += ex_free(ex);
+    }
+    w->nfree_ex -= drop;
+    w->ex_low = w->nfree_ex;
+    freed += flare__bufpool_trim(&w->pool, TRIM_KEEP_BUFS);
+    freed += flare__h2_mem_trim(w);
+    w->trimmed += freed;
+    if (w->trimmed >= TRIM_RELEASE) {
+        w->trimmed = 0;
+        malloc_trim(0);
+    }
+}
+
 static void sweep_timer(void *ud)
 {
     flare_worker_t *w = ud;
@@ -315,6 +358,7 @@ static void sweep_timer(void *ud)
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     flare__worker_update_date(w, ts.tv_sec);
     flare__conn_sweep(w);
+    worker_trim(w);
     if (w->draining &&
         ((w->nconns == 0 && w->nmodule_conns == 0) || w->loop.now >= w->drain_deadline)) {
         w->loop.stop = true; /* past the deadline, worker_main closes the rest */
@@ -414,12 +458,9 @@ void flare__worker_free_memory(flare_worker_t *w)
     while (w->free_ex != NULL) {
         struct flare_req *ex = w->free_ex;
         w->free_ex = ex->next;
-        flare__arena_dispose(&ex->arena);
-        flare__buf_free(&ex->bodybuf);
-        flare__buf_free(&ex->out);
-        free(ex->headers);
-        free(ex);
+        ex_free(ex);
     }
+    w->nfree_ex = w->ex_low = 0;
     flare__h2_mem_dispose(w);
     flare__bufpool_dispose(&w->pool);
 }

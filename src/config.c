@@ -24,6 +24,7 @@
 #define MAX_HEAD        ((uint64_t)1 << 30) /* 1 GiB: far inside uint32_t and int */
 #define MAX_HEADERS     65535u
 #define MAX_BODY        ((uint64_t)1 << 40) /* 1 TiB */
+#define MAX_CONN_BODY   ((uint64_t)1 << 42) /* 4 TiB */
 
 static int too_big(const char *field, uint64_t v, uint64_t max)
 {
@@ -35,11 +36,7 @@ int flare__config_resolve(flare_config_t *out, const flare_config_t *in)
 {
     flare_config_t def;
     flare_config_init(&def);
-    if (in == NULL) {
-        *out = def;
-        return 0;
-    }
-    *out = *in;
+    *out = in != NULL ? *in : def;
 #define DEFAULT(f)   \
     if (out->f == 0) \
         out->f = def.f;
@@ -57,6 +54,8 @@ int flare__config_resolve(flare_config_t *out, const flare_config_t *in)
     DEFAULT(job_threads)
     DEFAULT(backlog)
 #undef DEFAULT
+    if (out->max_conn_body == 0 && out->max_body <= MAX_BODY)
+        out->max_conn_body = 4 * out->max_body;
 
 #define CHECK_MAX(f, max)         \
     if ((uint64_t)out->f > (max)) \
@@ -71,6 +70,7 @@ int flare__config_resolve(flare_config_t *out, const flare_config_t *in)
     CHECK_MAX(max_head, MAX_HEAD)
     CHECK_MAX(max_headers, MAX_HEADERS)
     CHECK_MAX(max_body, MAX_BODY)
+    CHECK_MAX(max_conn_body, MAX_CONN_BODY)
     CHECK_MAX(job_threads, MAX_JOB_THREADS)
 #undef CHECK_MAX
     if (out->backlog < 0)

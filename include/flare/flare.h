@@ -59,12 +59,19 @@ typedef struct flare_config {
     int backlog;                /* listen(2) backlog [4096], >= 0 (the kernel caps it at
                                    net.core.somaxconn) */
     bool mw_stats;              /* time every middleware hook (flare_app_mw_stats) [off] */
+    /* request body bytes one connection may hold buffered at once, all its
+     * HTTP/2 streams together [4 x max_body], <= 4 TiB; taken as max_body
+     * when smaller. Past it the connection's flow-control window is not
+     * given back until bodies are answered or their streams end
+     * (docs/http2.md). HTTP/1.1 holds one body at a time: max_body. */
+    size_t max_conn_body;
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
  * header 10 s, body 30 s, idle 60 s, write 30 s, drain 10 s, request line
  * 8 KiB, head 32 KiB, 100 header fields, body 1 MiB, 4 job threads,
- * backlog 4096. The same as a zeroed struct. */
+ * backlog 4096; max_conn_body stays 0 (4 x max_body, resolved by
+ * flare_app_new). The same as a zeroed struct. */
 FLARE_API void flare_config_init(flare_config_t *cfg);
 
 /* ---- application lifecycle ---------------------------------------------- */

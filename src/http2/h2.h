@@ -27,6 +27,9 @@ void flare__h2_free(flare_conn_t *c);
 
 /* Frees the worker's HTTP/2 block lists (after its connections are gone). */
 void flare__h2_mem_dispose(flare_worker_t *w);
+/* The sweep: frees the blocks of each list that none took since the last
+ * call (its low-water mark); returns the bytes freed. */
+size_t flare__h2_mem_trim(flare_worker_t *w);
 
 /* stats.c: the request streams open on c (the metrics' sampled gauge; on
  * c's worker). */

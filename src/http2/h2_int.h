@@ -40,7 +40,8 @@ enum {
     ST_DEFERRED = 1u << 3,   /* the data provider returned DEFERRED */
     ST_ENDED_IN = 1u << 4,   /* END_STREAM received */
     ST_ANSWERED = 1u << 5,   /* a response was submitted */
-    ST_MALFORMED = 1u << 6,  /* reset with PROTOCOL_ERROR (RFC 9113 8.1.1): never dispatched */
+    ST_MALFORMED = 1u << 6,  /* reset with PROTOCOL_ERROR (RFC 9113 8.1.1), or REFUSED_STREAM
+                                by the body budget: never dispatched */
 };
 
 /* fields.c: RFC 9113 8.2 and 8.3, one request field at a time. seen keeps
@@ -82,6 +83,10 @@ typedef struct h2_stream {
     uint8_t seen; /* H2S_*: what the request's fields held so far */
     size_t hdr_bytes;
     uint64_t body_len;
+    /* the body budget: bytes of this stream's body buffered (counted in
+     * h2->held until the stream is freed), and of those the ones whose
+     * window was not given back yet (h2->owed) */
+    uint64_t held, owed;
     uint64_t t_body; /* last request progress (ms) */
     int err_status;  /* answer this once the request's head is complete */
     const char *err_msg;
@@ -91,8 +96,19 @@ typedef struct h2_stream {
     flare_release_t rel;
     int fd;
     uint64_t foff, fleft;
-    flare_str_t cookie; /* the cookie fields joined with "; " (RFC 9113 8.2.3) */
+    /* RFC 9113 8.2.3: the cookie fields of a block are joined with "; "
+     * into the first one's value (head.headers[cookie_ix - 1]; 0: none yet)
+     * once the block ends; the further ones wait here (in the arena) */
+    uint32_t cookie_ix;
+    struct h2_crumb *crumbs, *crumbs_last;
 } h2_stream_t;
+
+/* a cookie field after the block's first */
+typedef struct h2_crumb {
+    struct h2_crumb *next;
+    size_t len;
+    char data[];
+} h2_crumb_t;
 
 /* Flare's own per-connection counters (independent of nghttp2's). */
 typedef struct flare_h2_counters {
@@ -129,6 +145,11 @@ typedef struct flare_h2 {
     unsigned reset_pos;
     uint32_t cont_frames;
     size_t cont_bytes;
+    /* the body budget (max_conn_body): request body bytes buffered on the
+     * connection, those whose window is held back, and the stream whose
+     * body always goes on (the oldest one receiving a body; NULL: to find) */
+    uint64_t held, owed;
+    h2_stream_t *leader;
     uint64_t t_activity; /* last request activity (not PING) */
     uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
     uint64_t t_hdrs;     /* H2_IN_HDRS: when its HEADERS began (the header timeout) */

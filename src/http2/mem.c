@@ -28,6 +28,7 @@
 #define H2M_CLASSES   8            /* up to 4 KiB */
 #define H2M_KEEP      (256u << 10) /* bytes kept per class at most */
 #define H2M_BIG       0xff
+#define H2M_TRIM_KEEP (16u << 10) /* bytes a class keeps through the sweep's trim */
 
 /* Precedes every block: its class (H2M_BIG: malloc'd as it is). 16 bytes
  * keep the block as aligned as malloc's. */
@@ -43,6 +44,7 @@ typedef union h2m_hdr {
 struct flare_h2_mem {
     h2m_hdr_t *free[H2M_CLASSES];
     uint32_t nfree[H2M_CLASSES];
+    uint32_t low[H2M_CLASSES]; /* the fewest free since the last trim */
 };
 
 #ifndef H2M_PASSTHROUGH
@@ -80,7 +82,8 @@ void *flare__h2_malloc(flare_worker_t *w, size_t size)
     if (m != NULL && m->free[cls] != NULL) {
         b = m->free[cls];
         m->free[cls] = b->h.next;
-        m->nfree[cls]--;
+        if (--m->nfree[cls] < m->low[cls])
+            m->low[cls] = m->nfree[cls];
         return b + 1;
     }
     if (m == NULL)
@@ -162,6 +165,30 @@ void flare__h2_mem_dispose(flare_worker_t *w)
     }
     free(m);
     w->h2mem = NULL;
+}
+
+size_t flare__h2_mem_trim(flare_worker_t *w)
+{
+    flare_h2_mem_t *m = w->h2mem;
+    size_t freed = 0;
+    if (m == NULL)
+        return 0;
+    for (unsigned i = 0; i < H2M_CLASSES; i++) {
+        /* a few blocks stay for the next connection */
+        uint32_t keep = H2M_TRIM_KEEP / (uint32_t)((size_t)1 << (i + H2M_MIN_SHIFT));
+        uint32_t drop = m->nfree[i] > keep ? m->nfree[i] - keep : 0;
+        if (drop > m->low[i])
+            drop = m->low[i];
+        for (uint32_t k = 0; k < drop; k++) {
+            h2m_hdr_t *b = m->free[i];
+            m->free[i] = b->h.next;
+            free(b);
+        }
+        m->nfree[i] -= drop;
+        m->low[i] = m->nfree[i];
+        freed += (size_t)drop << (i + H2M_MIN_SHIFT);
+    }
+    return freed;
 }
 
 /* nghttp2_mem's shape: the worker is the user data */

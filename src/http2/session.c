@@ -118,6 +118,15 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
         h2->hot = NULL;
     ready_remove(h2, st);
     flare__h2_src_release(st);
+    /* its body leaves the budget; the window it held back comes back (the
+     * stream's no longer matters) */
+    h2->held -= st->held;
+    if (st->owed > 0) {
+        nghttp2_session_consume_connection(h2->sess, st->owed);
+        h2->owed -= st->owed;
+    }
+    if (h2->leader == st)
+        h2->leader = NULL;
     struct flare_req *ex = st->ex;
     if (ex != NULL) {
         ex->pstream = NULL;
@@ -319,14 +328,21 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         return malformed(sess, st);
     struct flare_req *ex = st->ex;
     const flare_http_limits_t *lim = &ex->worker->app->limits;
-    /* counted before anything is held: an HPACK bomb stops here */
+    flare_http_head_t *h = &ex->head;
+    /* counted before anything is held: an HPACK bomb stops here. A cookie
+     * field after the first also counts what it adds to the joined value
+     * (and the first field's value the first time): with HPACK indexing a
+     * repeated "cookie: a" costs the client one byte */
+    bool crumb = nlen == 6 && st->cookie_ix != 0 && memcmp(name, "cookie", 6) == 0;
     st->hdr_bytes += nlen + vlen + 32;
+    if (crumb)
+        st->hdr_bytes +=
+            vlen + 2 + (st->crumbs == NULL ? h->headers[st->cookie_ix - 1].value.len : 0);
     if (st->hdr_bytes > lim->max_head) {
         st->err_status = 431;
         st->err_msg = "header list too large";
         return 0;
     }
-    flare_http_head_t *h = &ex->head;
     flare_str_t v;
     switch (kind) {
     case H2F_SCHEME:
@@ -354,18 +370,19 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         st->err_msg = "too many header fields";
         return 0;
     }
-    if (nlen == 6 && memcmp(name, "cookie", 6) == 0 && st->cookie.len > 0) {
-        /* RFC 9113 8.2.3: one field again for the rest of Flare */
-        char *j = flare__arena_alloc(&ex->arena, st->cookie.len + 2 + vlen);
-        if (j == NULL)
+    if (crumb) {
+        /* kept as it came; joined once, at the block's end (join_cookies) */
+        h2_crumb_t *cr = flare__arena_alloc(&ex->arena, sizeof(*cr) + vlen);
+        if (cr == NULL)
             goto nomem;
-        memcpy(j, st->cookie.ptr, st->cookie.len);
-        memcpy(j + st->cookie.len, "; ", 2);
-        memcpy(j + st->cookie.len + 2, value, vlen);
-        st->cookie = (flare_str_t){ j, st->cookie.len + 2 + vlen };
-        for (size_t i = 0; i < h->nheaders; i++)
-            if (h->headers[i].name.len == 6 && memcmp(h->headers[i].name.ptr, "cookie", 6) == 0)
-                h->headers[i].value = st->cookie;
+        cr->next = NULL;
+        cr->len = vlen;
+        memcpy(cr->data, value, vlen);
+        if (st->crumbs_last != NULL)
+            st->crumbs_last->next = cr;
+        else
+            st->crumbs = cr;
+        st->crumbs_last = cr;
         return 0;
     }
     flare_header_t *hf = &h->headers[h->nheaders];
@@ -377,7 +394,7 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
         hf->value = (flare_str_t){ "", 0 };
     h->nheaders++;
     if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
-        st->cookie = hf->value;
+        st->cookie_ix = (uint32_t)h->nheaders; /* the field's index + 1 */
     if (kind == H2F_CLEN)
         flare__h2_content_length(value, vlen, &h->content_length);
     else if (kind == H2F_HOST && !trailer && h->host.len == 0)
@@ -389,32 +406,161 @@ nomem:
     return 0;
 }
 
+/* RFC 9113 8.2.3: the block's cookie fields become one again for the
+ * rest of Flare, "; " between them: one copy of each crumb (their bytes
+ * were counted against max_head as they came). */
+static void join_cookies(h2_stream_t *st)
+{
+    struct flare_req *ex = st->ex;
+    flare_header_t *hf = &ex->head.headers[st->cookie_ix - 1];
+    size_t n = hf->value.len;
+    for (const h2_crumb_t *cr = st->crumbs; cr != NULL; cr = cr->next)
+        n += 2 + cr->len;
+    char *j = flare__arena_alloc(&ex->arena, n);
+    if (j == NULL) {
+        st->err_status = 500;
+        st->err_msg = "out of memory";
+        return;
+    }
+    memcpy(j, hf->value.ptr, hf->value.len);
+    size_t at = hf->value.len;
+    for (const h2_crumb_t *cr = st->crumbs; cr != NULL; cr = cr->next) {
+        memcpy(j + at, "; ", 2);
+        memcpy(j + at + 2, cr->data, cr->len);
+        at += 2 + cr->len;
+    }
+    hf->value = (flare_str_t){ j, n };
+    st->crumbs = st->crumbs_last = NULL;
+}
+
+/* ---- the body budget ----
+ *
+ * Each stream's body is bounded by max_body, but a connection has up to
+ * H2_MAX_STREAMS of them: past max_conn_body (at least max_body) buffered
+ * on the connection, the window of what arrives is not given back (neither
+ * the stream's nor the connection's), so the client stops within the
+ * connection window. It is given back once bodies are answered and their
+ * streams end (budget_release). Two rules keep a client that means no
+ * harm going:
+ * - the oldest stream receiving a body (the leader) always gets its window
+ *   back: its body (<= max_body) completes, is answered, and frees its part;
+ * - the connection window must stay open for the leader: when more than
+ *   half of it is held back, the youngest streams holding it back are
+ *   refused (REFUSED_STREAM: never processed, a client may send them again,
+ *   RFC 9113 8.7), and their part of the window is given back. */
+
+static bool receiving(const h2_stream_t *st)
+{
+    return st->err_status == 0 &&
+           !(st->flags & (ST_ENDED_IN | ST_DISPATCHED | ST_ANSWERED | ST_MALFORMED));
+}
+
+static uint64_t budget(const flare_h2_t *h2)
+{
+    const flare_config_t *cfg = &h2->c->w->app->cfg;
+    return cfg->max_conn_body > cfg->max_body ? cfg->max_conn_body : cfg->max_body;
+}
+
+static h2_stream_t *leader(flare_h2_t *h2)
+{
+    if (h2->leader != NULL && receiving(h2->leader))
+        return h2->leader;
+    h2_stream_t *best = NULL;
+    for (h2_stream_t *st = h2->streams; st != NULL; st = st->next)
+        if (st->held > 0 && receiving(st) && (best == NULL || st->id < best->id))
+            best = st;
+    return h2->leader = best;
+}
+
+static void give_back(flare_h2_t *h2, h2_stream_t *st)
+{
+    nghttp2_session_consume(h2->sess, st->id, st->owed);
+    h2->owed -= st->owed;
+    st->owed = 0;
+}
+
+/* Some window is held back and bodies were answered, streams ended, or the
+ * leader changed: the leader's comes back, then the oldest streams' while
+ * the connection holds less than its budget. */
+static void budget_release(flare_h2_t *h2)
+{
+    if (h2->owed == 0 || (h2->c->flags & C_DEAD))
+        return;
+    h2_stream_t *ld = leader(h2);
+    if (ld != NULL && ld->owed > 0)
+        give_back(h2, ld);
+    while (h2->owed > 0 && h2->held < budget(h2)) {
+        h2_stream_t *best = NULL;
+        for (h2_stream_t *st = h2->streams; st != NULL; st = st->next)
+            if (st->owed > 0 && (best == NULL || st->id < best->id))
+                best = st;
+        if (best == NULL)
+            break;
+        give_back(h2, best);
+    }
+}
+
+/* More than half the connection window held back: the leader could not go
+ * on. The youngest streams still receiving are refused until it is less. */
+static void budget_refuse(flare_h2_t *h2)
+{
+    h2_stream_t *ld = leader(h2);
+    while (h2->owed > H2_CONN_WINDOW / 2) {
+        h2_stream_t *young = NULL;
+        for (h2_stream_t *st = h2->streams; st != NULL; st = st->next)
+            if (st->owed > 0 && st != ld && receiving(st) && (young == NULL || st->id > young->id))
+                young = st;
+        if (young == NULL)
+            return;                   /* what is held back belongs to bodies being answered */
+        young->flags |= ST_MALFORMED; /* never dispatched, what else comes is dropped */
+        ready_remove(h2, young);
+        nghttp2_submit_rst_stream(h2->sess, NGHTTP2_FLAG_NONE, young->id, NGHTTP2_REFUSED_STREAM);
+        nghttp2_session_consume_connection(h2->sess, young->owed);
+        h2->owed -= young->owed;
+        young->owed = 0;
+    }
+}
+
 static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
                    size_t len, void *ud)
 {
     (void)flags;
     flare_h2_t *h2 = ud;
-    nghttp2_session_consume(sess, id, len); /* buffered or dropped: either way done */
     h2_stream_t *st = stream_of(h2, id);
+    struct flare_req *ex;
     if (st == NULL || st->err_status != 0 ||
         (st->flags & (ST_DISPATCHED | ST_ANSWERED | ST_MALFORMED)))
-        return 0;
-    struct flare_req *ex = st->ex;
+        goto drop;
+    ex = st->ex;
     st->t_body = h2->t_activity = h2->c->w->loop.now;
     st->body_len += len;
-    if (ex->head.content_length >= 0 && st->body_len > (uint64_t)ex->head.content_length)
-        return malformed(sess, st);
+    if (ex->head.content_length >= 0 && st->body_len > (uint64_t)ex->head.content_length) {
+        malformed(sess, st);
+        goto drop;
+    }
     if (st->body_len > ex->worker->app->cfg.max_body) {
         st->err_status = 413;
         st->err_msg = "request body too large";
         make_ready(h2, st); /* answered now, not after the body */
-        return 0;
+        goto drop;
     }
     if (flare__buf_append(&ex->bodybuf, (const char *)data, len) != 0) {
         st->err_status = 500;
         st->err_msg = "out of memory";
         make_ready(h2, st);
+        goto drop;
     }
+    st->held += len;
+    h2->held += len;
+    if (h2->held > budget(h2) && st != leader(h2)) {
+        st->owed += len; /* the window stays closed by this much */
+        h2->owed += len;
+        if (h2->owed > H2_CONN_WINDOW / 2)
+            budget_refuse(h2);
+        return 0;
+    }
+drop:
+    nghttp2_session_consume(sess, id, len); /* buffered within the budget, or dropped */
     return 0;
 }
 
@@ -426,6 +572,8 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
     case NGHTTP2_HEADERS:
         if (st == NULL || (st->flags & ST_MALFORMED))
             return 0;
+        if (st->crumbs != NULL && st->err_status == 0)
+            join_cookies(st);
         if (st->err_status == 0 && !(st->flags & (ST_DISPATCHED | ST_ANSWERED))) {
             bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
             if (f->headers.cat == NGHTTP2_HCAT_REQUEST
@@ -608,6 +756,7 @@ static void maybe_close(flare_h2_t *h2)
 static bool send_flush(flare_h2_t *h2)
 {
     flare_conn_t *c = h2->c;
+    budget_release(h2);
     for (;;) {
         while (flare__stream_unsent(&c->s) < H2_MAX_UNSENT) {
             const uint8_t *data;

@@ -33,6 +33,21 @@ void flare__bufpool_dispose(flare_bufpool_t *p)
     p->n = 0;
 }
 
+size_t flare__bufpool_trim(flare_bufpool_t *p, unsigned keep)
+{
+    unsigned drop = p->n > keep ? p->n - keep : 0;
+    if (drop > p->low)
+        drop = p->low;
+    for (unsigned i = 0; i < drop; i++) {
+        flare_pool_buf_t *b = p->head;
+        p->head = b->next;
+        free(b);
+    }
+    p->n -= drop;
+    p->low = p->n;
+    return (size_t)drop * FLARE_CONN_BUF;
+}
+
 /* ---- interest ---- */
 
 static void interest(flare_stream_t *s)

@@ -49,6 +49,7 @@ typedef struct flare_pool_buf {
 typedef struct flare_bufpool {
     flare_pool_buf_t *head;
     unsigned n;
+    unsigned low; /* the fewest free since the last trim: those nobody needed */
 } flare_bufpool_t;
 
 #define FLARE_BUFPOOL_KEEP 1024 /* free buffers kept; more go back to malloc */
@@ -59,7 +60,8 @@ static inline char *flare__bufpool_get(flare_bufpool_t *p)
     flare_pool_buf_t *b = p->head;
     if (flare__likely(b != NULL)) {
         p->head = b->next;
-        p->n--;
+        if (--p->n < p->low)
+            p->low = p->n;
         return (char *)b;
     }
     return malloc(FLARE_CONN_BUF);
@@ -78,6 +80,9 @@ static inline void flare__bufpool_put(flare_bufpool_t *p, char *buf)
 }
 
 void flare__bufpool_dispose(flare_bufpool_t *p);
+/* Frees the buffers no one took since the last call (the low-water mark),
+ * down to keep at the least; returns the bytes freed. */
+size_t flare__bufpool_trim(flare_bufpool_t *p, unsigned keep);
 
 /* Output that is not in wbuf: borrowed memory (fd -1: ptr, len) or a file
  * range (fd >= 0: len bytes from offset off). release(ud) runs once it is

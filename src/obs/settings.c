@@ -57,6 +57,8 @@ const settings_key_t flare__settings_keys[] = {
       "header fields, 431 past it [100]", true, true },
     { "max-body", K_SIZE, OFF(app.max_body), 0, 0, (uint64_t)1 << 40, NULL,
       "413 past it [1m]", true, true },
+    { "max-conn-body", K_SIZE, OFF(app.max_conn_body), 0, 0, (uint64_t)1 << 42, NULL,
+      "request bodies one connection holds at once (HTTP/2 streams) [4 x max-body]", true, true },
     { "job-threads", K_UINT, OFF(app.job_threads), 0, 1, 1024, NULL, "blocking-job threads [4]",
       true, true },
     { "backlog", K_INT, OFF(app.backlog), 0, 0, INT_MAX, NULL, "listen(2) backlog [4096]",

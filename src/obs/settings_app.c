@@ -133,7 +133,7 @@ static bool has_tls(const flare_settings_t *s)
  * arrays of recycled exchanges: max-headers) and waits for an upgrade. */
 static const char *const live_keys[] = {
     "max-conns",     "header-timeout",   "body-timeout", "idle-timeout", "write-timeout",
-    "drain-timeout", "max-request-line", "max-head",     "max-body",
+    "drain-timeout", "max-request-line", "max-head",     "max-body",     "max-conn-body",
 };
 
 static bool is_live_key(const char *k)
@@ -156,6 +156,7 @@ static void copy_live(flare_config_t *d, const flare_config_t *c)
     d->max_request_line = c->max_request_line;
     d->max_head = c->max_head;
     d->max_body = c->max_body;
+    d->max_conn_body = c->max_conn_body;
 }
 
 /* Every worker parks in a task posted to its own loop (between two event

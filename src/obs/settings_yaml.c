@@ -395,7 +395,8 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
         size_t v;
     } z[] = { { "max-request-line", c.max_request_line },
               { "max-head", c.max_head },
-              { "max-body", c.max_body } };
+              { "max-body", c.max_body },
+              { "max-conn-body", c.max_conn_body } };
     for (size_t i = 0; i < sizeof(z) / sizeof(z[0]); i++) {
         fprintf(out, "%s: ", z[i].name);
         size(out, z[i].v);

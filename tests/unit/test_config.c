@@ -52,8 +52,10 @@ static void test_zero_is_defaults(void **state)
     memset(&zero, 0, sizeof(zero));
     assert_int_equal(flare__config_resolve(&out, &zero), 0);
     assert_defaults(&out);
+    assert_int_equal(out.max_conn_body, 4 * 1024 * 1024);
     assert_int_equal(flare__config_resolve(&out, NULL), 0);
     assert_defaults(&out);
+    assert_int_equal(out.max_conn_body, 4 * 1024 * 1024);
 
     /* what the app keeps, through the public constructor */
     flare_app_t *a = flare_app_new(&zero);
@@ -90,6 +92,11 @@ static void test_nonzero_kept(void **state)
     assert_int_equal(flare__config_resolve(&out, &in), 0);
     assert_memory_equal(&out, &in, offsetof(flare_config_t, mw_stats));
     assert_true(out.mw_stats);
+    /* max_conn_body: 4 x max_body when 0, kept otherwise */
+    assert_int_equal(out.max_conn_body, 4);
+    in.max_conn_body = 3;
+    assert_int_equal(flare__config_resolve(&out, &in), 0);
+    assert_int_equal(out.max_conn_body, 3);
 }
 
 /* Every bound: accepted at it, refused one past it with the field named. */
@@ -121,6 +128,7 @@ static void test_bounds(void **state)
     BOUND(max_head, (size_t)1 << 30);
     BOUND(max_headers, (size_t)65535);
     BOUND(max_body, (size_t)1 << 40);
+    BOUND(max_conn_body, (size_t)1 << 42);
     BOUND(job_threads, 1024u);
 }
 
@@ -135,7 +143,7 @@ static void test_absurd_refused(void **state)
 #define F(f) { offsetof(flare_config_t, f), sizeof(((flare_config_t *)0)->f), #f }
         F(workers),          F(header_timeout_ms), F(body_timeout_ms),  F(idle_timeout_ms),
         F(write_timeout_ms), F(drain_timeout_ms),  F(max_request_line), F(max_head),
-        F(max_headers),      F(max_body),          F(job_threads),
+        F(max_headers),      F(max_body),          F(job_threads),      F(max_conn_body),
 #undef F
     };
     for (size_t i = 0; i < FLARE__ARRAY_SIZE(huge); i++) {

@@ -143,6 +143,7 @@ static void test_values(void **state)
                                             "header-timeout: 2m\n"
                                             "body-timeout: 7\n"
                                             "max-body: 64k\n"
+                                            "max-conn-body: 512k\n"
                                             "max-head: 1m\n"
                                             "max-headers: 50\n"
                                             "backlog: 128\n"
@@ -162,6 +163,7 @@ static void test_values(void **state)
     assert_int_equal(s.app.header_timeout_ms, 120000);
     assert_int_equal(s.app.body_timeout_ms, 7000);
     assert_int_equal(s.app.max_body, 65536);
+    assert_int_equal(s.app.max_conn_body, 524288);
     assert_int_equal(s.app.max_head, 1048576);
     assert_int_equal(s.app.max_headers, 50);
     assert_int_equal(s.app.backlog, 128);
@@ -183,6 +185,7 @@ static void test_values(void **state)
     flare_settings_app_config(&s, &c);
     assert_int_equal(c.workers, 3);
     assert_int_equal(c.max_body, 65536);
+    assert_int_equal(c.max_conn_body, 524288);
 
     /* what --check-config prints reads back to the same settings */
     char out[128];
