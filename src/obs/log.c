@@ -13,7 +13,11 @@
  *
  * Reopen: flare_log_reopen opens the new descriptors on the caller's
  * thread and leaves them for the writer, which swaps them in between two
- * drains: every line reaches the old file or the new one, whole. */
+ * drains: every line reaches the old file or the new one, whole.
+ *
+ * Files are created 0640: the lines hold client addresses and request
+ * targets. "-" is stderr for the error log, stdout for the access log (the
+ * container convention: the access log is the program's output). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,8 +67,8 @@ typedef struct log_worker {
 } log_worker_t;
 
 typedef struct log_out {
-    char *path;  /* NULL: stderr */
-    int fd;      /* 2 for stderr (not ours to close) */
+    char *path;  /* NULL: the standard stream (std_fd) */
+    int fd;      /* 1 or 2 for a standard stream (not ours to close) */
     int next_fd; /* opened by flare_log_reopen, swapped in by the writer; -1: none */
 } log_out_t;
 
@@ -97,13 +101,20 @@ static const flare_module_t log_module;
 
 /* ---- outputs ---- */
 
-static int open_out(const char *path, int *fd)
+/* Where "-" (path NULL) goes: the error log to stderr, the access log to
+ * stdout. */
+static int std_fd(int log)
+{
+    return log == LOG_ACC ? STDOUT_FILENO : STDERR_FILENO;
+}
+
+static int open_out(const char *path, int log, int *fd)
 {
     if (path == NULL) {
-        *fd = STDERR_FILENO;
+        *fd = std_fd(log);
         return 0;
     }
-    int f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (f < 0)
         return flare__fail(FLARE_ESYS, errno, "log: cannot open %s: %s", path, strerror(errno));
     *fd = f;
@@ -457,9 +468,9 @@ int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg)
     if (rc == 0 && st->access_on)
         rc = dup_path(cfg->access_path, &st->out[LOG_ACC].path);
     if (rc == 0)
-        rc = open_out(st->out[LOG_ERR].path, &st->out[LOG_ERR].fd);
+        rc = open_out(st->out[LOG_ERR].path, LOG_ERR, &st->out[LOG_ERR].fd);
     if (rc == 0 && st->access_on)
-        rc = open_out(st->out[LOG_ACC].path, &st->out[LOG_ACC].fd);
+        rc = open_out(st->out[LOG_ACC].path, LOG_ACC, &st->out[LOG_ACC].fd);
     if (rc == 0)
         rc = flare__ring_init(&st->shared, ring);
     if (rc == 0 && (st->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
@@ -754,7 +765,7 @@ int flare_log_reopen(flare_app_t *app)
     for (int i = 0; i < NLOGS; i++) {
         if (st->out[i].path == NULL)
             continue;
-        int rc = open_out(st->out[i].path, &fds[i]);
+        int rc = open_out(st->out[i].path, i, &fds[i]);
         if (rc != 0) {
             for (int k = 0; k < i; k++)
                 close_fd(fds[k]);
