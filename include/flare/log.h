@@ -96,6 +96,18 @@ FLARE_API void flare_req_log(flare_req_t *req, flare_log_level_t lvl, const char
  * logging goes to stderr/stdout or is not set up. */
 FLARE_API int flare_log_reopen(flare_app_t *app);
 
+/* flare_log_reopen with new names (a reload that moved the logs): path for
+ * the error log, access_path for the access log; NULL keeps that log's
+ * name (the file is reopened all the same), "-" is stderr for the error
+ * log and stdout for the access log. The names are copied. From any
+ * thread, also while the app runs; lines are switched over as with
+ * flare_log_reopen. The access log is not turned on or off here (its rings
+ * exist from the run's start): FLARE_ESTATE when access_path is given and
+ * flare_log_setup had none, or when logging is not set up. On failure
+ * (also FLARE_ESYS naming the file, FLARE_EINVAL for "", FLARE_ENOMEM)
+ * nothing changes. */
+FLARE_API int flare_log_reopen_as(flare_app_t *app, const char *path, const char *access_path);
+
 /* Changes the level, from any thread (takes effect at once on every worker). */
 FLARE_API void flare_log_set_level(flare_app_t *app, flare_log_level_t lvl);
 FLARE_API flare_log_level_t flare_log_get_level(const flare_app_t *app);
