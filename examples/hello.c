@@ -394,7 +394,8 @@ static int log_setup(flare_app_t *app, const flare_settings_t *s)
 }
 
 /* SIGHUP with a changed log-level: taken at once (the files are reopened by
- * the logger's own reload hook) */
+ * the logger's own reload hook; new log and access-log names were opened
+ * by the settings' hook, flare_log_reopen_as) */
 static void log_reloaded(const flare_settings_t *s, void *ud)
 {
     flare_log_level_t lvl;

@@ -110,7 +110,11 @@ typedef struct flare_db_config {
  *       also postgres://; host may be a unix socket directory, given as
  *       ?host=/path). No name resolution happens on a worker: a host name is
  *       resolved when the connection is made, on the job pool.
- *   sqlite:PATH          a file (created when missing), WAL mode
+ *   sqlite:PATH          a file (created when missing), WAL mode, with
+ *                        PRAGMA synchronous=NORMAL
+ *   sqlite:PATH?synchronous=off|normal|full|extra   another fsync level
+ *                        (docs/data.md: what each loses on power failure);
+ *                        a '?' always ends PATH
  *   sqlite::memory:      an in-memory database (one connection: the writer
  *                        serves reads too), for tests
  * cfg may be NULL (all defaults); it is copied. Before flare_app_run (or

@@ -2,11 +2,12 @@
  *
  * Asynchronous: every worker formats its lines into its own bounded ring
  * buffer (one producer, the worker; one consumer, the log's writer thread;
- * no lock), and the writer thread drains all of them to the file or stderr
- * in batched writes. A worker never waits for the disk: when its ring is
- * full the line is dropped and counted (flare_log_dropped), and the writer
- * logs "N lines dropped" once a second while that happens. Everything in
- * the rings is written before flare_app_run returns.
+ * no lock), and the writer thread drains all of them to the files (or
+ * stderr, stdout) in batched writes. A worker never waits for the disk:
+ * when its ring is full the line is dropped and counted
+ * (flare_log_dropped), and the writer logs "N lines dropped" once a second
+ * while that happens. Everything in the rings is written before
+ * flare_app_run returns.
  *
  * Lines carry a timestamp (UTC, milliseconds), the level, the worker and,
  * for flare_req_log and the access log, the request's id: the one the
@@ -55,7 +56,7 @@ typedef struct flare_log_config {
     const char *path;        /* error log file, opened O_APPEND; NULL or "-": stderr */
     flare_log_level_t level; /* [FLARE_LOG_ERROR] */
     int format;              /* FLARE_LOG_TEXT | FLARE_LOG_JSON [TEXT] */
-    const char *access_path; /* access log file, "-": stderr; NULL: no access log */
+    const char *access_path; /* access log file, "-": stdout; NULL: no access log */
     int access_format;       /* FLARE_ACCESS_COMBINED | FLARE_ACCESS_JSON [COMBINED] */
     size_t ring_bytes;       /* per worker and per log, rounded up to a power of two,
                                 4 KiB .. 1 GiB [1 MiB] */
@@ -90,9 +91,22 @@ FLARE_API void flare_req_log(flare_req_t *req, flare_log_level_t lvl, const char
 /* Reopens both files (logrotate's postrotate, SIGHUP): from any thread. The
  * new descriptors are opened here (so a failure is returned: FLARE_ESYS,
  * and the old files stay in use); the writer switches to them between two
- * batches, so no line is lost or split. 0 when logging goes to stderr or
- * is not set up. */
+ * batches, so no line is lost or split. Files are created mode 0640 (less
+ * the umask): they hold client addresses and request targets. 0 when
+ * logging goes to stderr/stdout or is not set up. */
 FLARE_API int flare_log_reopen(flare_app_t *app);
+
+/* flare_log_reopen with new names (a reload that moved the logs): path for
+ * the error log, access_path for the access log; NULL keeps that log's
+ * name (the file is reopened all the same), "-" is stderr for the error
+ * log and stdout for the access log. The names are copied. From any
+ * thread, also while the app runs; lines are switched over as with
+ * flare_log_reopen. The access log is not turned on or off here (its rings
+ * exist from the run's start): FLARE_ESTATE when access_path is given and
+ * flare_log_setup had none, or when logging is not set up. On failure
+ * (also FLARE_ESYS naming the file, FLARE_EINVAL for "", FLARE_ENOMEM)
+ * nothing changes. */
+FLARE_API int flare_log_reopen_as(flare_app_t *app, const char *path, const char *access_path);
 
 /* Changes the level, from any thread (takes effect at once on every worker). */
 FLARE_API void flare_log_set_level(flare_app_t *app, flare_log_level_t lvl);

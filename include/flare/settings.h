@@ -165,7 +165,9 @@ FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_sett
 
 /* Called after each successful reload with the settings in effect, whose
  * logging fields (log, log-level, log-format, access-log,
- * access-log-format) are the new ones: reopen the files, set the level.
+ * access-log-format) are the new ones: set the level (new log and
+ * access-log names were applied already, flare_log_reopen_as; a name that
+ * could not be opened is still the old one here).
  * Runs on the thread that runs flare_app_run. Set it after
  * flare_settings_parse_args (which starts from a clean structure). */
 typedef void (*flare_settings_log_fn)(const flare_settings_t *s, void *ud);
@@ -178,7 +180,9 @@ FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn 
  *     the app has a TLS listener; a new path for them is logged as needing
  *     an upgrade (the files at the paths in effect are what is re-read);
  *   - the logging fields are taken and the flare_settings_on_log callback
- *     runs;
+ *     runs; new log/access-log names are opened first (flare_log_reopen_as)
+ *     and kept only if that worked; an access log turned on or off needs
+ *     an upgrade;
  *   - every other key that differs is logged as needing an upgrade.
  * *s must stay valid until flare_app_free(app). 0 or FLARE_E* from
  * flare_app_on_reload. */

@@ -5,7 +5,8 @@
  *
  * Connections, opened by flare_db_open and closed by flare_app_free (so an
  * in-memory database lives as long as its handle, across runs of the app):
- *   conns[0]     the writer: read-write, WAL, synchronous=NORMAL
+ *   conns[0]     the writer: read-write, WAL, synchronous=NORMAL unless the
+ *                URL says ?synchronous=off|full|extra
  *   conns[1..]   cfg.pool_size readers, SQLITE_OPEN_READONLY; none for
  *                sqlite::memory:, where the writer serves everything
  * Threads: min(cfg.threads, connections), started by open, joined by close;
@@ -970,13 +971,16 @@ static int sync_init(sq_db_t *sq)
 
 static int open_(flare_db_t *db, const char *url)
 {
-    const char *path = url + strlen("sqlite:");
-    if (*path == '\0')
-        return flare__fail(FLARE_EINVAL, 0,
-                           "flare_db_open: empty SQLite path (sqlite:PATH or sqlite::memory:)");
+    char *path;
+    const char *sync;
+    int rc = flare__sq_url(url, &path, &sync);
+    if (rc != 0)
+        return rc;
     sq_db_t *sq = calloc(1, sizeof(*sq));
-    if (sq == NULL)
+    if (sq == NULL) {
+        free(path);
         return flare__fail(FLARE_ENOMEM, 0, "sqlite: out of memory");
+    }
     sq->db = db;
     sq->memory = strcmp(path, ":memory:") == 0;
     unsigned n = sq->memory ? 1 : 1 + db->cfg.pool_size;
@@ -984,17 +988,20 @@ static int open_(flare_db_t *db, const char *url)
     unsigned nthreads = db->cfg.threads < n ? db->cfg.threads : n;
     sq->threads = calloc(nthreads, sizeof(*sq->threads));
     if (sq->conns == NULL || sq->threads == NULL) {
+        free(path);
         sq_free(sq);
         return flare__fail(FLARE_ENOMEM, 0, "sqlite: out of memory");
     }
     for (sq->nconns = 0; sq->nconns < n; sq->nconns++) {
-        int rc = flare__sq_conn_open(&sq->conns[sq->nconns], path, sq->nconns == 0, sq->memory,
-                                     db->cfg.busy_timeout_ms);
+        rc = flare__sq_conn_open(&sq->conns[sq->nconns], path, sq->nconns == 0, sq->memory,
+                                 db->cfg.busy_timeout_ms, sync);
         if (rc != 0) {
+            free(path);
             sq_free(sq);
             return rc;
         }
     }
+    free(path);
     int e = sync_init(sq);
     if (e != 0) {
         sq_free(sq);

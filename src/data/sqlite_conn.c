@@ -1,8 +1,10 @@
-/* The SQLite driver's connections (sqlite_int.h): opening, the progress
+/* The SQLite driver's connections (sqlite_int.h): the URL, opening, the progress
  * and busy handlers that enforce the deadlines, and the per-connection
  * statement cache with its $N parameter maps. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "core/clock.h"
@@ -46,8 +48,48 @@ static int on_busy(void *ud, int n)
     return 1;
 }
 
+static const char *const sync_levels[] = { "OFF", "NORMAL", "FULL", "EXTRA" };
+
+int flare__sq_url(const char *url, char **path, const char **sync)
+{
+    const char *p = url + strlen("sqlite:"), *q = strchr(p, '?');
+    size_t plen = q != NULL ? (size_t)(q - p) : strlen(p);
+    *path = NULL;
+    *sync = "NORMAL";
+    if (plen == 0)
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_db_open: empty SQLite path (sqlite:PATH or sqlite::memory:)");
+    while (q != NULL) {
+        const char *k = q + 1, *end = strchr(k, '&');
+        if (end == NULL)
+            end = k + strlen(k);
+        const char *eq = memchr(k, '=', (size_t)(end - k));
+        size_t klen = (size_t)((eq != NULL ? eq : end) - k);
+        if (eq == NULL || klen != 11 || memcmp(k, "synchronous", 11) != 0)
+            return flare__fail(FLARE_EINVAL, 0,
+                               "flare_db_open: unknown SQLite URL parameter \"%.*s\" "
+                               "(known: synchronous=off|normal|full|extra)",
+                               (int)(end - k), k);
+        const char *v = eq + 1;
+        size_t vlen = (size_t)(end - v), i = 0;
+        while (i < 4 &&
+               !(strlen(sync_levels[i]) == vlen && strncasecmp(v, sync_levels[i], vlen) == 0))
+            i++;
+        if (i == 4)
+            return flare__fail(FLARE_EINVAL, 0,
+                               "flare_db_open: SQLite synchronous=\"%.*s\": expected "
+                               "off|normal|full|extra",
+                               (int)vlen, v);
+        *sync = sync_levels[i];
+        q = *end == '&' ? end : NULL;
+    }
+    if ((*path = strndup(p, plen)) == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "sqlite: out of memory");
+    return 0;
+}
+
 int flare__sq_conn_open(sq_conn_t *c, const char *path, bool writer, bool memory,
-                        unsigned busy_timeout_ms)
+                        unsigned busy_timeout_ms, const char *sync)
 {
     int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
                 (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
@@ -58,10 +100,14 @@ int flare__sq_conn_open(sq_conn_t *c, const char *path, bool writer, bool memory
     if (rc == SQLITE_OK && writer && !memory) {
         what = "PRAGMA journal_mode=WAL";
         rc = sqlite3_exec(c->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
-        if (rc == SQLITE_OK) {
-            what = "PRAGMA synchronous=NORMAL";
-            rc = sqlite3_exec(c->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
-        }
+    }
+    char pragma[32];
+    if (rc == SQLITE_OK && !memory) {
+        /* on the readers too: the one that closes last checkpoints the WAL
+         * into the database file, with this level's syncs */
+        snprintf(pragma, sizeof(pragma), "PRAGMA synchronous=%s", sync);
+        what = pragma;
+        rc = sqlite3_exec(c->db, pragma, NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK && !writer) {
         /* a read-only connection reads the schema at its first statement:

@@ -39,13 +39,20 @@ typedef struct sq_conn {
     sq_stmt_t cache[FLARE__SQ_STMT_CACHE];
 } sq_conn_t;
 
-/* Opens c on path: the writer (read-write, created when missing; WAL and
- * synchronous=NORMAL unless `memory`) or a reader (read-only, schema read
- * now). Installs the progress handler (query deadline, cancel) and the
+/* Splits "sqlite:PATH[?synchronous=off|normal|full|extra]" into the path
+ * (malloc'd, *path) and the level's name for PRAGMA synchronous (*sync,
+ * static; NORMAL when not given, any case accepted). FLARE_EINVAL with the
+ * reason in flare_last_error() for an empty path, an unknown parameter or
+ * level; FLARE_ENOMEM. */
+int flare__sq_url(const char *url, char **path, const char **sync);
+
+/* Opens c on path: the writer (read-write, created when missing; WAL unless
+ * `memory`) or a reader (read-only, schema read now); PRAGMA synchronous=sync
+ * on both unless `memory`. Installs the progress handler (query deadline, cancel) and the
  * busy handler (busy_timeout_ms, also cut short by both). 0, or FLARE_EDB
  * with SQLite's message in flare_last_error(). */
 int flare__sq_conn_open(sq_conn_t *c, const char *path, bool writer, bool memory,
-                        unsigned busy_timeout_ms);
+                        unsigned busy_timeout_ms, const char *sync);
 /* Finalizes the cached statements and closes c. */
 void flare__sq_conn_close(sq_conn_t *c);
 

@@ -11,9 +11,14 @@
  * writer, off-worker callers, the run's start and end, reopen and
  * flare_log_dropped.
  *
- * Reopen: flare_log_reopen opens the new descriptors on the caller's
- * thread and leaves them for the writer, which swaps them in between two
- * drains: every line reaches the old file or the new one, whole. */
+ * Reopen: flare_log_reopen (and flare_log_reopen_as, with new names)
+ * opens the new descriptors on the caller's thread and leaves them for the
+ * writer, which swaps them in between two drains: every line reaches the
+ * old file or the new one, whole.
+ *
+ * Files are created 0640: the lines hold client addresses and request
+ * targets. "-" is stderr for the error log, stdout for the access log (the
+ * container convention: the access log is the program's output). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,8 +68,8 @@ typedef struct log_worker {
 } log_worker_t;
 
 typedef struct log_out {
-    char *path;  /* NULL: stderr */
-    int fd;      /* 2 for stderr (not ours to close) */
+    char *path;  /* NULL: the standard stream (std_fd) */
+    int fd;      /* 1 or 2 for a standard stream (not ours to close) */
     int next_fd; /* opened by flare_log_reopen, swapped in by the writer; -1: none */
 } log_out_t;
 
@@ -76,8 +81,9 @@ typedef struct log_state {
     bool access_on;
     size_t ring_bytes;
     log_out_t out[NLOGS];
-    pthread_mutex_t mu;  /* everything below, and out[].fd while no writer runs */
-    flare_ring_t shared; /* off-worker lines (error log) while the writer runs */
+    pthread_mutex_t reopen_mu; /* one reopen at a time; out[].path changes under it and mu */
+    pthread_mutex_t mu;        /* everything below, and out[].fd while no writer runs */
+    flare_ring_t shared;       /* off-worker lines (error log) while the writer runs */
     flare_logclock_t shared_clk;
     char shared_msg[FLARE__LOG_LINE_MAX];
     char shared_line[FLARE__LOG_LINE_MAX];
@@ -97,13 +103,20 @@ static const flare_module_t log_module;
 
 /* ---- outputs ---- */
 
-static int open_out(const char *path, int *fd)
+/* Where "-" (path NULL) goes: the error log to stderr, the access log to
+ * stdout. */
+static int std_fd(int log)
+{
+    return log == LOG_ACC ? STDOUT_FILENO : STDERR_FILENO;
+}
+
+static int open_out(const char *path, int log, int *fd)
 {
     if (path == NULL) {
-        *fd = STDERR_FILENO;
+        *fd = std_fd(log);
         return 0;
     }
-    int f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (f < 0)
         return flare__fail(FLARE_ESYS, errno, "log: cannot open %s: %s", path, strerror(errno));
     *fd = f;
@@ -379,6 +392,7 @@ static void state_free(log_state_t *st)
     if (st->efd >= 0)
         close(st->efd);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->reopen_mu);
     free(st);
 }
 
@@ -443,6 +457,7 @@ int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg)
     if (st == NULL)
         return flare__fail(FLARE_ENOMEM, 0, "flare_log_setup: out of memory");
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->reopen_mu, NULL);
     st->app = app;
     st->efd = -1;
     atomic_store(&st->level, (int)cfg->level);
@@ -457,9 +472,9 @@ int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg)
     if (rc == 0 && st->access_on)
         rc = dup_path(cfg->access_path, &st->out[LOG_ACC].path);
     if (rc == 0)
-        rc = open_out(st->out[LOG_ERR].path, &st->out[LOG_ERR].fd);
+        rc = open_out(st->out[LOG_ERR].path, LOG_ERR, &st->out[LOG_ERR].fd);
     if (rc == 0 && st->access_on)
-        rc = open_out(st->out[LOG_ACC].path, &st->out[LOG_ACC].fd);
+        rc = open_out(st->out[LOG_ACC].path, LOG_ACC, &st->out[LOG_ACC].fd);
     if (rc == 0)
         rc = flare__ring_init(&st->shared, ring);
     if (rc == 0 && (st->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
@@ -747,22 +762,49 @@ static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_
 
 int flare_log_reopen(flare_app_t *app)
 {
+    return flare_log_reopen_as(app, NULL, NULL);
+}
+
+int flare_log_reopen_as(flare_app_t *app, const char *path, const char *access_path)
+{
     log_state_t *st = state_of(app);
-    if (st == NULL)
-        return 0;
+    if (st == NULL) {
+        if (path == NULL && access_path == NULL)
+            return 0;
+        return flare__fail(FLARE_ESTATE, 0, "log: not set up (flare_log_setup)");
+    }
+    if (access_path != NULL && !st->access_on)
+        return flare__fail(FLARE_ESTATE, 0,
+                           "log: no access log to move (flare_log_setup turns it on)");
+    const char *want[NLOGS] = { path, access_path };
+    char *names[NLOGS] = { NULL, NULL };
     int fds[NLOGS] = { -1, -1 };
-    for (int i = 0; i < NLOGS; i++) {
-        if (st->out[i].path == NULL)
-            continue;
-        int rc = open_out(st->out[i].path, &fds[i]);
-        if (rc != 0) {
-            for (int k = 0; k < i; k++)
-                close_fd(fds[k]);
-            return rc;
+    int rc = 0;
+    pthread_mutex_lock(&st->reopen_mu);
+    for (int i = 0; i < NLOGS && rc == 0; i++) {
+        if (want[i] != NULL) {
+            rc = dup_path(want[i], &names[i]);
+            if (rc == 0)
+                rc = open_out(names[i], i, &fds[i]); /* "-" too: to the standard stream */
+        } else if (st->out[i].path != NULL) {
+            rc = open_out(st->out[i].path, i, &fds[i]); /* the same name again */
         }
+    }
+    if (rc != 0) {
+        for (int i = 0; i < NLOGS; i++) {
+            if (fds[i] >= 0)
+                close_fd(fds[i]);
+            free(names[i]);
+        }
+        pthread_mutex_unlock(&st->reopen_mu);
+        return rc == FLARE_ENOMEM ? flare__fail(rc, 0, "log: out of memory") : rc;
     }
     pthread_mutex_lock(&st->mu);
     for (int i = 0; i < NLOGS; i++) {
+        if (want[i] != NULL) {
+            free(st->out[i].path);
+            st->out[i].path = names[i];
+        }
         if (fds[i] < 0)
             continue;
         if (st->out[i].next_fd >= 0)
@@ -774,6 +816,7 @@ int flare_log_reopen(flare_app_t *app)
     if (!writer)
         writer_pass(st, false); /* no writer: swap now */
     pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&st->reopen_mu);
     if (writer)
         kick(st);
     return 0;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "flare/log.h"
 #include "flare/tls.h"
 #include "obs/settings_int.h"
 
@@ -296,10 +297,38 @@ static void on_reload(void *ud)
                                            : flare_last_error());
         }
     }
+    /* new log file names: the logger moves to them now (the files are
+     * opened here; the writer switches between two batches). Turning the
+     * access log on or off is not done in place: its rings and hook are
+     * made when the run starts. */
+    bool log_moved = false, acc_moved = false;
+    for (size_t i = 0; i < n; i++) {
+        log_moved |= strcmp(keys[i], "log") == 0;
+        acc_moved |= strcmp(keys[i], "access-log") == 0;
+    }
+    bool acc_toggled = acc_moved && (s->access_log == NULL) != (next.access_log == NULL);
+    int files_rc = FLARE_ESTATE; /* 0 moved; FLARE_ESTATE: needs an upgrade; else: retry */
+    if ((log_moved || (acc_moved && !acc_toggled)) && s->priv->app != NULL) {
+        files_rc = flare_log_reopen_as(s->priv->app,
+                                       !log_moved         ? NULL
+                                       : next.log != NULL ? next.log
+                                                          : "-",
+                                       acc_moved && !acc_toggled ? next.access_log : NULL);
+        if (files_rc != 0 && files_rc != FLARE_ESTATE)
+            fprintf(stderr, "flare: reload: log files kept: %s\n", flare_last_error());
+    }
     char retry[512] = "";
     size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
-        if (is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) {
+        bool file_key = strcmp(keys[i], "log") == 0 || strcmp(keys[i], "access-log") == 0;
+        int frc = strcmp(keys[i], "access-log") == 0 && acc_toggled ? FLARE_ESTATE : files_rc;
+        if (file_key && frc == FLARE_ESTATE) {
+            if (nl < sizeof(later))
+                ADD(later, nl, keys[i]);
+        } else if (file_key && frc != 0) {
+            if (nr < sizeof(retry))
+                ADD(retry, nr, keys[i]); /* a new SIGHUP tries the files again */
+        } else if (is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) {
             if (na < sizeof(applied))
                 ADD(applied, na, keys[i]);
         } else if (is_live_key(keys[i])) {
@@ -320,10 +349,14 @@ static void on_reload(void *ud)
         }
     }
 #undef ADD
-    take_str(&s->log, &next.log);
+    /* the file names in effect stay those the logger writes to, so a name
+     * not applied differs again at the next SIGHUP */
+    if (log_moved && files_rc == 0)
+        take_str(&s->log, &next.log);
     take_str(&s->log_level, &next.log_level);
     take_str(&s->log_format, &next.log_format);
-    take_str(&s->access_log, &next.access_log);
+    if (acc_moved && !acc_toggled && files_rc == 0)
+        take_str(&s->access_log, &next.access_log);
     take_str(&s->access_log_format, &next.access_log_format);
     flare_settings_free(&next);
     fprintf(stderr, "flare: reload: %s: applied: %s%s%s%s%s\n",

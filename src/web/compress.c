@@ -285,13 +285,14 @@ static void add_vary(struct flare_req *ex)
     flare_res_header(&ex->res, FLARE_STR("Vary"), FLARE_STR("Accept-Encoding"));
 }
 
-/* What this response gets: a coding, or FLARE_CODING_IDENTITY. Adds Vary. */
+/* What this response gets: a coding, or FLARE_CODING_IDENTITY. Adds Vary.
+ * HEAD chooses as GET does (RFC 9110 §9.3.2: the same header fields). */
 static int choose(filter_t *f, int status, flare_str_t ctype, size_t len, bool stream)
 {
     struct flare_req *ex = f->ex;
     add_vary(ex);
-    if ((ex->flags & EX_HEAD_ONLY) || status == 204 || status == 206 || status == 304 ||
-        status < 200 || (!stream && len < f->c->min_size) || !type_allowed(f->c, ctype) ||
+    if (status == 204 || status == 206 || status == 304 || status < 200 ||
+        (!stream && len < f->c->min_size) || !type_allowed(f->c, ctype) ||
         FIND_HDR(ex, "content-encoding") != NULL || FIND_HDR(ex, "content-range") != NULL)
         return FLARE_CODING_IDENTITY;
     int coding = flare_accept_encoding(flare_req_header(ex, "Accept-Encoding"), f->c->offered);
@@ -367,6 +368,9 @@ static flare_str_t compress_whole(filter_t *f, int coding, flare_str_t body)
     return (flare_str_t){ (const char *)out, (size_t)z->total_out };
 }
 
+/* A HEAD answer to a buffered body is compressed too: its Content-Length
+ * is the coded body's, as GET's (the protocol then sends the head only).
+ * That costs HEAD what it costs GET; the length cannot be known otherwise. */
 static int f_respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
 {
     filter_t *f = filter_of(ex);
@@ -419,6 +423,11 @@ static int f_stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
 {
     filter_t *f = filter_of(ex);
     int coding = choose(f, status, ctype, 0, true);
+    if (coding != FLARE_CODING_IDENTITY && (ex->flags & EX_HEAD_ONLY)) {
+        /* HEAD: GET's fields, no encoder (writes never reach the filter) */
+        int rc = mark_coded(ex, coding);
+        return rc != 0 ? rc : f->inner->stream_begin(ex, status, ctype);
+    }
     if (coding == FLARE_CODING_GZIP) {
         z_stream *z = calloc(1, sizeof(*z));
         if (z == NULL)

@@ -2,8 +2,8 @@
 """Response compression from outside: examples/hello's GET /text?kb=N behind
 the compression middleware, decoded by curl (--compressed), Python's zlib and
 Debian's python3-brotli and compared byte for byte with the text; Vary on
-every answer; HEAD untouched; a chunked stream decodes piece by piece while
-the handler is still writing; precompressed .br and .gz static siblings, each
+every answer; HEAD with the header fields GET gets (HTTP/1.1 and HTTP/2); a
+chunked stream decodes piece by piece while the handler is still writing; precompressed .br and .gz static siblings, each
 with its own ETag, 304 and ranges as for any file."""
 
 import gzip
@@ -137,13 +137,65 @@ class Compress(ServerTestCase):
         self.assertEqual(r.get("Content-Encoding"), "gzip")
         self.assertEqual(zlib.decompress(r.body, 16 + zlib.MAX_WBITS), text(10240))
 
-    def test_head_untouched(self):
-        r = self.get("/text?kb=4", "gzip, br", method="HEAD")
-        self.assertEqual(r.status, 200)
-        self.assertEqual(r.body, b"")
-        self.assertIsNone(r.get("Content-Encoding"))
-        self.assertEqual(r.get("Content-Length"), "4096")
-        self.assertVary(r)
+    def test_head_same_fields_as_get(self):
+        """RFC 9110 §9.3.2: HEAD gets the header fields GET would get:
+        Content-Encoding, Vary, the ETag and the Content-Length of the coded
+        body GET sends (a buffered one), and no body."""
+        for ae, coding in (("gzip", "gzip"), ("gzip, br", "br" if brotli else None),
+                           (None, None), ("identity", None)):
+            if ae == "gzip, br" and brotli is None:
+                continue
+            for target in ("/text?kb=64", "/text?kb=4"):
+                g = self.get(target, ae)
+                h = self.get(target, ae, method="HEAD")
+                self.assertEqual((g.status, h.status), (200, 200))
+                self.assertEqual(h.body, b"")
+                self.assertEqual(g.get("Content-Encoding"), coding, (target, ae))
+                self.assertEqual(h.get("Content-Encoding"), coding, (target, ae))
+                self.assertEqual(h.get("Content-Length"), g.get("Content-Length"), (target, ae))
+                self.assertEqual(int(g.get("Content-Length")), len(g.body))
+                self.assertEqual(h.get("ETag"), g.get("ETag"))
+                self.assertVary(h)
+        # a stream: the coding is announced, nothing is sent
+        g = self.get("/text?kb=3&stream=0", "gzip")
+        h = self.get("/text?kb=3&stream=0", "gzip", method="HEAD")
+        self.assertEqual(g.get("Content-Encoding"), "gzip")
+        self.assertEqual(h.get("Content-Encoding"), "gzip")
+        self.assertEqual(h.body, b"")
+        self.assertIsNone(h.get("Content-Length"))
+        self.assertVary(h)
+        # the connection goes on: a GET after a HEAD on the same one
+        c = self.connect()
+        self.assertEqual(c.request("HEAD", "/text?kb=64",
+                                   headers={"Accept-Encoding": "gzip"}).body, b"")
+        r = c.request("GET", "/text?kb=64", headers={"Accept-Encoding": "gzip"})
+        self.assertEqual(gzip.decompress(r.body), text(64))
+
+    def test_head_same_fields_as_get_h2(self):
+        import h2util  # python3-h2 and python3-hpack (tools/deps.sh test)
+        tls = flaretest.tls_files()[0] if self.server.tls else None
+        c = h2util.RawH2(self.addr, tls=tls)
+        try:
+            c.request(1, "/text?kb=64", "GET", extra=[("accept-encoding", "gzip")],
+                      scheme="https" if tls else "http")
+            c.request(3, "/text?kb=64", "HEAD", extra=[("accept-encoding", "gzip")],
+                      scheme="https" if tls else "http")
+            gs, gh, gb, _ = c.response(1)
+            hs, hh, hb, _ = c.response(3)
+        finally:
+            c.close()
+        gh = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+              for k, v in gh}
+        hh = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+              for k, v in hh}
+        self.assertEqual((gs, hs), (200, 200))
+        self.assertEqual(gh.get("content-encoding"), "gzip")
+        self.assertEqual(gzip.decompress(gb), text(64))
+        self.assertEqual(hh.get("content-encoding"), "gzip")
+        self.assertEqual(hh.get("content-length"), gh.get("content-length"))
+        self.assertEqual(int(gh["content-length"]), len(gb))
+        self.assertIn("accept-encoding", hh.get("vary", "").lower())
+        self.assertEqual(hb, b"")
 
     def test_keepalive_many(self):
         # one connection, codings alternating: the worker's zlib state is reused

@@ -275,6 +275,75 @@ class Config(unittest.TestCase):
         finally:
             self.assertEqual(h.stop(), 0, h.output())
 
+    def test_sighup_moves_the_logs(self):
+        """log and access-log changed to other files in the file: after SIGHUP
+        the new files are created (0640) and get every later line, the old
+        ones get no more; the reload line says so. Back to the first access
+        log: it is appended to."""
+        port = flaretest.free_port()
+        p = {n: os.path.join(self.dir, n) for n in ("e1.log", "e2.log", "a1.log", "a2.log")}
+        text = ("listen: %s:%d\nworkers: 2\nlog-level: info\nlog: %%s\naccess-log: %%s\n"
+                % (HOST, port))
+        write(self.file, text % (p["e1.log"], p["a1.log"]))
+
+        def lines(name):
+            try:
+                with open(p[name]) as f:
+                    return f.read().splitlines()
+            except FileNotFoundError:
+                return []
+
+        def requests(tag, n, name):
+            for i in range(n):
+                self.assertEqual(get(port, "/log?%s%d" % (tag, i))[0], "HTTP/1.1 200 OK")
+            deadline = time.monotonic() + 5  # the writer drains every 10 ms
+            while time.monotonic() < deadline and \
+                    sum(("/log?%s" % tag) in l for l in lines(name)) < n:
+                time.sleep(0.02)
+
+        def reload(count):
+            h.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and h.output().count("flare: reload: ") < count:
+                time.sleep(0.05)
+            return [l for l in h.output().splitlines() if l.startswith("flare: reload: ")][-1]
+
+        old_umask = os.umask(0o022)
+        try:
+            h = Hello(["--config", self.file], port)
+        finally:
+            os.umask(old_umask)
+        try:
+            requests("before", 4, "a1.log")
+            write(self.file, text % (p["e2.log"], p["a2.log"]))
+            line = reload(1)
+            self.assertIn("applied: log, access-log", line)
+            requests("after", 6, "a2.log")
+            time.sleep(0.1)  # a line that went astray would be written by now
+            a1, a2 = lines("a1.log"), lines("a2.log")
+            self.assertEqual(sum("/log?before" in l for l in a1), 4, a1)
+            self.assertEqual(sum("/log?after" in l for l in a1), 0, a1)
+            self.assertEqual(sum("/log?after" in l for l in a2), 6, a2)
+            self.assertEqual(sum("/log?before" in l for l in a2), 0, a2)
+            e1, e2 = lines("e1.log"), lines("e2.log")
+            self.assertEqual(sum("hello /log before" in l for l in e1), 4, e1)
+            self.assertEqual(sum("hello /log after" in l for l in e1), 0, e1)
+            self.assertEqual(sum("hello /log after" in l for l in e2), 6, e2)
+            for n in ("e2.log", "a2.log"):
+                self.assertEqual(oct(os.stat(p[n]).st_mode & 0o777), oct(0o640), n)
+
+            # back to the first access log (the error log stays): appended to
+            write(self.file, text % (p["e2.log"], p["a1.log"]))
+            line = reload(2)
+            self.assertIn("applied: access-log", line)
+            requests("again", 3, "a1.log")
+            self.assertEqual(sum("/log?again" in l for l in lines("a1.log")), 3)
+            self.assertEqual(sum("/log?before" in l for l in lines("a1.log")), 4)
+            self.assertEqual(sum("/log?again" in l for l in lines("a2.log")), 0)
+            self.assertEqual(sum("hello /log again" in l for l in lines("e2.log")), 3)
+        finally:
+            self.assertEqual(h.stop(), 0, h.output())
+
     def test_sighup_limits_and_timeouts_in_place(self):
         """max-body and idle-timeout changed in the file take effect on SIGHUP,
         on every worker and on connections already open; max-headers (it sizes

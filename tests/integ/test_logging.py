@@ -4,15 +4,21 @@ every line parses (combined and JSON), N requests give N access lines, the
 request ids are unique and equal to the X-Request-Id each client saw (with
 the request-id middleware) and to the id in the request's error-log line
 (flare_req_log through GET /log); quotes, control bytes and UTF-8 sent by
-clients are escaped; bad flags are refused; stderr works as a target."""
+clients are escaped; bad flags are refused; "-" is stdout for the access
+log and stderr for the error log; the files are created 0640, also when
+reopened."""
 
 import json
 import os
 import re
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -241,15 +247,70 @@ class Logging(unittest.TestCase):
                          (200, 70000))
         self.assertEqual((recs["/slow"]["status"], recs["/slow"]["bytes"]), (200, slow_len))
 
-    def test_stderr_target(self):
-        self.start("--access-log", "-", "--log", "-", "--log-level", "debug")
-        c = Conn(self.server.addr)
-        self.assertEqual(c.request("GET", "/log?to-stderr").status, 200)
-        c.close()
-        self.stop()
-        out = self.server.output()
-        self.assertRegex(out, r'127\.0\.0\.1 - - \[[^]]+\] "GET /log\?to-stderr HTTP/1\.1" 200 7 ')
-        self.assertRegex(out, r"INFO w\d req=[0-9a-f]{16} hello /log to-stderr\n")
+    def test_std_targets(self):
+        """--access-log - writes to stdout, --log - to stderr (the container
+        convention: nginx's /dev/stdout access log), each only there."""
+        out_path, err_path = self.path("stdout"), self.path("stderr")
+        port = flaretest.free_port()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [flaretest.HELLO, "--listen", "%s:%d" % (flaretest.HOST, port), "--workers", "1",
+                 "--access-log", "-", "--log", "-", "--log-level", "debug"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                self.assertIsNone(proc.poll(), "hello exited")
+                try:
+                    socket.create_connection((flaretest.HOST, port), timeout=1).close()
+                    break
+                except OSError:
+                    self.assertLess(time.monotonic(), deadline, "hello did not start")
+                    time.sleep(0.02)
+            c = Conn((flaretest.HOST, port))
+            self.assertEqual(c.request("GET", "/log?to-std").status, 200)
+            c.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=10), 0)
+        with open(out_path) as f:
+            stdout = f.read()
+        with open(err_path) as f:
+            stderr = f.read()
+        access = r'127\.0\.0\.1 - - \[[^]]+\] "GET /log\?to-std HTTP/1\.1" 200 7 '
+        error = r"INFO w\d req=[0-9a-f]{16} hello /log to-std\n"
+        self.assertRegex(stdout, access)
+        self.assertNotRegex(stderr, access)
+        self.assertRegex(stderr, error)
+        self.assertNotRegex(stdout, error)
+
+    def test_files_are_0640(self):
+        """The logs hold client addresses and request targets: created 0640
+        (under the usual umask 022), also when SIGHUP reopens them after a
+        rotation (renamed away: the reopen creates them)."""
+        old = os.umask(0o022)
+        try:
+            elog, alog = self.path("error.log"), self.path("access.log")
+            self.start("--log", elog, "--log-level", "info", "--access-log", alog)
+            c = Conn(self.server.addr)
+            self.assertEqual(c.request("GET", "/log?mode").status, 200)
+            for f in (elog, alog):
+                self.assertEqual(oct(os.stat(f).st_mode & 0o777), oct(0o640), f)
+            os.rename(elog, elog + ".1")
+            os.rename(alog, alog + ".1")
+            self.server.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not (os.path.exists(elog) and
+                                                       os.path.exists(alog)):
+                time.sleep(0.02)
+            self.assertEqual(c.request("GET", "/log?after").status, 200)
+            c.close()
+            for f in (elog, alog):
+                self.assertEqual(oct(os.stat(f).st_mode & 0o777), oct(0o640), f)
+            self.stop()
+            self.assertIn("/log?after", "".join(self.read_lines("access.log")))
+        finally:
+            os.umask(old)
 
     def test_bad_flags(self):
         for args, rc, msg in (

@@ -69,7 +69,7 @@ class Logrotate(unittest.TestCase):
                     "    rotate 10\n"
                     "    missingok\n"
                     "    nocompress\n"
-                    "    create 0644\n"
+                    "    create 0640\n"
                     "    sharedscripts\n"
                     "    postrotate\n"
                     "        kill -HUP %d\n"

@@ -3,7 +3,8 @@
  * errors with extended codes, batches, WAL readers beside the writer, the
  * queue bound and deadline, the query timeout, transactions (commit,
  * rollback, rolled back when the owner request ends), shutdown with
- * queries pending, files that outlive the app, :memory:, bad paths, stats.
+ * queries pending, files that outlive the app, :memory:, bad paths, stats,
+ * the synchronous level chosen in the URL.
  *
  * Queries are issued on worker 0 (a task posted with flare_app_post); the
  * callbacks copy what they got into `recs`; the test thread waits for them
@@ -900,6 +901,58 @@ static void test_open_errors(void **state)
     flare_app_free(app); /* never ran: the pool stops cleanly */
 }
 
+/* sqlite:PATH?synchronous=LEVEL: the level on the writer (read back through
+ * a write, which runs there) and on the readers; NORMAL without it; an
+ * unknown level or parameter refuses the open. */
+static void sync_case(const char *query, int64_t want)
+{
+    remove_db();
+    char url[128];
+    snprintf(url, sizeof(url), "sqlite:%s%s", dbpath, query);
+    flare_db_config_t cfg = { .pool_size = 1, .threads = 2 };
+    start(url, &cfg, 1);
+    expect_ok(Q0(0, "CREATE TABLE s AS SELECT synchronous AS v FROM pragma_synchronous"));
+    rec_t *r = Q0(1, "SELECT v FROM s");
+    expect_ok(r);
+    assert_int_equal(r->cells[0].i, want); /* the writer's */
+    r = Q0(2, "PRAGMA synchronous");
+    expect_ok(r);
+    assert_int_equal(r->cells[0].i, want); /* a reader's */
+    finish_app();
+    assert_int_equal(access(dbpath, F_OK), 0); /* the file is PATH, without the query */
+}
+
+static void test_synchronous_choice(void **state)
+{
+    (void)state;
+    make_path();
+    sync_case("", 1);
+    sync_case("?synchronous=off", 0);
+    sync_case("?synchronous=normal", 1);
+    sync_case("?synchronous=full", 2);
+    sync_case("?synchronous=FULL", 2);
+    sync_case("?synchronous=extra", 3);
+    remove_db();
+
+    flare_app_t *app = flare_app_new(NULL);
+    flare_db_t *d = NULL;
+    char url[128];
+    snprintf(url, sizeof(url), "sqlite:%s?synchronous=always", dbpath);
+    assert_int_equal(flare_db_open(app, url, NULL, &d), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "synchronous"));
+    assert_non_null(strstr(flare_last_error(), "\"always\""));
+    assert_non_null(strstr(flare_last_error(), "off|normal|full|extra"));
+    assert_null(d);
+    snprintf(url, sizeof(url), "sqlite:%s?synchronous=", dbpath);
+    assert_int_equal(flare_db_open(app, url, NULL, &d), FLARE_EINVAL);
+    snprintf(url, sizeof(url), "sqlite:%s?cache=shared", dbpath);
+    assert_int_equal(flare_db_open(app, url, NULL, &d), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "cache"));
+    assert_int_equal(flare_db_open(app, "sqlite:?synchronous=full", NULL, &d), FLARE_EINVAL);
+    assert_int_equal(access(dbpath, F_OK), -1); /* nothing was created */
+    flare_app_free(app);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -913,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_pending),
         cmocka_unit_test(test_file_survives_and_reruns),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_synchronous_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

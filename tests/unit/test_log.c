@@ -552,9 +552,31 @@ static void test_reopen(void **state)
     free(cur);
     /* not running: reopen swaps at once; an unopenable path is an error */
     assert_int_equal(flare_log_reopen(app), 0);
+    /* another name: created 0640 (under umask 022); a bad one changes
+     * nothing; no access log to move; "" refused */
+    char other[128];
+    tmpname(other, sizeof(other), "other");
+    mode_t um = umask(022);
+    assert_int_equal(flare_log_reopen_as(app, other, NULL), 0);
+    umask(um);
+    struct stat sb;
+    assert_int_equal(stat(other, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0640);
+    assert_int_equal(flare_log_reopen_as(app, "/nonexistent-dir/x.log", NULL), FLARE_ESYS);
+    assert_non_null(strstr(flare_last_error(), "/nonexistent-dir/x.log"));
+    assert_int_equal(flare_log_reopen_as(app, NULL, "/tmp/never-flare-access.log"), FLARE_ESTATE);
+    assert_int_equal(flare_log_reopen_as(app, "", NULL), FLARE_EINVAL);
+    flare_app_log(app, FLARE_LOG_ERROR, "to the other file");
+    assert_int_equal(flare_log_reopen(app), 0); /* the new name again */
+    flare_app_log(app, FLARE_LOG_ERROR, "still there");
+    char *o2 = slurp(other);
+    assert_int_equal(count_str(o2, "to the other file"), 1);
+    assert_int_equal(count_str(o2, "still there"), 1);
+    free(o2);
     flare_app_free(app);
     unlink(elog);
     unlink(moved);
+    unlink(other);
 }
 
 /* The reading end of the drop test's log (a FIFO): read until the writer
@@ -645,6 +667,7 @@ static void test_setup_errors(void **state)
     /* nothing was kept: logging is off, every call a no-op */
     flare_app_log(app, FLARE_LOG_ERROR, "nowhere");
     assert_int_equal(flare_log_reopen(app), 0);
+    assert_int_equal(flare_log_reopen_as(app, "/tmp/x.log", NULL), FLARE_ESTATE);
     assert_int_equal(flare_log_dropped(app), 0);
     /* zeroed: stderr, error level; set up twice replaces */
     assert_int_equal(flare_log_setup(app, NULL), 0);
