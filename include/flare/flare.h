@@ -59,6 +59,12 @@ typedef struct flare_config {
     int backlog;                /* listen(2) backlog [4096], >= 0 (the kernel caps it at
                                    net.core.somaxconn) */
     bool mw_stats;              /* time every middleware hook (flare_app_mw_stats) [off] */
+    /* flare_req_json / flare_req_bind parse a body whatever its Content-Type
+     * says. Off [default]: a body must be labelled application/json or
+     * TYPE/SUBTYPE+json (parameters allowed), else 415: a cross-origin
+     * form or fetch can send text/plain or a form type without a CORS
+     * preflight, and must not reach a JSON API that way. */
+    bool json_any_content_type;
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,
