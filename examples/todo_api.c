@@ -531,7 +531,7 @@ static int document(flare_app_t *app)
 
 /* ---- main ---- */
 
-static int setup(flare_app_t *app, const flare_session_store_t *store)
+static int setup(flare_app_t *app, const flare_session_store_t *store, const flare_settings_t *st)
 {
     flare_middleware_t m;
     int rc;
@@ -549,6 +549,7 @@ static int setup(flare_app_t *app, const flare_session_store_t *store)
     if ((rc = flare_cors(app, &cors, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     flare_session_config_t sc = { .cookie_name = "todo_sid" };
+    flare_settings_session_config(st, &sc); /* --session-secure */
     if (store != NULL)
         sc.store = *store;
     if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
@@ -633,7 +634,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    rc = setup(app, sessions != NULL ? &store : NULL);
+    rc = setup(app, sessions != NULL ? &store : NULL, &st);
     if (rc != 0)
         fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
     else if ((rc = flare_settings_apply(&st, app, NULL)) != 0)
