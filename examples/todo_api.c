@@ -368,7 +368,8 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
             "is not JSON",                                                              \
             FLARE_OP_JSON("BadRequest", bad_request_fields)                             \
     }
-#define R_NOT_JSON   R_ERROR(415, "not JSON, with a Content-Type that is not JSON either")
+#define R_NOT_JSON \
+    R_ERROR(415, "the body is not labelled JSON (Content-Type application/json or +json)")
 #define R_NEED_LOGIN R_ERROR(401, "no session: log in first (POST /api/session)")
 #define R_DB_DOWN    R_ERROR(503, "the database is unavailable or timed out")
 
