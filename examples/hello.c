@@ -602,16 +602,18 @@ static int add_upload_routes(flare_app_t *app)
 
 /* Every route of the example, in one place (the contract the tests and the
  * benchmarks use). */
-static int add_routes(flare_app_t *app)
+static int add_routes(flare_app_t *app, const flare_settings_t *s)
 {
     int rc;
+    flare_ws_config_t ws = ws_echo_config;
+    flare_settings_ws_config(s, &ws); /* --ws-origin */
     if ((rc = flare_get(app, "/plaintext", plaintext, NULL)) != 0 ||
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
         (rc = flare_get(app, "/slow", slow, NULL)) != 0 || (rc = text_route(app)) != 0 ||
         (rc = flare_get(app, "/log", log_line, NULL)) != 0 ||
-        (rc = flare_ws_route(app, "/ws/echo", &ws_echo_config)) != 0)
+        (rc = flare_ws_route(app, "/ws/echo", &ws)) != 0)
         return rc;
     /* /mw/plaintext: the same answer behind ten synchronous middlewares */
     flare_group_t *mw = flare_group_new(app, "/mw");
@@ -684,7 +686,7 @@ int main(int argc, char **argv)
         goto out;
     }
     flare_settings_on_log(&s, log_reloaded, app);
-    if ((rc = add_routes(app)) != 0) {
+    if ((rc = add_routes(app, &s)) != 0) {
         fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         goto out;
     }
@@ -705,6 +707,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < s.nlisteners; i++)
         fprintf(stderr, "hello: listening on %s%s\n", s.listeners[i].addr,
                 s.listeners[i].tls_cert != NULL ? " (TLS)" : "");
+    if (s.admin_listen != NULL)
+        fprintf(stderr, "hello: /metrics, /status, /healthz, /readyz on %s only\n", s.admin_listen);
     rc = flare_app_run(app, NULL);
     if (rc != 0)
         fprintf(stderr, "flare: %s: %s\n", flare_strerror(rc), flare_last_error());

@@ -368,7 +368,8 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
             "is not JSON",                                                              \
             FLARE_OP_JSON("BadRequest", bad_request_fields)                             \
     }
-#define R_NOT_JSON   R_ERROR(415, "not JSON, with a Content-Type that is not JSON either")
+#define R_NOT_JSON \
+    R_ERROR(415, "the body is not labelled JSON (Content-Type application/json or +json)")
 #define R_NEED_LOGIN R_ERROR(401, "no session: log in first (POST /api/session)")
 #define R_DB_DOWN    R_ERROR(503, "the database is unavailable or timed out")
 
@@ -531,7 +532,7 @@ static int document(flare_app_t *app)
 
 /* ---- main ---- */
 
-static int setup(flare_app_t *app, const flare_session_store_t *store)
+static int setup(flare_app_t *app, const flare_session_store_t *store, const flare_settings_t *st)
 {
     flare_middleware_t m;
     int rc;
@@ -549,6 +550,7 @@ static int setup(flare_app_t *app, const flare_session_store_t *store)
     if ((rc = flare_cors(app, &cors, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     flare_session_config_t sc = { .cookie_name = "todo_sid" };
+    flare_settings_session_config(st, &sc); /* --session-secure */
     if (store != NULL)
         sc.store = *store;
     if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
@@ -633,7 +635,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    rc = setup(app, sessions != NULL ? &store : NULL);
+    rc = setup(app, sessions != NULL ? &store : NULL, &st);
     if (rc != 0)
         fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
     else if ((rc = flare_settings_apply(&st, app, NULL)) != 0)

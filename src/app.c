@@ -818,32 +818,56 @@ static void listeners_end(flare_app_t *app)
     app->nactive = 0;
 }
 
-int flare_app_listen(flare_app_t *app, const char *addr, const flare_tls_config_t *tls)
+static int add_listener(flare_app_t *app, const char *addr, const flare_tls_config_t *tls,
+                        bool admin)
 {
+    const char *fn = admin ? "flare_app_admin_listen" : "flare_app_listen";
     if (app == NULL || addr == NULL)
-        return flare__fail(FLARE_EINVAL, 0, "flare_app_listen: %s is NULL",
-                           app == NULL ? "app" : "addr");
+        return flare__fail(FLARE_EINVAL, 0, "%s: %s is NULL", fn, app == NULL ? "app" : "addr");
     if (atomic_load(&app->running))
-        return flare__fail(FLARE_ESTATE, 0, "flare_app_listen: the app is running");
+        return flare__fail(FLARE_ESTATE, 0, "%s: the app is running", fn);
+    if (admin && app->has_admin)
+        return flare__fail(FLARE_EEXIST, 0, "%s: the app has an admin listener already", fn);
     int port;
     int rc = flare__listen_addr_check(addr, &port);
     if (rc != 0)
         return rc;
     flare_listener_t *v = realloc(app->listeners, (app->nlisteners + 1) * sizeof(*v));
     if (v == NULL)
-        return flare__fail(FLARE_ENOMEM, 0, "flare_app_listen: out of memory");
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", fn);
     app->listeners = v;
     flare_listener_t *l = &v[app->nlisteners];
     memset(l, 0, sizeof(*l));
     l->addr = strdup(addr);
     if (l->addr == NULL)
-        return flare__fail(FLARE_ENOMEM, 0, "flare_app_listen: out of memory");
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", fn);
     l->name = l->addr;
     if (tls != NULL && (rc = flare__tls_new(&l->tls, tls)) != 0) {
         free(l->addr);
         return rc;
     }
+    l->admin = admin;
+    app->has_admin |= admin;
     app->nlisteners++;
+    return 0;
+}
+
+int flare_app_listen(flare_app_t *app, const char *addr, const flare_tls_config_t *tls)
+{
+    return add_listener(app, addr, tls, false);
+}
+
+int flare_app_admin_listen(flare_app_t *app, const char *addr)
+{
+    return add_listener(app, addr, NULL, true);
+}
+
+int flare_app_admin_port(const flare_app_t *app)
+{
+    for (unsigned i = 0; app != NULL && i < app->nlisteners; i++) {
+        if (app->listeners[i].admin)
+            return atomic_load(&app->listeners[i].port);
+    }
     return 0;
 }
 

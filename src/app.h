@@ -48,6 +48,7 @@ struct flare_app {
     flare_listener_t *listeners; /* added by flare_app_listen (owned) */
     unsigned nlisteners;
     flare_listener_t run_listener; /* the address flare_app_run was given */
+    bool has_admin;                /* one of listeners is an admin listener */
     _Atomic bool run_addr_used;    /* this run has it (listener 0) */
     flare_listener_t **active;     /* this run's listeners, run_listener first if used */
     unsigned nactive;

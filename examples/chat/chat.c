@@ -221,13 +221,14 @@ int main(int argc, char **argv)
         flare_settings_free(&st);
         return 1;
     }
-    static const flare_ws_config_t ws_cfg = {
+    flare_ws_config_t ws_cfg = {
         .on_open = chat_open,
         .on_message = chat_message,
         .on_close = chat_close,
         .deflate = true,
         .max_message = 64 * 1024,
     };
+    flare_settings_ws_config(&st, &ws_cfg); /* --ws-origin: [the page's own origin only] */
     if ((rc = flare_get(app, "/", index_page, NULL)) != 0 ||
         (rc = flare_static(app, "/static", static_dir, &so)) != 0 ||
         (rc = flare_ws_route(app, "/ws", &ws_cfg)) != 0) {

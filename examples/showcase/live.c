@@ -180,14 +180,18 @@ static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
     free(m);
 }
 
-int showcase_chat(flare_app_t *app)
+int showcase_chat(flare_app_t *app, const flare_settings_t *st)
 {
-    static const flare_ws_config_t cfg = {
+    flare_ws_config_t cfg = {
         .on_open = chat_open,
         .on_message = chat_message,
         .on_close = chat_close,
         .deflate = true,
         .max_message = 16 * 1024,
     };
+    /* cross-site WebSocket hijacking: a page elsewhere cannot open the chat
+     * with the visitor's cookies; only the showcase's own origin (the
+     * default) or the --ws-origin list */
+    flare_settings_ws_config(st, &cfg);
     return flare_ws_route(app, "/ws", &cfg);
 }

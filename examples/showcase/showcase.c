@@ -7,7 +7,8 @@
  *   /events.html       server-sent events: a clock and the todo feed (/events)
  *   /upload.html       a form posting files (POST /upload, multipart/form-data)
  *   /docs/             Swagger UI on /openapi.json
- *   /status, /metrics, /healthz, /readyz   the operational routes
+ *   /status, /metrics, /healthz, /readyz   the operational routes (on
+ *                      --admin-listen HOST:PORT only, when given)
  *
  * The pages are plain HTML, CSS and JavaScript in examples/showcase/www,
  * served as a static site (flare/static.h).
@@ -16,7 +17,11 @@
  *
  * --db: sqlite:PATH or postgresql://...; default sqlite:$TMPDIR/flare-showcase-UID.db
  * (created when missing: the todos survive a restart). --static DIR: the
- * site's directory (default: the source tree's www). Other flags:
+ * site's directory (default: the source tree's www). --admin-listen
+ * HOST:PORT: the operational routes there, 404 on the public listeners.
+ * --session-secure auto|always|never: the session cookie's Secure [auto:
+ * over TLS]. --ws-origin ORIGIN: another origin whose pages may open the
+ * chat (repeatable). Other flags:
  * flare/settings.h (--help lists them). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,15 +126,15 @@ static const char *const tag_upload[] = { "uploads", NULL };
 
 /* ---- the site ---- */
 
-static int setup(flare_app_t *app, flare_db_t *db)
+static int setup(flare_app_t *app, flare_db_t *db, const flare_settings_t *st)
 {
     int rc;
     flare_middleware_t m;
     if ((rc = flare_request_id(app, &m)) != 0 || (rc = flare_use(app, &m)) != 0)
         return rc;
     /* the todo API and its sessions, the live feed, the chat */
-    if ((rc = showcase_todos(app, db)) != 0 || (rc = showcase_events(app)) != 0 ||
-        (rc = showcase_chat(app)) != 0)
+    if ((rc = showcase_todos(app, db, st)) != 0 || (rc = showcase_events(app)) != 0 ||
+        (rc = showcase_chat(app, st)) != 0)
         return rc;
     if ((rc = flare_post(app, "/upload", upload, NULL)) != 0 ||
         (rc = flare_route_doc(app, FLARE_METHOD_POST, "/upload",
@@ -140,7 +145,8 @@ static int setup(flare_app_t *app, flare_db_t *db)
                                              .responses = upload_res,
                                              .nresponses = FLARE_MAP_N(upload_res) })) != 0)
         return rc;
-    /* the operational routes */
+    /* the operational routes: on every listener, or only on --admin-listen
+     * (flare_settings_listen below adds it) */
     if ((rc = flare_metrics_route(app, "/metrics")) != 0 || (rc = flare_metrics_db(app, db)) != 0 ||
         (rc = flare_health_routes(app, NULL, NULL)) != 0 ||
         (rc = flare_status_route(app, "/status")) != 0)
@@ -222,7 +228,7 @@ int main(int argc, char **argv)
                 flare_strerror(rc), flare_last_error());
         goto out;
     }
-    if ((rc = setup(app, db)) != 0) {
+    if ((rc = setup(app, db, &st)) != 0) {
         fprintf(stderr, "showcase: %s: %s\n", flare_strerror(rc), flare_last_error());
         goto out;
     }
@@ -241,8 +247,12 @@ int main(int argc, char **argv)
         goto out;
     }
     char shown[512];
-    fprintf(stderr, "showcase: open http://%s/ (site: %s, database: %s)\n", st.listeners[0].addr,
-            www, redacted(url, shown, sizeof(shown)));
+    fprintf(stderr, "showcase: open http%s://%s/ (site: %s, database: %s)\n",
+            st.listeners[0].tls_cert != NULL ? "s" : "", st.listeners[0].addr, www,
+            redacted(url, shown, sizeof(shown)));
+    if (st.admin_listen != NULL)
+        fprintf(stderr, "showcase: /metrics, /status, /healthz, /readyz on http://%s/ only\n",
+                st.admin_listen);
     if ((rc = flare_app_run(app, NULL)) != 0)
         fprintf(stderr, "showcase: %s: %s\n", flare_strerror(rc), flare_last_error());
 out:

@@ -6,6 +6,7 @@
 
 #include <flare/db.h>
 #include <flare/flare.h>
+#include <flare/settings.h>
 
 /* The SSE room every page's live feed joins: the clock ticks go to each
  * stream, todo changes are broadcast here. */
@@ -20,8 +21,9 @@ bool showcase_valid_name(flare_str_t s);
 
 /* todos.c: POST/GET/DELETE /api/session (log in with a name), the todo
  * API under /api/todos (each user sees their own), kept in db (the table is
- * created when missing). Its OpenAPI description too. */
-int showcase_todos(flare_app_t *app, flare_db_t *db);
+ * created when missing). Its OpenAPI description too. The session cookie
+ * follows --session-secure (Secure over TLS by default). */
+int showcase_todos(flare_app_t *app, flare_db_t *db, const flare_settings_t *st);
 
 /* live.c: GET /events (server-sent events: a clock every second and the
  * feed of todo changes), and showcase_feed_publish for todos.c. */
@@ -29,7 +31,9 @@ int showcase_events(flare_app_t *app);
 void showcase_feed_publish(flare_app_t *app, const char *action, flare_str_t user, int64_t id,
                            flare_str_t title, bool done);
 
-/* live.c: the chat, a WebSocket at /ws?name=NAME&room=ROOM. */
-int showcase_chat(flare_app_t *app);
+/* live.c: the chat, a WebSocket at /ws?name=NAME&room=ROOM. Browsers may
+ * open it from the showcase's own pages only, or from the --ws-origin
+ * origins. */
+int showcase_chat(flare_app_t *app, const flare_settings_t *st);
 
 #endif

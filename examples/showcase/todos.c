@@ -429,7 +429,7 @@ static const char SCHEMA_PG[] = "CREATE TABLE IF NOT EXISTS todos ("
                                 "owner TEXT NOT NULL, title TEXT NOT NULL, done INTEGER NOT NULL);"
                                 "CREATE INDEX IF NOT EXISTS todos_owner ON todos (owner, id)";
 
-int showcase_todos(flare_app_t *app, flare_db_t *d)
+int showcase_todos(flare_app_t *app, flare_db_t *d, const flare_settings_t *st)
 {
     db = d;
     the_app = app;
@@ -442,6 +442,7 @@ int showcase_todos(flare_app_t *app, flare_db_t *d)
         return FLARE_ENOMEM;
     flare_middleware_t m;
     flare_session_config_t sc = { .cookie_name = "showcase_sid" };
+    flare_settings_session_config(st, &sc); /* --session-secure */
     if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
     if ((rc = flare_group_route(api, FLARE_METHOD_POST, "/session", login, NULL)) != 0 ||

@@ -65,6 +65,12 @@ typedef struct flare_config {
      * given back until bodies are answered or their streams end
      * (docs/http2.md). HTTP/1.1 holds one body at a time: max_body. */
     size_t max_conn_body;
+    /* flare_req_json / flare_req_bind parse a body whatever its Content-Type
+     * says. Off [default]: a body must be labelled application/json or
+     * TYPE/SUBTYPE+json (parameters allowed), else 415: a cross-origin
+     * form or fetch can send text/plain or a form type without a CORS
+     * preflight, and must not reach a JSON API that way. */
+    bool json_any_content_type;
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,

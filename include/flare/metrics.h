@@ -139,6 +139,26 @@ FLARE_API int flare_health_check(flare_app_t *app, const char *name, bool (*fn)(
  * FLARE_EINVAL, FLARE_ESTATE, FLARE_EEXIST, FLARE_ENOMEM. */
 FLARE_API int flare_status_route(flare_app_t *app, const char *path);
 
+/* ---- the admin listener -------------------------------------------------- */
+
+/* Adds a plain listening address (HOST:PORT, as flare_app_listen) for the
+ * operational routes: once an app has one, the routes of
+ * flare_metrics_route, flare_health_routes and flare_status_route answer
+ * only on it, and 404 on every other listener (a load balancer or a
+ * scraper reaches them on a private address; the public one does not show
+ * them). Without one, they answer on every listener. The app's other
+ * routes answer on it as well: bind it where only operators reach it
+ * ("127.0.0.1:9100", an internal interface). Checked by those routes'
+ * handlers: other requests pay nothing. One per app; before flare_app_run.
+ * 0, FLARE_EINVAL, FLARE_EADDR, FLARE_EEXIST (the app has one already),
+ * FLARE_ESTATE (running), FLARE_ENOMEM. The settings key admin-listen
+ * (flare/settings.h) calls it. */
+FLARE_API int flare_app_admin_listen(flare_app_t *app, const char *addr);
+
+/* The port the admin listener is bound to while the app runs (useful with
+ * port 0); 0 without one or before it is bound. */
+FLARE_API int flare_app_admin_port(const flare_app_t *app);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,19 +23,23 @@ FLARE_API flare_json_t *flare_res_json(flare_res_t *res, int status);
  * flare_res_json (flare_json_init and the like) or one already ended. */
 FLARE_API int flare_json_end(flare_json_t *w);
 
-/* Parses the request body as JSON (whatever the Content-Type says: clients
- * often omit or mislabel it). On success returns the root (valid until the
- * response completes; freed automatically). Otherwise it has already
- * answered — 415 when the body is not JSON and a non-JSON Content-Type was
- * sent, 400 with
- * {"error":"invalid JSON","line":..,"column":..,"reason":..} — and returns
- * NULL: the handler just returns 0. */
+/* Parses the request body as JSON. The body must be labelled as JSON:
+ * Content-Type application/json or TYPE/SUBTYPE+json, with any parameters
+ * (charset...). Another type, or a body without Content-Type, is answered
+ * 415 {"error":"..."} before anything is parsed (a browser sends text/plain
+ * and form types cross-origin without a CORS preflight);
+ * flare_config_t.json_any_content_type turns that check off. On success
+ * returns the root (valid until the response completes; freed
+ * automatically). Otherwise it has already answered — 415 as above, 400
+ * with {"error":"invalid JSON","line":..,"column":..,"reason":..} — and
+ * returns NULL: the handler just returns 0. */
 FLARE_API const flare_json_val_t *flare_req_json(flare_req_t *req, flare_res_t *res);
 
 /* Decodes and validates the body into *obj per the field table (strings in
- * the request arena). Returns 0, or answers 400 with every validation error
- * ({"errors":[{"field":..,"reason":..}]}) / 415 / 500 and returns the
- * error code: the handler then returns 0. flags: FLARE_MAP_*. If present is
+ * the request arena). The Content-Type must say JSON, as for flare_req_json
+ * (415 otherwise, FLARE_EINVAL). Returns 0, or answers 400 with every
+ * validation error ({"errors":[{"field":..,"reason":..}]}) / 415 / 500 and
+ * returns the error code: the handler then returns 0. flags: FLARE_MAP_*. If present is
  * not NULL it gets bit i set when top-level fields[i] was in the body (what
  * a PATCH needs to know). */
 FLARE_API int flare_req_bind(flare_req_t *req, flare_res_t *res, const flare_field_t *fields,

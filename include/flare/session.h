@@ -57,16 +57,26 @@ typedef struct flare_session_store {
  * expiry. No call does more than a fixed amount of work under a lock. */
 FLARE_API int flare_session_memory_store(size_t max_sessions, flare_session_store_t *out);
 
+/* When the session cookie carries Secure (the browser then sends it back
+ * over https only). The zero value is the default. */
+typedef enum flare_session_secure {
+    FLARE_SESSION_SECURE_AUTO = 0,   /* on responses to requests that came over TLS
+                                        (flare_req_secure), not over plain HTTP */
+    FLARE_SESSION_SECURE_ALWAYS = 1, /* on every response: TLS ends at a proxy in front */
+    FLARE_SESSION_SECURE_NEVER = 2   /* never (a SameSite=None cookie still gets it) */
+} flare_session_secure_t;
+
 /* Zero fields take the defaults: a zeroed struct (or NULL) is a complete
  * configuration. */
 typedef struct flare_session_config {
-    const char *cookie_name;     /* default "flare_sid" */
-    unsigned idle_timeout;       /* seconds, default 1800 */
-    unsigned absolute_timeout;   /* seconds, default 86400 */
-    bool secure;                 /* cookie Secure (turn on behind TLS) */
-    flare_same_site_t same_site; /* default Lax */
-    const char *path;            /* cookie Path, default "/" */
-    flare_session_store_t store; /* .load == NULL: a new in-memory store */
+    const char *cookie_name;       /* default "flare_sid" */
+    unsigned idle_timeout;         /* seconds, default 1800 */
+    unsigned absolute_timeout;     /* seconds, default 86400 */
+    flare_session_secure_t secure; /* cookie Secure [AUTO: when the request came over TLS];
+                                      `true` is ALWAYS */
+    flare_same_site_t same_site;   /* default Lax */
+    const char *path;              /* cookie Path, default "/" */
+    flare_session_store_t store;   /* .load == NULL: a new in-memory store */
 } flare_session_config_t;
 
 /* Fills *out with the session middleware; its state (and the store) belong

@@ -41,6 +41,7 @@
 
 #include "flare/flare.h"
 #include "flare/static.h"
+#include "flare/ws.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,8 +98,13 @@ typedef struct flare_settings {
     char *access_log_format; /* combined|json [combined] */
     char *db;                /* database URL (flare/db.h) */
     char *sessions;          /* session store URL (redis://HOST:PORT) */
-    char *config_file;       /* --config FILE or FLARE_CONFIG, NULL: none */
-    bool check_config;       /* --check-config was given */
+    char *session_secure;    /* auto|always|never [auto]: flare_settings_session_config */
+    char *admin_listen;      /* HOST:PORT of the admin listener [none]: flare_settings_listen */
+    char **ws_origins;       /* Origins allowed on WebSocket routes, NULL-terminated
+                                [none: same origin only]: flare_settings_ws_config */
+    size_t nws_origins;
+    char *config_file; /* --config FILE or FLARE_CONFIG, NULL: none */
+    bool check_config; /* --check-config was given */
     struct flare__settings_priv *priv;
 } flare_settings_t;
 
@@ -138,7 +144,8 @@ FLARE_API const char *flare_settings_error(const flare_settings_t *s);
 FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config_t *out);
 
 /* Adds every listener to app with flare_app_listen (TLS ones with their
- * certificates and tls-handshake-timeout), in order, and mounts every
+ * certificates and tls-handshake-timeout), in order, then the admin-listen
+ * address with flare_app_admin_listen (flare/metrics.h), and mounts every
  * static directory with flare_static (opts: NULL for the defaults). Before
  * flare_app_run, which then takes NULL as its address. 0, or the failing
  * call's code with flare_settings_error naming the key ("listen
@@ -149,6 +156,17 @@ FLARE_API int flare_settings_apply(flare_settings_t *s, flare_app_t *app,
 FLARE_API int flare_settings_listen(flare_settings_t *s, flare_app_t *app);
 FLARE_API int flare_settings_static(flare_settings_t *s, flare_app_t *app,
                                     const flare_static_opts_t *opts);
+
+/* Sets the fields of a WebSocket route's configuration that settings
+ * hold: origins (ws-origin; left as it is when none is given). cfg->origins
+ * then points into *s, which must outlive the flare_ws_route call (it
+ * copies them). */
+FLARE_API void flare_settings_ws_config(const flare_settings_t *s, flare_ws_config_t *cfg);
+
+/* Sets the fields of a session configuration that settings hold: secure
+ * (session-secure; left as it is when not given). */
+FLARE_API void flare_settings_session_config(const flare_settings_t *s,
+                                             flare_session_config_t *cfg);
 
 /* Reads the configuration again as parse_args did (the same file, the
  * environment as it is now, the same flags and extra options) into *next

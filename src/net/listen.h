@@ -17,6 +17,9 @@ typedef struct flare_listener {
     char *addr;       /* "HOST:PORT", owned (NULL for the run's own address) */
     const char *name; /* addr, or the address flare_app_run was given */
     flare_tls_t *tls; /* NULL: plain TCP */
+    /* flare_app_admin_listen: the operational routes (metrics, status,
+     * health) answer here and nowhere else; read only by those handlers */
+    bool admin;
     _Atomic int port; /* bound port of the current run, 0 before */
     /* sockets this run adopted (socket activation, upgrade) instead of
      * binding: owned here until the workers take them (-1 once taken) */

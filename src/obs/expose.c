@@ -637,7 +637,8 @@ int flare_metrics_render(flare_app_t *app, char **out, size_t *len)
 static int metrics_handler(flare_req_t *req, flare_res_t *res, void *ud)
 {
     flare_app_t *app = ud;
-    (void)req;
+    if (flare__admin_elsewhere(req))
+        return flare__res_error(req, 404, "not found");
     flare_metrics_writer_t mw = { 0 };
     int rc = render(app, true, &mw);
     if (rc != 0) {

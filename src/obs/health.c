@@ -15,6 +15,14 @@
 #include "http1/http1.h"
 #include "obs/metrics_app.h"
 
+bool flare__admin_elsewhere(const flare_req_t *req)
+{
+    const struct flare_req *ex = req;
+    if (!ex->worker->app->has_admin)
+        return false;
+    return ex->conn == NULL || ex->conn->listener == NULL || !ex->conn->listener->admin;
+}
+
 int flare_health_check(flare_app_t *app, const char *name, bool (*fn)(void *ud), void *ud)
 {
     if (app == NULL || name == NULL || *name == '\0' || fn == NULL)
@@ -77,6 +85,8 @@ static size_t json_str(char *out, size_t cap, const char *s)
 static int healthz(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
+    if (flare__admin_elsewhere(req))
+        return flare__res_error(req, 404, "not found");
     flare_worker_t *w = flare_req_worker(req);
     char body[160];
     int n = snprintf(body, sizeof(body), "{\"status\":\"ok\",\"pid\":%ld,\"worker\":%u}\n",
@@ -122,6 +132,8 @@ static int readyz(flare_req_t *req, flare_res_t *res, void *ud)
     (void)ud;
     struct flare_req *ex = req;
     const char *why;
+    if (flare__admin_elsewhere(req))
+        return flare__res_error(ex, 404, "not found");
     if (!flare__health_ready(ex->worker, &why) || !behind_another(ex))
         return ready_answer(res, ex->worker);
     if (flare_worker_timer(ex->worker, READY_RECHECK_MS, ready_later, res) != 0)

@@ -55,6 +55,12 @@ struct flare_metrics_app {
 };
 
 bool flare__metrics_name_ok(const char *s);
+
+/* health.c: whether an operational route (metrics, status, health) must
+ * not answer this request: the app has an admin listener and the request
+ * came on another one. The route's handler then answers 404, as for a
+ * path without routes. Asked only by those handlers. */
+bool flare__admin_elsewhere(const flare_req_t *req);
 bool flare__metrics_label_ok(const char *s);
 
 #endif

@@ -65,6 +65,17 @@ const settings_key_t flare__settings_keys[] = {
       true, true },
     { "mw-stats", K_BOOL, OFF(app.mw_stats), 0, 0, 1, NULL, "time every middleware hook [false]",
       true, true },
+    { "json-any-content-type", K_BOOL, OFF(app.json_any_content_type), 0, 0, 1, NULL,
+      "parse JSON bodies whatever their Content-Type [false: 415 unless application/json]",
+      true, true },
+    { "admin-listen", K_STR, OFF(admin_listen), 0, 0, 0, NULL,
+      "HOST:PORT for /metrics, /status, /healthz, /readyz, then 404 on the other listeners "
+      "[off: on every listener]", true, true },
+    { "ws-origin", K_LIST, OFF(ws_origins), OFF(nws_origins), 0, 0, NULL,
+      "an Origin allowed to open WebSockets (repeatable; * for any) [the page's own origin only]",
+      true, true },
+    { "session-secure", K_ENUM, OFF(session_secure), 0, 0, 0, "auto|always|never",
+      "session cookie Secure [auto: when the request came over TLS]", true, true },
     { "static", K_LIST, OFF(statics), OFF(nstatics), 0, 0, NULL,
       "DIR served under /static, or /PREFIX=DIR (repeatable)", true, true },
     { "log", K_STR, OFF(log), 0, 0, 0, NULL, "log file, - for stderr [-]", true, true },
@@ -392,10 +403,13 @@ static int list_add(flare_settings_t *s, int idx, const settings_key_t *k, const
         *n = 0;
         s->priv->layer[idx] = (uint8_t)src->layer;
     }
-    char **nv = realloc(*list, (*n + 1) * sizeof(char *));
+    /* one more slot: the list stays NULL-terminated (ws-origin is handed
+     * to flare_ws_config_t.origins as it is) */
+    char **nv = realloc(*list, (*n + 2) * sizeof(char *));
     if (nv == NULL)
         return flare__settings_nomem(s);
     *list = nv;
+    nv[*n + 1] = NULL;
     if ((nv[*n] = strdup(v)) == NULL)
         return flare__settings_nomem(s);
     (*n)++;
@@ -549,6 +563,11 @@ void flare_settings_free(flare_settings_t *s)
     for (size_t i = 0; i < s->nstatics; i++)
         free(s->statics[i]);
     free(s->statics);
+    for (size_t i = 0; i < s->nws_origins; i++)
+        free(s->ws_origins[i]);
+    free(s->ws_origins);
+    free(s->admin_listen);
+    free(s->session_secure);
     free(s->log);
     free(s->log_level);
     free(s->log_format);
@@ -911,7 +930,8 @@ static const char *str_default(const settings_key_t *k)
     static const char *const defs[][2] = { { "log", "-" },
                                            { "log-level", "info" },
                                            { "log-format", "text" },
-                                           { "access-log-format", "combined" } };
+                                           { "access-log-format", "combined" },
+                                           { "session-secure", "auto" } };
     for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++) {
         if (strcmp(k->name, defs[i][0]) == 0)
             return defs[i][1];

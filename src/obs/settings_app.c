@@ -47,7 +47,31 @@ int flare_settings_listen(flare_settings_t *s, flare_app_t *app)
             return rc;
         }
     }
+    if (s->admin_listen != NULL) {
+        int rc = flare_app_admin_listen(app, s->admin_listen);
+        if (rc != 0) {
+            flare__settings_fail(s, NULL, NULL, "admin-listen %s: %s: %s", s->admin_listen,
+                                 flare_strerror(rc), flare_last_error());
+            return rc;
+        }
+    }
     return 0;
+}
+
+void flare_settings_ws_config(const flare_settings_t *s, flare_ws_config_t *cfg)
+{
+    if (s->nws_origins > 0)
+        cfg->origins = (const char *const *)s->ws_origins;
+}
+
+void flare_settings_session_config(const flare_settings_t *s, flare_session_config_t *cfg)
+{
+    const char *v = s->session_secure;
+    if (v == NULL)
+        return;
+    cfg->secure = strcmp(v, "always") == 0  ? FLARE_SESSION_SECURE_ALWAYS
+                  : strcmp(v, "never") == 0 ? FLARE_SESSION_SECURE_NEVER
+                                            : FLARE_SESSION_SECURE_AUTO;
 }
 
 int flare_settings_static(flare_settings_t *s, flare_app_t *app, const flare_static_opts_t *opts)

@@ -370,6 +370,10 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
             fputc('\n', out);
         }
     }
+    fputs("admin-listen: ", out);
+    str_or_null(out, s->admin_listen, NULL);
+    fputs(s->admin_listen == NULL ? " # none: the operational routes on every listener\n" : "\n",
+          out);
     if (s->tls_handshake_timeout_ms != 0) {
         fputs("tls-handshake-timeout: ", out);
         duration(out, s->tls_handshake_timeout_ms);
@@ -404,6 +408,7 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     }
     fprintf(out, "max-headers: %zu\njob-threads: %u\nbacklog: %d\nmw-stats: %s\n", c.max_headers,
             c.job_threads, c.backlog, c.mw_stats ? "true" : "false");
+    fprintf(out, "json-any-content-type: %s\n", c.json_any_content_type ? "true" : "false");
     fputs("static:", out);
     if (s->nstatics == 0)
         fputs(" []", out);
@@ -426,6 +431,15 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     str_or_null(out, s->db, NULL);
     fputs("\nsessions: ", out);
     str_or_null(out, s->sessions, NULL);
+    fputs("\nsession-secure: ", out);
+    str_or_null(out, s->session_secure, "auto");
+    fputs("\nws-origin:", out);
+    if (s->nws_origins == 0)
+        fputs(" [] # the page's own origin only", out);
+    for (size_t i = 0; i < s->nws_origins; i++) {
+        fputs("\n  - ", out);
+        quoted(out, s->ws_origins[i]);
+    }
     fputc('\n', out);
     for (size_t j = 0; s->priv != NULL && j < s->priv->nextra; j++) {
         const flare_settings_option_t *o = &s->priv->extra[j];

@@ -153,6 +153,8 @@ static int status_json(flare_app_t *app, flare_res_t *res)
 
 static int status_handler(flare_req_t *req, flare_res_t *res, void *ud)
 {
+    if (flare__admin_elsewhere(req))
+        return flare__res_error(req, 404, "not found");
     flare_str_t q = flare_req_query(req);
     if (q.len == 4 && memcmp(q.ptr, "json", 4) == 0)
         return status_json(ud, res);

@@ -18,7 +18,7 @@ typedef struct smw {
     char *cookie_name;
     char *path;
     unsigned idle, absolute;
-    bool secure;
+    flare_session_secure_t secure;
     flare_same_site_t same_site;
     flare_session_store_t store;
 } smw_t;
@@ -196,7 +196,11 @@ static void set_cookie(flare_res_t *res, const smw_t *m, flare_str_t value, int6
     flare_cookie_init(&c, flare_str(m->cookie_name), value);
     c.path = flare_str(m->path);
     c.max_age = max_age;
-    c.secure = m->secure;
+    /* AUTO: Secure exactly when this request came over TLS, so a cookie
+     * set over https is never sent back in clear, and plain HTTP (local
+     * development) still works */
+    c.secure = m->secure == FLARE_SESSION_SECURE_ALWAYS ||
+               (m->secure == FLARE_SESSION_SECURE_AUTO && flare_req_secure(flare__res_ex(res)));
     c.same_site = m->same_site;
     char buf[512];
     size_t len;
@@ -345,6 +349,10 @@ int flare_sessions(flare_app_t *app, const flare_session_config_t *cfg, flare_mi
                            "flare_session_config_t.cookie_name or path: \"%s\", \"%s\" cannot "
                            "go in a Set-Cookie",
                            name, path);
+    if ((unsigned)cfg->secure > FLARE_SESSION_SECURE_NEVER)
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_session_config_t.secure: %d is not a flare_session_secure_t",
+                           (int)cfg->secure);
     smw_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return FLARE_ENOMEM;

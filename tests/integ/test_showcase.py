@@ -231,6 +231,44 @@ class Showcase(ServerTestCase):
         asyncio.run(scenario())
         self.assertServerAlive()
 
+    def test_chat_same_origin_only(self):
+        """Cross-site WebSocket hijacking: a page on another origin cannot
+        open the chat; the showcase's own pages (Origin = Host) can, and so
+        can a client that sends no Origin (not a browser)."""
+        try:
+            import websockets
+        except ImportError:
+            self.skipTest("python3-websockets is not installed (tools/deps.sh test)")
+        import asyncio
+        url = "ws://%s:%d/ws?name=o&room=origins" % self.addr
+
+        async def scenario():
+            for origin in ("http://%s:%d" % self.addr, None):
+                async with websockets.connect(url, origin=origin) as ws:
+                    self.assertEqual(json.loads(await asyncio.wait_for(ws.recv(), 5))["type"], "join")
+            for origin in ("http://evil.example", "http://%s:%d" % (self.addr[0], self.addr[1] + 1)):
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    async with websockets.connect(url, origin=origin):
+                        pass
+                self.assertEqual(cm.exception.status_code, 403, origin)
+
+        asyncio.run(scenario())
+
+    def test_json_api_needs_a_json_type(self):
+        """A cross-origin form or fetch without preflight (text/plain, a form
+        type, no type) does not reach the JSON API: 415, naming the type."""
+        body = b'{"user": "mallory"}'
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+            with self.subTest(ctype=ctype):
+                r = self.call("POST", "/api/session", raw=body,
+                              headers=[("Content-Type", ctype)] if ctype else [])
+                self.assertEqual(r.status, 415, r)
+                self.assertIn("application/json", self.json(r)["error"])
+                self.assertFalse(r.has("Set-Cookie"))
+        r = self.call("POST", "/api/session", raw=body,
+                      headers=[("Content-Type", "application/json; charset=utf-8")])
+        self.assertEqual(r.status, 200, r)
+
     # -- uploads -------------------------------------------------------------
     def test_upload_reports_parts(self):
         content = os.urandom(100 * 1024)  # above the in-memory threshold: a temporary file
@@ -255,6 +293,57 @@ class Showcase(ServerTestCase):
         self.assertGreaterEqual(r.status, 400)
         self.assertLess(r.status, 500)
         self.assertServerAlive()
+
+
+class ShowcaseAdminListener(ServerTestCase):
+    """--admin-listen: /metrics, /status, /healthz, /readyz answer on the
+    admin address only (404 on the public one); --ws-origin lets one more
+    origin's pages open the chat."""
+    server_binary = SHOWCASE
+    server_tls = False
+    ADMIN_PORT = flaretest.free_port()
+    OPS = ("/metrics", "/status", "/status?json", "/healthz", "/readyz")
+    server_args = ("--db", "sqlite:" + os.path.join(DB_DIR, "admin.db"),
+                   "--admin-listen", "%s:%d" % (flaretest.HOST, ADMIN_PORT),
+                   "--ws-origin", "http://app.example")
+
+    def get(self, path, admin):
+        c = self.connect(addr=(flaretest.HOST, self.ADMIN_PORT) if admin else None)
+        c.send(build_request("GET", path, [], None))
+        r = c.read_response()
+        self.assertCommon(r)
+        return r
+
+    def test_each_path_on_each_listener(self):
+        for path in self.OPS:
+            with self.subTest(path=path):
+                self.assertEqual(self.get(path, admin=False).status, 404)
+                self.assertEqual(self.get(path, admin=True).status, 200)
+        self.assertIn(b"flare_http_requests_total", self.get("/metrics", admin=True).body)
+        # the site itself is on the public listener as always
+        self.assertEqual(self.get("/", admin=False).status, 200)
+        self.assertEqual(self.get("/chat.html", admin=False).status, 200)
+
+    def test_ws_origin_list(self):
+        try:
+            import websockets
+        except ImportError:
+            self.skipTest("python3-websockets is not installed (tools/deps.sh test)")
+        import asyncio
+        url = "ws://%s:%d/ws?name=w&room=wo" % self.addr
+
+        async def scenario():
+            for origin in ("http://app.example", None):
+                async with websockets.connect(url, origin=origin) as ws:
+                    self.assertEqual(json.loads(await asyncio.wait_for(ws.recv(), 5))["type"], "join")
+            # a list replaces the same-origin default: exact origins only
+            for origin in ("http://evil.example", "https://app.example", "http://%s:%d" % self.addr):
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    async with websockets.connect(url, origin=origin):
+                        pass
+                self.assertEqual(cm.exception.status_code, 403, origin)
+
+        asyncio.run(scenario())
 
 
 class ShowcaseStartupErrors(unittest.TestCase):

@@ -749,6 +749,42 @@ class PlainBesideTLS(ServerTestCase):
         self.assertEqual(r.status, 400, r)
 
 
+SHOWCASE = os.path.join(os.path.abspath(flaretest.BUILD_DIR), "examples", "showcase")
+
+
+class SessionCookieSecure(ServerTestCase):
+    """The session cookie carries Secure when the request came over TLS, and
+    not over plain HTTP (examples/showcase: --tls-cert plus --listen-plain)."""
+    server_binary = SHOWCASE
+    server_tls = False
+    PLAIN_PORT = flaretest.free_port()
+    server_args = ("--tls-cert", CERT, "--tls-key", KEY,
+                   "--listen-plain", "%s:%d" % (flaretest.HOST, PLAIN_PORT),
+                   "--db", "sqlite:" + os.path.join(CERTS, "showcase.db"))
+
+    def login(self, tls):
+        if tls:
+            c = Conn(self.addr, tls=True, context=context())
+        else:
+            c = Conn((flaretest.HOST, self.PLAIN_PORT), tls=False)
+        self._conns.append(c)
+        c.send(build_request("POST", "/api/session", [("Content-Type", "application/json")],
+                             b'{"user": "ann"}'))
+        r = c.read_response()
+        self.assertEqual(r.status, 200, r)
+        return r.get("Set-Cookie", "")
+
+    def test_secure_over_tls(self):
+        cookie = self.login(tls=True)
+        self.assertRegex(cookie, r"^showcase_sid=[0-9a-f]{32};")
+        self.assertIn("; Secure", cookie)
+
+    def test_not_secure_over_plain_http(self):
+        cookie = self.login(tls=False)
+        self.assertRegex(cookie, r"^showcase_sid=[0-9a-f]{32};")
+        self.assertNotIn("Secure", cookie)
+
+
 class StartupErrors(unittest.TestCase):
     """Bad TLS flags: a message naming the cause and exit 1 (or 2 for usage)."""
 

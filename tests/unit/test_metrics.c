@@ -386,12 +386,63 @@ static void test_db_series(void **state)
     flare_app_free(app);
 }
 
+/* An admin listener (flare_app_admin_listen): the operational routes answer
+ * there, and 404 on the public listener; the app's own routes answer on
+ * both. */
+static void test_admin_listener(void **state)
+{
+    (void)state;
+    flare_config_t cfg = { .workers = 2 };
+    flare_app_t *app = flare_app_new(&cfg);
+    assert_non_null(app);
+    assert_int_equal(flare_get(app, "/hello", ok, NULL), 0);
+    assert_int_equal(flare_metrics_route(app, "/metrics"), 0);
+    assert_int_equal(flare_health_routes(app, NULL, NULL), 0);
+    assert_int_equal(flare_status_route(app, "/status"), 0);
+    assert_int_equal(flare_app_admin_listen(app, "nowhere"), FLARE_EADDR);
+    assert_int_equal(flare_app_admin_listen(NULL, "127.0.0.1:0"), FLARE_EINVAL);
+    assert_int_equal(flare_app_admin_port(app), 0);
+    assert_int_equal(flare_app_admin_listen(app, "127.0.0.1:0"), 0);
+    assert_int_equal(flare_app_admin_listen(app, "127.0.0.1:0"), FLARE_EEXIST);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    harness_t admin = h;
+    admin.port = flare_app_admin_port(app);
+    assert_true(admin.port > 0);
+    assert_int_not_equal(admin.port, h.port);
+    assert_int_equal(flare_app_admin_listen(app, "127.0.0.1:0"), FLARE_ESTATE);
+    static const char *const ops[] = { "/metrics", "/status", "/status?json", "/healthz",
+                                       "/readyz" };
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        for (int head = 0; head < 2; head++) {
+            char req[128];
+            snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     head ? "HEAD" : "GET", ops[i]);
+            char *pub = harness_roundtrip(&h, req), *adm = harness_roundtrip(&admin, req);
+            if (strncmp(pub, "HTTP/1.1 404 ", 13) != 0)
+                fail_msg("%s %s on the public listener: %.40s", head ? "HEAD" : "GET", ops[i], pub);
+            if (strncmp(adm, "HTTP/1.1 200 ", 13) != 0)
+                fail_msg("%s %s on the admin listener: %.40s", head ? "HEAD" : "GET", ops[i], adm);
+            free(pub);
+            free(adm);
+        }
+    }
+    const char *hello = "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char *pub = harness_roundtrip(&h, hello), *adm = harness_roundtrip(&admin, hello);
+    assert_int_equal(strncmp(pub, "HTTP/1.1 200 ", 13), 0);
+    assert_int_equal(strncmp(adm, "HTTP/1.1 200 ", 13), 0);
+    free(pub);
+    free(adm);
+    assert_int_equal(harness_stop(&h), 0);
+    assert_int_equal(flare_app_admin_port(app), 0); /* not bound any more */
+    flare_app_free(app);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_db_series),
-        cmocka_unit_test(test_block_buckets),
-        cmocka_unit_test(test_exposition_summed),
+        cmocka_unit_test(test_admin_listener),  cmocka_unit_test(test_db_series),
+        cmocka_unit_test(test_block_buckets),   cmocka_unit_test(test_exposition_summed),
         cmocka_unit_test(test_user_api_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

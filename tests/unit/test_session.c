@@ -238,6 +238,8 @@ static int setup(void **state)
     flare_middleware_t m;
     flare_session_config_t bad = { .cookie_name = "bad name" };
     assert_int_equal(flare_sessions(h.app, &bad, &m), FLARE_EINVAL);
+    flare_session_config_t bad_secure = { .secure = (flare_session_secure_t)3 };
+    assert_int_equal(flare_sessions(h.app, &bad_secure, &m), FLARE_EINVAL);
     flare_session_config_t sc = { .cookie_name = "sid", .absolute_timeout = 2 };
     assert_int_equal(flare_sessions(h.app, &sc, &m), 0);
     assert_int_equal(flare_use(h.app, &m), 0);
@@ -297,6 +299,7 @@ static void test_session_flow(void **state)
     assert_non_null(strstr(r, "; HttpOnly"));
     assert_non_null(strstr(r, "; SameSite=Lax"));
     assert_non_null(strstr(r, "; Max-Age=2"));
+    assert_null(strstr(r, "Secure")); /* plain HTTP: no Secure (over TLS: test_tls.py) */
     free(r);
 
     r = req_with("GET", "/me", sid, "");

@@ -155,7 +155,11 @@ static void test_values(void **state)
                                             "access-log: \"-\"\n"
                                             "access-log-format: json\n"
                                             "db: sqlite:x.db\n"
-                                            "sessions: redis://127.0.0.1:6379\n");
+                                            "sessions: redis://127.0.0.1:6379\n"
+                                            "session-secure: always\n"
+                                            "json-any-content-type: true\n"
+                                            "admin-listen: 127.0.0.1:9100\n"
+                                            "ws-origin: [https://a.example, \"*\"]\n");
     flare_settings_t s;
     assert_int_equal(parse(&s, NULL, 0, "--config", path, NULL), 0);
     assert_int_equal(s.app.workers, 3);
@@ -177,6 +181,19 @@ static void test_values(void **state)
     assert_string_equal(s.access_log_format, "json");
     assert_string_equal(s.db, "sqlite:x.db");
     assert_string_equal(s.sessions, "redis://127.0.0.1:6379");
+    /* the safer defaults' options (json-any-content-type, session-secure,
+     * admin-listen, ws-origin), and the calls that hand them over */
+    assert_true(s.app.json_any_content_type);
+    assert_string_equal(s.admin_listen, "127.0.0.1:9100");
+    flare_session_config_t sc = { 0 };
+    flare_settings_session_config(&s, &sc);
+    assert_int_equal(sc.secure, FLARE_SESSION_SECURE_ALWAYS);
+    flare_ws_config_t wc = { 0 };
+    flare_settings_ws_config(&s, &wc);
+    assert_non_null(wc.origins);
+    assert_string_equal(wc.origins[0], "https://a.example");
+    assert_string_equal(wc.origins[1], "*");
+    assert_null(wc.origins[2]);
     /* no listen anywhere: the one default */
     assert_int_equal(s.nlisteners, 1);
     assert_string_equal(s.listeners[0].addr, "127.0.0.1:8080");
@@ -186,6 +203,7 @@ static void test_values(void **state)
     assert_int_equal(c.workers, 3);
     assert_int_equal(c.max_body, 65536);
     assert_int_equal(c.max_conn_body, 524288);
+    assert_true(c.json_any_content_type);
 
     /* what --check-config prints reads back to the same settings */
     char out[128];
@@ -274,12 +292,45 @@ static void test_flag_errors(void **state)
           "--tls-sni-cert: listen 127.0.0.1:8080: SNI certificate 1 needs tls-cert and tls-key" },
         { "--log-level", "trace", "--log-level: expected error|warn|info|debug, got \"trace\"" },
         { "--check-config=1", NULL, "--check-config: takes no value" },
+        { "--session-secure", "yes", "--session-secure: expected auto|always|never, got \"yes\"" },
+        { "--ws-origin", "", "--ws-origin: expected a value, got \"\"" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         assert_int_equal(parse(&s, NULL, 0, cases[i].a, cases[i].b, NULL), FLARE_EINVAL);
         assert_string_equal(flare_settings_error(&s), cases[i].want);
         flare_settings_free(&s);
     }
+    /* the flags of the safer defaults' options; repeated --ws-origin add up */
+    assert_int_equal(parse(&s, NULL, 0, "--ws-origin", "https://a.example", "--ws-origin=https://b",
+                           "--session-secure", "never", "--json-any-content-type", "--admin-listen",
+                           "127.0.0.1:0", NULL),
+                     0);
+    assert_int_equal(s.nws_origins, 2);
+    assert_string_equal(s.ws_origins[1], "https://b");
+    assert_null(s.ws_origins[2]);
+    assert_true(s.app.json_any_content_type);
+    assert_string_equal(s.admin_listen, "127.0.0.1:0");
+    flare_session_config_t sc = { .secure = FLARE_SESSION_SECURE_ALWAYS };
+    flare_settings_session_config(&s, &sc);
+    assert_int_equal(sc.secure, FLARE_SESSION_SECURE_NEVER);
+    flare_settings_free(&s);
+    /* nothing given: the structures keep what the app set */
+    assert_int_equal(parse(&s, NULL, 0, NULL), 0);
+    flare_ws_config_t wc = { 0 };
+    flare_settings_ws_config(&s, &wc);
+    assert_null(wc.origins);
+    flare_settings_session_config(&s, &sc);
+    assert_int_equal(sc.secure, FLARE_SESSION_SECURE_NEVER);
+    assert_null(s.admin_listen);
+    flare_settings_free(&s);
+    /* a bad admin-listen address fails where the listeners are added */
+    assert_int_equal(parse(&s, NULL, 0, "--admin-listen", "nowhere", NULL), 0);
+    flare_app_t *app = flare_app_new(NULL);
+    assert_non_null(app);
+    assert_int_equal(flare_settings_listen(&s, app), FLARE_EADDR);
+    assert_non_null(strstr(flare_settings_error(&s), "admin-listen nowhere"));
+    flare_app_free(app);
+    flare_settings_free(&s);
     /* a limit the app refuses, named as flare_app_new names it */
     assert_int_equal(parse(&s, NULL, 0, "--max-conns", "0", NULL), FLARE_EINVAL);
     assert_string_equal(flare_settings_error(&s),
