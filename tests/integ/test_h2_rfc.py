@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""RFC 9113 cases where the outcome used to depend on timing, each repeated
+ITERATIONS times so that an outcome that depends on how the frames fall
+into reads shows up: DATA on a stream that is closed or half-closed
+(remote) (§5.1). Plaintext (h2c with prior knowledge) and, under
+FLARE_TEST_TLS=1, TLS with ALPN h2."""
+
+import contextlib
+import os
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flaretest  # noqa: E402
+import h2util  # noqa: E402
+from h2util import DATA, END_STREAM, GOAWAY, HEADERS, RST_STREAM, STREAM_CLOSED, err_name  # noqa: E402
+
+ITERATIONS = int(os.environ.get("FLARE_H2_ITERATIONS", "30"))
+HELLO = b"Hello, World!"
+GET = [(":method", "GET"), (":scheme", "http"), (":authority", "localhost"), (":path", "/plaintext")]
+POST = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost"), (":path", "/echo")]
+
+
+def rst_code(f):
+    return struct.unpack(">I", f.payload)[0]
+
+
+class Iterations(h2util.H2TestCase):
+    @contextlib.contextmanager
+    def iteration(self, i, what=None):
+        """The first failure ends the test, naming its iteration (what
+        follows a failure would only report its consequences)."""
+        try:
+            yield
+        except AssertionError as e:
+            raise AssertionError("iteration %d of %d%s: %s" % (
+                i + 1, ITERATIONS, "" if what is None else " (%r)" % (what,), e)) from None
+
+
+class H2Rfc(Iterations):
+
+    def stream_closed_after(self, c, sid, probe):
+        """sid is closed or half-closed (remote) and the client has just
+        sent DATA on it, then a request on stream probe: the server must
+        answer the DATA with STREAM_CLOSED, as RST_STREAM on sid (a stream
+        error) or as GOAWAY (a connection error, which RFC 9113 §5.1 allows
+        after END_STREAM). Everything sid gets is queued before probe's
+        response, so a missing error shows up without a timeout. True when
+        the connection goes on."""
+        def pred(f):
+            if f.type == GOAWAY:
+                return True
+            if f.sid == sid and f.type == RST_STREAM:
+                return True
+            return f.sid == probe and f.type in (HEADERS, DATA) and f.flags & END_STREAM
+        f = c.until(pred, what="STREAM_CLOSED for DATA on stream %d" % sid)
+        if f.type == GOAWAY:
+            self.assertEqual(c.goaway[1], STREAM_CLOSED, "GOAWAY %s for DATA on stream %d: %s" % (
+                err_name(c.goaway[1]), sid, c.history()))
+            return False
+        if f.type == RST_STREAM:
+            self.assertEqual(rst_code(f), STREAM_CLOSED, "RST_STREAM %s on stream %d: %s" % (
+                err_name(rst_code(f)), sid, c.history()))
+            status, _, body, _ = c.response(probe)
+            self.assertEqual((status, body), (200, HELLO))
+            return True
+        self.fail("DATA on stream %d dropped without STREAM_CLOSED (probe stream %d answered "
+                  "first): %s" % (sid, probe, c.history()))
+
+    def test_data_after_stream_closed_both_ways(self):
+        # §5.1 "closed", reached by END_STREAM both ways: the request, then
+        # its whole response; nghttp2 forgets the stream at that point
+        c, sid = self.raw(), 1
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                c.request(sid, "/plaintext")
+                status, _, body, _ = c.response(sid)
+                self.assertEqual((status, body), (200, HELLO))
+                c.send(h2util.frame(DATA, END_STREAM, sid, b"late") +
+                       h2util.frame(HEADERS, h2util.END_HEADERS | END_STREAM, sid + 2,
+                                    c.encode(GET)))
+                if self.stream_closed_after(c, sid, sid + 2):
+                    sid += 4
+                else:
+                    c.close()
+                    c, sid = self.raw(), 1
+
+    def test_data_after_client_rst_stream(self):
+        # §5.1 "closed" after the client's RST_STREAM: any frame but
+        # PRIORITY is a stream error STREAM_CLOSED
+        c, sid = self.raw(), 1
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                c.headers(sid, POST + [("content-length", "10")], end_stream=False)
+                c.send(h2util.rst_stream(sid, h2util.CANCEL))
+                c.send(h2util.frame(DATA, 0, sid, b"late") +
+                       h2util.frame(HEADERS, h2util.END_HEADERS | END_STREAM, sid + 2,
+                                    c.encode(GET)))
+                if self.stream_closed_after(c, sid, sid + 2):
+                    sid += 4
+                else:
+                    c.close()
+                    c, sid = self.raw(), 1
+            if i % 20 == 19:
+                time.sleep(1.1)  # stay under the rapid-reset defence (100 a second)
+
+    def test_data_on_half_closed_remote(self):
+        # §5.1 "half-closed (remote)": DATA after the request's END_STREAM
+        # on a route that answers at once. Whether the response has closed
+        # the stream when the DATA arrives depends on how the two writes
+        # fall into the server's reads: the verdict must not.
+        c, sid = self.raw(), 1
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                c.headers(sid, GET, end_stream=True)
+                if i % 3 == 1:
+                    time.sleep(0.002)
+                c.send(h2util.frame(DATA, END_STREAM, sid, b"late") +
+                       h2util.frame(HEADERS, h2util.END_HEADERS | END_STREAM, sid + 2,
+                                    c.encode(GET)))
+                if self.stream_closed_after(c, sid, sid + 2):
+                    sid += 4
+                else:
+                    c.close()
+                    c, sid = self.raw(), 1
+
+
+if __name__ == "__main__":
+    flaretest.main()
