@@ -2,8 +2,8 @@
 """RFC 9113 cases where the outcome used to depend on timing, each repeated
 ITERATIONS times so that an outcome that depends on how the frames fall
 into reads shows up: DATA on a stream that is closed or half-closed
-(remote) (§5.1). Plaintext (h2c with prior knowledge) and, under
-FLARE_TEST_TLS=1, TLS with ALPN h2."""
+(remote) (§5.1), an empty :path (§8.3.1). Plaintext (h2c with prior
+knowledge) and, under FLARE_TEST_TLS=1, TLS with ALPN h2."""
 
 import contextlib
 import os
@@ -14,7 +14,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
 import h2util  # noqa: E402
-from h2util import DATA, END_STREAM, GOAWAY, HEADERS, RST_STREAM, STREAM_CLOSED, err_name  # noqa: E402
+from h2util import (DATA, END_STREAM, GOAWAY, HEADERS, PROTOCOL_ERROR, RST_STREAM,  # noqa: E402
+                    STREAM_CLOSED, err_name)
 
 ITERATIONS = int(os.environ.get("FLARE_H2_ITERATIONS", "30"))
 HELLO = b"Hello, World!"
@@ -124,6 +125,18 @@ class H2Rfc(Iterations):
                 else:
                     c.close()
                     c, sid = self.raw(), 1
+
+    def test_empty_path(self):
+        # §8.3.1: :path must not be empty for http/https: a malformed
+        # request, a stream error PROTOCOL_ERROR (not an HTTP 400)
+        c = self.raw()
+        empty = [h if h[0] != ":path" else (":path", "") for h in GET]
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                sid = 1 + 4 * i
+                c.headers(sid, empty, end_stream=True)
+                c.expect_rst(sid, PROTOCOL_ERROR)
+                c.alive_check(sid + 2)
 
 
 if __name__ == "__main__":
