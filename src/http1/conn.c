@@ -36,6 +36,7 @@
 #define MAX_IOV      64
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
+static void tls_open(flare_stream_t *s);
 static void process(flare_conn_t *c);
 static void queue_advance(flare_conn_t *c);
 
@@ -76,6 +77,8 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
         free(c);
         return;
     }
+    if (tr != NULL)
+        c->s.on_open = tls_open;
     c->t_open = c->t_head = w->loop.now;
     c->next = w->conns;
     if (w->conns != NULL)
@@ -709,12 +712,27 @@ static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_r
     return true;
 }
 
+/* RFC 9113 3.4: once ALPN chose h2 the client must begin with the HTTP/2
+ * preface, and anything else is a connection error (GOAWAY
+ * PROTOCOL_ERROR): the connection is HTTP/2's from its first byte, never
+ * parsed as HTTP/1.1. The stream calls this when the TLS handshake is
+ * done, inside the read that completed it: process() then leaves the bytes
+ * alone and on_readable hands the connection over. Once per connection,
+ * and only on TLS: HTTP/1.1's request path pays nothing. */
+static void tls_open(flare_stream_t *s)
+{
+    flare_conn_t *c = (flare_conn_t *)s; /* s is the first member */
+    flare_str_t alpn = flare__tls_alpn(s->tr);
+    if (alpn.len == 2 && memcmp(alpn.ptr, "h2", 2) == 0)
+        c->flags |= C_ALPN_H2;
+}
+
 static void process(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
     flare_app_t *app = w->app;
     c->flags |= C_IN_BATCH;
-    while (!(c->flags & C_DEAD)) {
+    while (!(c->flags & (C_DEAD | C_ALPN_H2))) {
         if (c->recv != NULL) {
             if (!recv_body(c))
                 break;
@@ -849,6 +867,10 @@ static void on_readable(flare_conn_t *c)
                 flare__conn_close(c);
                 return;
             }
+            if (flare__unlikely(c->flags & C_ALPN_H2)) {
+                flare__h2_start(c); /* handshake done, no byte yet: our SETTINGS go now */
+                return;
+            }
             break; /* (TLS: a record not complete yet) what was parsed still goes out */
         }
         if (n == 0) {
@@ -865,7 +887,7 @@ static void on_readable(flare_conn_t *c)
         }
         flare__metrics_rx(w, (size_t)n);
         process(c);
-        if (flare__unlikely(c->flags & (C_DEAD | C_H2))) {
+        if (flare__unlikely(c->flags & (C_DEAD | C_H2 | C_ALPN_H2))) {
             if (!(c->flags & C_DEAD))
                 flare__h2_start(c); /* takes the connection over */
             return;

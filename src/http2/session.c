@@ -887,6 +887,9 @@ void flare__h2_start(flare_conn_t *c)
     h2->flags &= ~(uint32_t)H2_IN_BATCH;
     if (send_flush(h2))
         flare__stream_idle(&c->s);
+    /* TLS records already read from the socket: the poller will not say */
+    if (!(c->flags & C_DEAD) && flare__stream_has_pending(&c->s))
+        flare__loop_ready(c->s.loop, &c->s.io);
     return;
 fail:
     if (cb != NULL)

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
-"""RFC 9113 cases where the outcome used to depend on timing, each repeated
-ITERATIONS times so that an outcome that depends on how the frames fall
-into reads shows up: DATA on a stream that is closed or half-closed
-(remote) (§5.1), an empty :path (§8.3.1). Plaintext (h2c with prior
-knowledge) and, under FLARE_TEST_TLS=1, TLS with ALPN h2."""
+"""RFC 9113 cases where the outcome used to depend on timing or on how the
+connection was opened, each repeated ITERATIONS times so that an outcome
+that depends on how the frames fall into reads shows up: DATA on a stream
+that is closed or half-closed (remote) (§5.1), an empty :path (§8.3.1),
+what follows ALPN "h2" when it is not the connection preface (§3.4).
+Plaintext (h2c with prior knowledge) and, under FLARE_TEST_TLS=1, TLS with
+ALPN h2 (the §3.4 cases need TLS: without ALPN nothing says the client
+meant HTTP/2)."""
 
 import contextlib
 import os
 import struct
 import sys
 import time
+import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
@@ -29,14 +33,14 @@ def rst_code(f):
 
 class Iterations(h2util.H2TestCase):
     @contextlib.contextmanager
-    def iteration(self, i, what=None):
+    def iteration(self, i, what=None, n=ITERATIONS):
         """The first failure ends the test, naming its iteration (what
         follows a failure would only report its consequences)."""
         try:
             yield
         except AssertionError as e:
             raise AssertionError("iteration %d of %d%s: %s" % (
-                i + 1, ITERATIONS, "" if what is None else " (%r)" % (what,), e)) from None
+                i + 1, n, "" if what is None else " (%r)" % (what,), e)) from None
 
 
 class H2Rfc(Iterations):
@@ -137,6 +141,45 @@ class H2Rfc(Iterations):
                 c.headers(sid, empty, end_stream=True)
                 c.expect_rst(sid, PROTOCOL_ERROR)
                 c.alive_check(sid + 2)
+
+
+class AlpnPreface(Iterations):
+    """§3.4: once ALPN chose "h2" the client must begin with the connection
+    preface; anything else is a connection error PROTOCOL_ERROR (GOAWAY),
+    never an HTTP/1.1 answer."""
+
+    def setUp(self):
+        super().setUp()
+        if not self.cafile:
+            raise unittest.SkipTest("needs TLS (ALPN): FLARE_TEST_TLS=1")
+
+    def expect_preface_error(self, data):
+        c = self.raw(preface=False)
+        c.send(data)
+        c.expect_goaway(PROTOCOL_ERROR)
+        c.close()
+
+    def test_http1_request_after_alpn_h2(self):
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                self.expect_preface_error(b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n")
+
+    def test_broken_preface_after_alpn_h2(self):
+        for i, bad in enumerate((b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", b"INVALID CONNECTION PREFACE\r\n\r\n",
+                                 b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n") * (ITERATIONS // 3)):
+            with self.iteration(i, bad):
+                self.expect_preface_error(bad + h2util.settings_frame())
+
+    def test_preface_in_pieces_after_alpn_h2(self):
+        # the real preface, split: still HTTP/2
+        for i in range(5):
+            with self.iteration(i, n=5):
+                c = self.raw(preface=False)
+                c.send(h2util.PREFACE[:7])
+                time.sleep(0.02)
+                c.send(h2util.PREFACE[7:] + h2util.settings_frame())
+                c.alive_check(1)
+                c.close()
 
 
 if __name__ == "__main__":
