@@ -306,6 +306,28 @@ static bool body_agrees(const h2_stream_t *st)
     return cl < 0 || st->body_len == (uint64_t)cl;
 }
 
+/* A trailer field (a HEADERS after the head, ending the stream): kept
+ * apart from the head's fields (flare_req_trailer), never merged into them
+ * nor into the cookie: a front proxy that strips Cookie or Authorization
+ * from the head must not be bypassed by sending them after the body. */
+static int on_trailer(h2_stream_t *st, const uint8_t *name, size_t nlen, const uint8_t *value,
+                      size_t vlen)
+{
+    struct flare_req *ex = st->ex;
+    if (flare_req_trailer_count(ex) >= ex->worker->app->limits.max_headers) {
+        st->err_status = 431;
+        st->err_msg = "too many trailer fields";
+        return 0;
+    }
+    flare_str_t n = adup(ex, name, nlen);
+    flare_str_t v = vlen > 0 ? adup(ex, value, vlen) : (flare_str_t){ "", 0 };
+    if (n.ptr == NULL || v.ptr == NULL || flare__ex_trailer_add(ex, n, v) != 0) {
+        st->err_status = 500;
+        st->err_msg = "out of memory";
+    }
+    return 0;
+}
+
 static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_t *name,
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
@@ -349,6 +371,8 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
     default:
         break;
     }
+    if (trailer)
+        return on_trailer(st, name, nlen, value, vlen);
     if (h->nheaders >= lim->max_headers) {
         st->err_status = 431;
         st->err_msg = "too many header fields";

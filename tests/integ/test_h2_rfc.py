@@ -3,7 +3,8 @@
 connection was opened, each repeated ITERATIONS times so that an outcome
 that depends on how the frames fall into reads shows up: DATA on a stream
 that is closed or half-closed (remote) (§5.1), an empty :path (§8.3.1),
-what follows ALPN "h2" when it is not the connection preface (§3.4).
+malformed trailers (§8.1), what follows ALPN "h2" when it is not the
+connection preface (§3.4).
 Plaintext (h2c with prior knowledge) and, under FLARE_TEST_TLS=1, TLS with
 ALPN h2 (the §3.4 cases need TLS: without ALPN nothing says the client
 meant HTTP/2)."""
@@ -139,6 +140,31 @@ class H2Rfc(Iterations):
             with self.iteration(i):
                 sid = 1 + 4 * i
                 c.headers(sid, empty, end_stream=True)
+                c.expect_rst(sid, PROTOCOL_ERROR)
+                c.alive_check(sid + 2)
+
+    def test_trailers_with_pseudo_header(self):
+        # §8.1: pseudo-headers in trailers make the request malformed
+        c = self.raw()
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                sid = 1 + 4 * i
+                c.headers(sid, POST, end_stream=False)
+                c.data(sid, b"body")
+                c.headers(sid, [(":path", "/plaintext"), ("x-t", "1")], end_stream=True)
+                c.expect_rst(sid, PROTOCOL_ERROR)
+                c.alive_check(sid + 2)
+
+    def test_trailers_without_end_stream(self):
+        # §8.1: a trailer section must end the stream (a HEADERS after the
+        # head without END_STREAM is malformed)
+        c = self.raw()
+        for i in range(ITERATIONS):
+            with self.iteration(i):
+                sid = 1 + 4 * i
+                c.headers(sid, POST, end_stream=False)
+                c.data(sid, b"body")
+                c.headers(sid, [("x-t", "1")], end_stream=False)
                 c.expect_rst(sid, PROTOCOL_ERROR)
                 c.alive_check(sid + 2)
 
