@@ -15,6 +15,9 @@
  * the log files (logrotate). The logging flags set up flare/log.h
  * (docs/logging.md); GET /log writes one info line through flare_req_log.
  *
+ * POST /trailer?name=N answers what the handler sees of the field N sent
+ * as a request trailer and as a header (flare_req_trailer, flare_req_header).
+ *
  * POST /sha256 and POST /upload stream their bodies (flare/body.h): the
  * SHA-256 of the raw body, and of each multipart part, computed as the
  * bytes pass, with --max-body as their only limit.
@@ -107,6 +110,36 @@ static int echo(flare_req_t *req, flare_res_t *res, void *ud)
     if (ctype.ptr == NULL)
         ctype = FLARE_STR("application/octet-stream");
     return flare_res_send(res, 200, ctype, flare_req_body(req));
+}
+
+/* POST /trailer?name=N: what the handler sees of the field N, as a
+ * request trailer (flare_req_trailer) and as a header (flare_req_header),
+ * and the body: {"trailer": "v" | null, "header": "v" | null, "body": "..."}.
+ * A trailer is never a header (tests/integ/test_trailers.py). */
+static void kv_or_null(flare_json_t *j, const char *key, flare_str_t v)
+{
+    if (v.ptr != NULL)
+        flare_json_kv_str(j, key, v);
+    else
+        flare_json_kv_null(j, key);
+}
+
+static int trailer_echo(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t name = flare_req_query_param(req, "name");
+    char *n = flare_req_alloc(req, name.len + 1);
+    flare_json_t *j = flare_res_json(res, 200);
+    if (n == NULL || j == NULL)
+        return FLARE_ENOMEM;
+    memcpy(n, name.ptr != NULL ? name.ptr : "", name.len);
+    n[name.len] = '\0';
+    flare_json_object_begin(j);
+    kv_or_null(j, "trailer", flare_req_trailer(req, n));
+    kv_or_null(j, "header", flare_req_header(req, n));
+    flare_json_kv_str(j, "body", flare_req_body(req));
+    flare_json_object_end(j);
+    return flare_json_end(j);
 }
 
 static void slow_done(void *ud)
@@ -479,6 +512,23 @@ static int sha_end(flare_req_t *req, flare_res_t *res, int err, void *ud)
     int rc = sha_hex(st, hex);
     if (rc != 0)
         return rc;
+    /* ?trailer=N: also the request trailer N, readable once the body
+     * has ended (flare_req_trailer) */
+    flare_str_t tn = flare_req_query_param(req, "trailer");
+    if (tn.ptr != NULL) {
+        char *name = flare_req_alloc(req, tn.len + 1);
+        flare_json_t *j = flare_res_json(res, 200);
+        if (name == NULL || j == NULL)
+            return FLARE_ENOMEM;
+        memcpy(name, tn.ptr, tn.len);
+        name[tn.len] = '\0';
+        flare_json_object_begin(j);
+        flare_json_kv_cstr(j, "sha256", hex);
+        flare_json_kv_int(j, "length", (int64_t)st->len);
+        kv_or_null(j, "trailer", flare_req_trailer(req, name));
+        flare_json_object_end(j);
+        return flare_json_end(j);
+    }
     char *body = flare_req_alloc(req, 128);
     if (body == NULL)
         return FLARE_ENOMEM;
@@ -611,6 +661,7 @@ static int add_routes(flare_app_t *app, const flare_settings_t *s)
         (rc = flare_get(app, "/json", json, NULL)) != 0 ||
         (rc = flare_get(app, "/users/{id}", get_user, NULL)) != 0 ||
         (rc = flare_post(app, "/echo", echo, NULL)) != 0 ||
+        (rc = flare_post(app, "/trailer", trailer_echo, NULL)) != 0 ||
         (rc = flare_get(app, "/slow", slow, NULL)) != 0 || (rc = text_route(app)) != 0 ||
         (rc = flare_get(app, "/log", log_line, NULL)) != 0 ||
         (rc = flare_ws_route(app, "/ws/echo", &ws)) != 0)

@@ -217,6 +217,30 @@ FLARE_API flare_str_t flare_req_header(const flare_req_t *req, const char *name)
 FLARE_API size_t flare_req_header_count(const flare_req_t *req);
 FLARE_API const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i);
 
+/* Request trailers: fields the client sent after the body (HTTP/1.1: the
+ * trailer section of a chunked body; HTTP/2: a HEADERS frame after the
+ * DATA, ending the stream). They are kept apart from the header fields
+ * and are never merged into them: flare_req_header, flare_req_cookie, the
+ * session, CORS and request-id middlewares and the framing never see them,
+ * so a Cookie or an Authorization sent as a trailer authenticates nothing.
+ * Trusting a trailer is the handler's choice (a checksum computed as the
+ * body was sent, say).
+ *
+ * flare_req_trailer: the value of the first trailer with that name
+ * (case-insensitive); .ptr == NULL when there is none. _count / _at: all
+ * of them in the order sent (NULL past the end). Empty until the body has
+ * ended: a buffered route's handler sees them at once (the body is read
+ * whole first), a streaming route's (flare/body.h) from on_end with err 0
+ * on. Names and values live in the request's arena: valid until the
+ * response completes, like everything reached from req. At most
+ * max_headers trailer fields are accepted (431 past it); the HTTP/1.1
+ * trailer section is also bounded at 8 KiB (431), HTTP/2's by max_head
+ * together with the head (431). Values are as sent, without the
+ * surrounding whitespace HTTP/1.1 allows. */
+FLARE_API flare_str_t flare_req_trailer(const flare_req_t *req, const char *name);
+FLARE_API size_t flare_req_trailer_count(const flare_req_t *req);
+FLARE_API const flare_header_t *flare_req_trailer_at(const flare_req_t *req, size_t i);
+
 /* Path parameter of the matched route, percent-decoded (decoding happens in
  * the request arena only when the raw value contains '%'). .ptr == NULL when
  * the route has no such parameter. */

@@ -106,6 +106,7 @@ enum {
     EX_BODY_READING = 1u << 16, /* the handler has started reading (100 Continue owed) */
     EX_BODY_ENDING = 1u << 17,  /* buffered delivery: on_end waits for a resume */
     EX_BODY_LIVE = 1u << 18,    /* a streaming route's body has not ended (either way) */
+    EX_TRAILERS = 1u << 19,     /* trailers/ntrailers hold this request's trailer fields */
 };
 
 struct flare_res_hold;
@@ -180,6 +181,16 @@ struct flare_req {
     uint64_t stream_bytes;
     uint64_t log_id;
     uint64_t body_rx; /* streaming body: bytes delivered to on_chunk */
+    /* Request trailers, apart from the head (flare_req_trailer): valid only
+     * while EX_TRAILERS is set (flags start at 0 for every exchange, so the
+     * common request resets nothing); the array and the views are in the
+     * arena (flare__ex_trailer_add). */
+    flare_header_t *trailers;
+    uint32_t ntrailers, ctrailers;
+    /* HTTP/1.1: the raw trailer section as it arrives across reads (arena;
+     * valid while the chunked body is being decoded, reset with it) */
+    char *traw;
+    uint32_t traw_len, traw_cap;
 };
 
 /* The exchange a response belongs to (container_of). */
@@ -283,5 +294,10 @@ int flare__res_orphan_done(struct flare_req *ex);
 /* A path parameter as sent (not percent-decoded), for callers that decode
  * and check it themselves (static files) */
 flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name);
+
+/* Adds a request trailer field (the protocols, once the body has ended;
+ * never to the header fields). name and value must live as long as the
+ * exchange (the arena): they are not copied. 0 or FLARE_ENOMEM. */
+int flare__ex_trailer_add(struct flare_req *ex, flare_str_t name, flare_str_t value);
 
 #endif

@@ -72,6 +72,52 @@ const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i)
     return i < req->head.nheaders ? &req->head.headers[i] : NULL;
 }
 
+/* Trailers are rare: nothing about them is reset per request (EX_TRAILERS
+ * is a bit of the flags every exchange starts with at 0). */
+size_t flare_req_trailer_count(const flare_req_t *req)
+{
+    return (req->flags & EX_TRAILERS) ? req->ntrailers : 0;
+}
+
+const flare_header_t *flare_req_trailer_at(const flare_req_t *req, size_t i)
+{
+    return i < flare_req_trailer_count(req) ? &req->trailers[i] : NULL;
+}
+
+flare_str_t flare_req_trailer(const flare_req_t *req, const char *name)
+{
+    flare_str_t n = flare_str(name);
+    size_t count = flare_req_trailer_count(req);
+    for (size_t i = 0; i < count; i++) {
+        if (flare_str_ieq(req->trailers[i].name, n))
+            return req->trailers[i].value;
+    }
+    return FLARE_STR_NULL;
+}
+
+int flare__ex_trailer_add(struct flare_req *ex, flare_str_t name, flare_str_t value)
+{
+    if (!(ex->flags & EX_TRAILERS)) {
+        ex->flags |= EX_TRAILERS;
+        ex->trailers = NULL;
+        ex->ntrailers = ex->ctrailers = 0;
+    }
+    if (ex->ntrailers == ex->ctrailers) {
+        uint32_t cap = ex->ctrailers != 0 ? ex->ctrailers * 2 : 8;
+        flare_header_t *t = flare__arena_alloc(&ex->arena, cap * sizeof(*t));
+        if (t == NULL)
+            return FLARE_ENOMEM;
+        if (ex->ntrailers > 0)
+            memcpy(t, ex->trailers, ex->ntrailers * sizeof(*t));
+        ex->trailers = t;
+        ex->ctrailers = cap;
+    }
+    ex->trailers[ex->ntrailers].name = name;
+    ex->trailers[ex->ntrailers].value = value;
+    ex->ntrailers++;
+    return 0;
+}
+
 /* Percent-decodes a path parameter into the arena when it has a '%'
  * ('+' is not a space in a path); invalid escapes stay as sent. */
 static flare_str_t decode(struct flare_req *ex, flare_str_t s)

@@ -17,14 +17,17 @@
  * is the classic way to smuggle a request through. */
 #include "http1/parser.h"
 
+#include <string.h>
+
 #include "core/core.h"
 
 /* A size line (hex digits and extensions, without CRLF) longer than this is
  * refused: extensions are ignored, so there is no reason to accept many. */
 #define MAX_SIZE_LINE 4096
 
-/* The trailer section (fields and the final CRLF) is discarded; bound it as
- * a header section would be. */
+/* The trailer section (fields and the final CRLF) is checked here and kept
+ * by the caller (flare__chunked_trailer_next reads it back); bound it as a
+ * header section would be. */
 #define MAX_TRAILER 8192
 
 enum {
@@ -284,4 +287,26 @@ int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64
     }
     *consumed = len;
     return FLARE_PARSE_PARTIAL;
+}
+
+bool flare__chunked_trailer_next(const char *raw, size_t len, size_t *pos, flare_str_t *name,
+                                 flare_str_t *value)
+{
+    /* the decoder checked the grammar: token ":" text CRLF ... CRLF */
+    size_t i = *pos;
+    if (i + 2 > len || raw[i] == '\r')
+        return false;
+    const char *colon = memchr(raw + i, ':', len - i);
+    const char *cr = colon != NULL ? memchr(colon, '\r', len - (size_t)(colon - raw)) : NULL;
+    if (cr == NULL)
+        return false;
+    *name = (flare_str_t){ raw + i, (size_t)(colon - (raw + i)) };
+    const char *v = colon + 1, *e = cr;
+    while (v < e && flare__is_ows(*v))
+        v++;
+    while (e > v && flare__is_ows(e[-1]))
+        e--;
+    *value = (flare_str_t){ v, (size_t)(e - v) };
+    *pos = (size_t)(cr - raw) + 2;
+    return true;
 }

@@ -36,6 +36,7 @@
 #define MAX_IOV      64
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
+static void tls_open(flare_stream_t *s);
 static void process(flare_conn_t *c);
 static void queue_advance(flare_conn_t *c);
 
@@ -76,6 +77,8 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
         free(c);
         return;
     }
+    if (tr != NULL)
+        c->s.on_open = tls_open;
     c->t_open = c->t_head = w->loop.now;
     c->next = w->conns;
     if (w->conns != NULL)
@@ -424,6 +427,61 @@ static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
     return true;
 }
 
+/* ---- request trailers (chunked bodies only: off the common path) ---- */
+
+/* A chunked body begins: its decoder, and no trailer bytes yet (the
+ * exchange's last ones lived in an arena since reset). */
+static void chunked_start(struct flare_req *ex)
+{
+    flare__chunked_init(&ex->chunked);
+    ex->traw = NULL;
+    ex->traw_len = ex->traw_cap = 0;
+}
+
+/* Keeps n bytes of the trailer section (they may come in many reads) in
+ * the arena until the body ends. 0 or FLARE_ENOMEM. */
+static __attribute__((noinline)) int trailer_keep(struct flare_req *ex, const char *p, size_t n)
+{
+    if (ex->traw_len == 0 && n == 2 && p[0] == '\r')
+        return 0; /* the usual section: its final CRLF, nothing in it */
+    if (ex->traw_len + n > ex->traw_cap) {
+        size_t cap = ex->traw_cap != 0 ? (size_t)ex->traw_cap * 2 : 256;
+        while (cap < ex->traw_len + n)
+            cap *= 2;
+        char *nb = flare__arena_alloc(&ex->arena, cap);
+        if (nb == NULL)
+            return FLARE_ENOMEM;
+        if (ex->traw_len > 0)
+            memcpy(nb, ex->traw, ex->traw_len);
+        ex->traw = nb;
+        ex->traw_cap = (uint32_t)cap;
+    }
+    memcpy(ex->traw + ex->traw_len, p, n);
+    ex->traw_len += (uint32_t)n;
+    return 0;
+}
+
+/* The body ended: the fields of its trailer section become the request's
+ * trailers (flare_req_trailer), apart from its header fields. 0, or the
+ * status to answer (431, 500) with *msg. */
+static __attribute__((noinline)) int trailers_done(flare_conn_t *c, struct flare_req *ex,
+                                                   const char **msg)
+{
+    size_t pos = 0;
+    flare_str_t name, value;
+    while (flare__chunked_trailer_next(ex->traw, ex->traw_len, &pos, &name, &value)) {
+        if (flare_req_trailer_count(ex) >= c->w->app->limits.max_headers) {
+            *msg = "too many trailer fields";
+            return 431;
+        }
+        if (flare__ex_trailer_add(ex, name, value) != 0) {
+            *msg = "out of memory";
+            return 500;
+        }
+    }
+    return 0;
+}
+
 /* ---- streaming request bodies (flare/body.h) ---- */
 
 /* The streamed body of c->recv cannot complete: its handler hears err
@@ -457,18 +515,30 @@ static bool recv_stream(flare_conn_t *c)
             int st = 0;
             const char *err = NULL;
             uint64_t limit = flare__ex_body_limit(ex, c->w->app->cfg.max_body);
+            uint32_t tlen = ex->chunked.trailer_len;
             int rc = flare__chunked_decode(&ex->chunked, p, avail, limit, &used, &data, &st, &err);
             c->s.rpos += (uint32_t)used;
-            if (rc == FLARE_PARSE_PARTIAL)
-                return false;
-            if (rc != FLARE_CHUNKED_DATA && rc != FLARE_CHUNKED_DONE) {
+            if (rc != FLARE_CHUNKED_DATA && rc != FLARE_CHUNKED_DONE && rc != FLARE_PARSE_PARTIAL) {
                 stream_fail(c, st == 413 ? FLARE_ETOOBIG : FLARE_EINVAL, st != 0 ? st : 400,
                             err != NULL ? err : "invalid chunked body");
                 return false;
             }
+            size_t tadd = ex->chunked.trailer_len - tlen;
+            if (tadd > 0 && trailer_keep(ex, p + used - tadd, tadd) != 0) {
+                stream_fail(c, FLARE_ENOMEM, 500, "out of memory");
+                return false;
+            }
+            if (rc == FLARE_PARSE_PARTIAL)
+                return false;
             done = rc == FLARE_CHUNKED_DONE;
-            if (done)
+            if (done) {
                 data.len = 0;
+                st = ex->traw_len != 0 ? trailers_done(c, ex, &err) : 0;
+                if (st != 0) {
+                    stream_fail(c, st == 431 ? FLARE_ETOOBIG : FLARE_ENOMEM, st, err);
+                    return false;
+                }
+            }
         } else {
             if (avail == 0)
                 return false;
@@ -506,7 +576,7 @@ static __attribute__((noinline)) void start_stream(flare_conn_t *c, struct flare
         return;
     }
     if (ex->head.chunked)
-        flare__chunked_init(&ex->chunked);
+        chunked_start(ex);
     else
         ex->body_need = (uint64_t)cl;
     ex->flags |= EX_BODY_STREAM | EX_BODY_OPEN;
@@ -571,6 +641,7 @@ static bool recv_body(flare_conn_t *c)
             flare_str_t data;
             int st = 0;
             const char *err = NULL;
+            uint32_t tlen = ex->chunked.trailer_len;
             int rc = flare__chunked_decode(&ex->chunked, p, avail, c->w->app->cfg.max_body, &used,
                                            &data, &st, &err);
             p += used;
@@ -584,10 +655,18 @@ static bool recv_body(flare_conn_t *c)
                 }
                 continue;
             }
-            if (rc == FLARE_CHUNKED_DONE)
-                break;
-            if (rc == FLARE_PARSE_PARTIAL)
-                return false;
+            if (rc == FLARE_CHUNKED_DONE || rc == FLARE_PARSE_PARTIAL) {
+                /* the trailer section's bytes are the last ones consumed */
+                size_t tadd = ex->chunked.trailer_len - tlen;
+                if (tadd > 0 && trailer_keep(ex, p - tadd, tadd) != 0)
+                    st = 500, err = "out of memory";
+                else if (rc == FLARE_CHUNKED_DONE && ex->traw_len != 0)
+                    st = trailers_done(c, ex, &err);
+                if (st == 0 && rc == FLARE_CHUNKED_DONE)
+                    break;
+                if (st == 0)
+                    return false;
+            }
             c->recv = NULL;
             framing_error(c, ex, st != 0 ? st : 400, err != NULL ? err : "invalid chunked body");
             return false;
@@ -623,7 +702,7 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
         return false; /* the loop goes on with c->recv, or stops: closing */
     }
     if (ex->head.chunked) {
-        flare__chunked_init(&ex->chunked);
+        chunked_start(ex);
         ex->bodybuf.len = 0;
         c->recv = ex;
         if (recv_body(c))
@@ -709,12 +788,27 @@ static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_r
     return true;
 }
 
+/* RFC 9113 3.4: once ALPN chose h2 the client must begin with the HTTP/2
+ * preface, and anything else is a connection error (GOAWAY
+ * PROTOCOL_ERROR): the connection is HTTP/2's from its first byte, never
+ * parsed as HTTP/1.1. The stream calls this when the TLS handshake is
+ * done, inside the read that completed it: process() then leaves the bytes
+ * alone and on_readable hands the connection over. Once per connection,
+ * and only on TLS: HTTP/1.1's request path pays nothing. */
+static void tls_open(flare_stream_t *s)
+{
+    flare_conn_t *c = (flare_conn_t *)s; /* s is the first member */
+    flare_str_t alpn = flare__tls_alpn(s->tr);
+    if (alpn.len == 2 && memcmp(alpn.ptr, "h2", 2) == 0)
+        c->flags |= C_ALPN_H2;
+}
+
 static void process(flare_conn_t *c)
 {
     flare_worker_t *w = c->w;
     flare_app_t *app = w->app;
     c->flags |= C_IN_BATCH;
-    while (!(c->flags & C_DEAD)) {
+    while (!(c->flags & (C_DEAD | C_ALPN_H2))) {
         if (c->recv != NULL) {
             if (!recv_body(c))
                 break;
@@ -849,6 +943,10 @@ static void on_readable(flare_conn_t *c)
                 flare__conn_close(c);
                 return;
             }
+            if (flare__unlikely(c->flags & C_ALPN_H2)) {
+                flare__h2_start(c); /* handshake done, no byte yet: our SETTINGS go now */
+                return;
+            }
             break; /* (TLS: a record not complete yet) what was parsed still goes out */
         }
         if (n == 0) {
@@ -865,7 +963,7 @@ static void on_readable(flare_conn_t *c)
         }
         flare__metrics_rx(w, (size_t)n);
         process(c);
-        if (flare__unlikely(c->flags & (C_DEAD | C_H2))) {
+        if (flare__unlikely(c->flags & (C_DEAD | C_H2 | C_ALPN_H2))) {
             if (!(c->flags & C_DEAD))
                 flare__h2_start(c); /* takes the connection over */
             return;

@@ -23,6 +23,7 @@ enum {
     C_PEER_CLOSE = 1u << 10, /* the client asked for the close; its request was read whole */
     C_BODY_WAIT = 1u << 11,  /* a streamed body (c->recv) is not being read: paused/not started */
     C_H2 = 1u << 12,         /* the client preface was seen: HTTP/2 (c->h2) owns the connection */
+    C_ALPN_H2 = 1u << 13,    /* ALPN chose h2: HTTP/2 takes the connection before its first byte */
 };
 
 struct flare_conn {

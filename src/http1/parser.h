@@ -100,10 +100,14 @@ bool flare__http_head_ready(const char *buf, size_t len, size_t *scanned);
 /* Chunked transfer-coding decoder, resumable at any byte boundary. */
 typedef struct flare_chunked {
     uint8_t state;
-    uint16_t line_len;    /* bytes of the current size line */
-    uint32_t trailer_len; /* bytes of the trailer section so far */
-    uint64_t remaining;   /* chunk-size being read, then bytes left in the chunk */
-    uint64_t total;       /* sum of the chunk sizes announced so far (<= max_body) */
+    uint16_t line_len; /* bytes of the current size line */
+    /* bytes of the trailer section consumed so far (its fields and the
+     * final CRLF). The section ends the body, so the bytes a call adds to
+     * it are always the last ones it consumed: a caller that keeps the
+     * trailers takes in[consumed - added, consumed) after each call. */
+    uint32_t trailer_len;
+    uint64_t remaining; /* chunk-size being read, then bytes left in the chunk */
+    uint64_t total;     /* sum of the chunk sizes announced so far (<= max_body) */
 } flare_chunked_t;
 
 enum {
@@ -126,9 +130,18 @@ static inline void flare__chunked_init(flare_chunked_t *c)
  * it); a size line is at most 4 KiB with its extensions (400), the trailer
  * section at most 8 KiB (431). Chunk extensions must match RFC 9112 7.1.1's
  * grammar exactly (400 otherwise: BWS only before ';' or '=', names tokens,
- * values tokens or quoted-strings); they and the trailer fields are ignored.
+ * values tokens or quoted-strings); they are ignored. The trailer section is
+ * checked (token ":" field text CRLF per line) and skipped; a caller that
+ * keeps it reads it through trailer_len and flare__chunked_trailer_next.
  * After DONE every call returns DONE with *consumed 0; after an error, 400. */
 int flare__chunked_decode(flare_chunked_t *c, const char *in, size_t len, uint64_t max_body,
                           size_t *consumed, flare_str_t *data, int *status, const char **error);
+
+/* The fields of a trailer section the decoder accepted, one per call:
+ * raw[0..len) is the section as consumed (see trailer_len), *pos starts at
+ * 0. true with *name and *value views into raw (the value without the
+ * whitespace around it), false at the end of the section. */
+bool flare__chunked_trailer_next(const char *raw, size_t len, size_t *pos, flare_str_t *name,
+                                 flare_str_t *value);
 
 #endif

@@ -80,7 +80,9 @@ static int pseudo(uint8_t *seen, bool trailer, const uint8_t *name, size_t nlen,
         ok = vlen > 0 && all(value, vlen, C_TOKEN);
     } else if (IS(name, nlen, ":path")) {
         kind = H2F_PATH, bit = H2S_PATH;
-        ok = true; /* its characters: finish_head, with a 400 */
+        /* not empty (8.3.1: malformed, not a 400); its characters:
+         * finish_head, with a 400 */
+        ok = vlen > 0;
     } else if (IS(name, nlen, ":scheme")) {
         kind = H2F_SCHEME, bit = H2S_SCHEME;
         ok = vlen > 0 && (value[0] | 0x20) >= 'a' && (value[0] | 0x20) <= 'z' &&

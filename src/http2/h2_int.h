@@ -154,6 +154,12 @@ typedef struct flare_h2 {
     uint64_t t_out;      /* last DATA/HEADERS out, or a response submitted */
     uint64_t t_hdrs;     /* H2_IN_HDRS: when its HEADERS began (the header timeout) */
     int32_t hdrs_sid;    /* H2_IN_HDRS: the stream whose header block is open */
+    /* session.c recv_frames: where the input is in the frame sequence:
+     * bytes of the current frame's payload (or of the preface) still to
+     * pass, and a frame header split between reads */
+    uint32_t in_left;
+    uint8_t in_hd[9];
+    uint8_t in_hdlen;
     flare_h2_counters_t ctr;
     nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;

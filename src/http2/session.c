@@ -315,6 +315,28 @@ static bool body_agrees(const h2_stream_t *st)
     return cl < 0 || st->body_len == (uint64_t)cl;
 }
 
+/* A trailer field (a HEADERS after the head, ending the stream): kept
+ * apart from the head's fields (flare_req_trailer), never merged into them
+ * nor into the cookie: a front proxy that strips Cookie or Authorization
+ * from the head must not be bypassed by sending them after the body. */
+static int on_trailer(h2_stream_t *st, const uint8_t *name, size_t nlen, const uint8_t *value,
+                      size_t vlen)
+{
+    struct flare_req *ex = st->ex;
+    if (flare_req_trailer_count(ex) >= ex->worker->app->limits.max_headers) {
+        st->err_status = 431;
+        st->err_msg = "too many trailer fields";
+        return 0;
+    }
+    flare_str_t n = adup(ex, name, nlen);
+    flare_str_t v = vlen > 0 ? adup(ex, value, vlen) : (flare_str_t){ "", 0 };
+    if (n.ptr == NULL || v.ptr == NULL || flare__ex_trailer_add(ex, n, v) != 0) {
+        st->err_status = 500;
+        st->err_msg = "out of memory";
+    }
+    return 0;
+}
+
 static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_t *name,
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
@@ -365,6 +387,8 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
     default:
         break;
     }
+    if (trailer)
+        return on_trailer(st, name, nlen, value, vlen);
     if (h->nheaders >= lim->max_headers) {
         st->err_status = 431;
         st->err_msg = "too many header fields";
@@ -819,6 +843,75 @@ static void fail(flare_h2_t *h2, uint32_t code, const char *why)
     nghttp2_session_terminate_session(h2->sess, code);
 }
 
+/* DATA on a client stream nghttp2 no longer knows. With
+ * nghttp2_option_set_no_closed_streams it forgets a stream once it is
+ * closed (both ways after our response, or reset by the client), and then
+ * drops its DATA silently, before any callback. RFC 9113 5.1 makes it a
+ * STREAM_CLOSED error ("closed"; and "half-closed (remote)" when our
+ * response closed the stream before the client's late DATA came): a stream
+ * error here. (A stream nghttp2 still knows as half-closed (remote) gets
+ * nghttp2's own verdict, GOAWAY STREAM_CLOSED: a stream error treated as a
+ * connection error, 5.4.) Streams this side reset are the exception (5.1:
+ * their frames may still be on the way: ignored); one RST_STREAM per
+ * stream (it is noted as ours once sent). */
+static void data_on_closed_stream(flare_h2_t *h2, int32_t id)
+{
+    nghttp2_session *sess = h2->sess;
+    if ((id & 1) == 0 || (h2->flags & H2_IN_HDRS) || stream_of(h2, id) != NULL ||
+        id > nghttp2_session_get_last_proc_stream_id(sess) ||
+        nghttp2_session_find_stream(sess, id) != NULL || reset_by_us(h2, id))
+        return;
+    nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, id, NGHTTP2_STREAM_CLOSED);
+}
+
+/* Input to nghttp2, cut before each DATA frame's header so that the
+ * frame's stream is looked at in the state the frames before it left
+ * (data_on_closed_stream): a client's RST_STREAM and its late DATA often
+ * share a read. Only frame headers are looked at (in_left skips payloads;
+ * a header split between reads is completed in in_hd); nghttp2 still
+ * parses everything. mem_recv's result, or the first error. */
+static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
+{
+    const uint8_t *end = p + len, *fed = p;
+    while (p < end) {
+        if (h2->in_left > 0) {
+            size_t k = (size_t)(end - p) < h2->in_left ? (size_t)(end - p) : h2->in_left;
+            p += k;
+            h2->in_left -= (uint32_t)k;
+            continue;
+        }
+        const uint8_t *hs = p, *hd = p;
+        if (h2->in_hdlen == 0 && end - p >= 9) {
+            p += 9;
+        } else {
+            size_t k = 9u - h2->in_hdlen;
+            if ((size_t)(end - p) < k)
+                k = (size_t)(end - p);
+            memcpy(h2->in_hd + h2->in_hdlen, p, k);
+            h2->in_hdlen += (uint8_t)k;
+            p += k;
+            if (h2->in_hdlen < 9)
+                break;
+            h2->in_hdlen = 0;
+            hd = h2->in_hd;
+        }
+        h2->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+        if (hd[3] != NGHTTP2_DATA)
+            continue;
+        int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                                (uint32_t)hd[7] << 8 | hd[8]) &
+                               0x7fffffff);
+        if (hs > fed) {
+            ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(hs - fed));
+            if (n < 0)
+                return n;
+            fed = hs;
+        }
+        data_on_closed_stream(h2, id);
+    }
+    return nghttp2_session_mem_recv(h2->sess, fed, (size_t)(end - fed));
+}
+
 /* Feeds the unconsumed input to nghttp2; false when the connection ended. */
 static bool feed(flare_h2_t *h2)
 {
@@ -828,8 +921,7 @@ static bool feed(flare_h2_t *h2)
         return true;
     }
     h2->flags |= H2_IN_RECV;
-    ssize_t n =
-        nghttp2_session_mem_recv(h2->sess, (const uint8_t *)s->rbuf + s->rpos, s->rlen - s->rpos);
+    ssize_t n = recv_frames(h2, (const uint8_t *)s->rbuf + s->rpos, s->rlen - s->rpos);
     h2->flags &= ~(uint32_t)H2_IN_RECV;
     s->rpos = s->rlen;
     if (n < 0) {
@@ -934,6 +1026,7 @@ void flare__h2_start(flare_conn_t *c)
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_option_set_no_http_messaging(opt, 1); /* fields.c checks the fields */
     h2->c = c;
+    h2->in_left = PREFACE_LEN; /* recv_frames: the client preface comes first */
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
     h2->mem = flare__h2_nghttp2_mem(w);
@@ -967,6 +1060,9 @@ void flare__h2_start(flare_conn_t *c)
     h2->flags &= ~(uint32_t)H2_IN_BATCH;
     if (send_flush(h2))
         flare__stream_idle(&c->s);
+    /* TLS records already read from the socket: the poller will not say */
+    if (!(c->flags & C_DEAD) && flare__stream_has_pending(&c->s))
+        flare__loop_ready(c->s.loop, &c->s.io);
     return;
 fail:
     if (cb != NULL)

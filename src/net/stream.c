@@ -233,11 +233,13 @@ ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
         }
     }
     ssize_t n;
+    bool opening = false;
     if (flare__likely(s->tr == NULL)) {
         do {
             n = flare__read(s->io.fd, s->rbuf + s->rlen, s->rcap - s->rlen);
         } while (n == -EINTR);
     } else {
+        opening = !(s->tr->state & FLARE_TR_ESTABLISHED);
         n = s->tr->ops->read(s->tr, s->rbuf + s->rlen, s->rcap - s->rlen);
         uint32_t was = s->sflags;
         if (n == -EAGAIN && (s->tr->want & FLARE_IO_WRITE))
@@ -253,6 +255,8 @@ ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
     } else if (n == 0) {
         flare__stream_eof(s);
     }
+    if (flare__unlikely(opening) && (s->tr->state & FLARE_TR_ESTABLISHED) && s->on_open != NULL)
+        s->on_open(s);
     return n;
 }
 

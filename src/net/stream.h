@@ -110,7 +110,12 @@ enum {
     FLARE_S_OUT_LAST = 1u << 8,   /* what is queued is the last output (see flare__stream_last) */
 };
 
-typedef struct flare_stream {
+typedef struct flare_stream flare_stream_t;
+
+/* The transport's handshake is done (TLS: the ALPN choice is known). */
+typedef void (*flare_stream_open_fn)(flare_stream_t *s);
+
+struct flare_stream {
     flare_io_t io; /* first: the loop hands the protocol &io */
     uint32_t sflags;
     flare_transport_t *tr; /* NULL: plain TCP */
@@ -124,7 +129,13 @@ typedef struct flare_stream {
     flare_outseg_t *segs;
     uint32_t nsegs, capsegs;
     uint64_t t_active; /* last progress, either direction (ms, loop clock) */
-} flare_stream_t;
+    /* called once when the transport's handshake completes, inside the
+     * flare__stream_read that completed it, before that read returns (its
+     * application bytes, if any, are in the buffer then); NULL: none. A
+     * server's handshake always completes in a read: nothing is written
+     * before the client's first request. Set after flare__stream_open. */
+    flare_stream_open_fn on_open;
+};
 
 /* Sets up a stream on an accepted socket (tr NULL: plain) and starts
  * watching it for input with io->cb = cb. 0, or FLARE_ESYS (the caller

@@ -194,6 +194,53 @@ static void test_route_stream_args(void **state)
     flare__ex_put(&worker, ex);
 }
 
+/* Request trailers: apart from the header fields, empty until a protocol
+ * adds them, gone with the exchange (a recycled one starts without). */
+static void test_trailers(void **state)
+{
+    (void)state;
+    struct flare_req *ex = new_ex(&buffered_ops, "/up");
+    flare_header_t h = { FLARE_STR("Cookie"), FLARE_STR("head=1") };
+    ex->headers[0] = h;
+    ex->head.nheaders = 1;
+    assert_int_equal(flare_req_trailer_count(ex), 0);
+    assert_null(flare_req_trailer_at(ex, 0));
+    assert_null(flare_req_trailer(ex, "cookie").ptr);
+    /* more than the first block's 8, so the array grows in the arena */
+    static const char *const names[] = { "X-Checksum", "Cookie", "a", "b", "c",
+                                         "d",          "e",      "f", "g", "x-checksum" };
+    for (size_t i = 0; i < 10; i++) {
+        char *v = flare_req_alloc(ex, 8);
+        assert_non_null(v);
+        int n = snprintf(v, 8, "v%zu", i);
+        assert_int_equal(
+            flare__ex_trailer_add(ex, flare_str(names[i]), (flare_str_t){ v, (size_t)n }), 0);
+    }
+    assert_int_equal(flare_req_trailer_count(ex), 10);
+    /* by name, case-insensitive, the first of a repeated name */
+    flare_str_t v = flare_req_trailer(ex, "x-CHECKSUM");
+    assert_true(v.len == 2 && memcmp(v.ptr, "v0", 2) == 0);
+    v = flare_req_trailer(ex, "g");
+    assert_true(v.len == 2 && memcmp(v.ptr, "v8", 2) == 0);
+    assert_null(flare_req_trailer(ex, "missing").ptr);
+    const flare_header_t *t = flare_req_trailer_at(ex, 9);
+    assert_non_null(t);
+    assert_true(flare_str_eq(t->name, FLARE_STR("x-checksum")));
+    assert_null(flare_req_trailer_at(ex, 10));
+    /* never a header: the head's fields are untouched */
+    assert_int_equal(flare_req_header_count(ex), 1);
+    v = flare_req_header(ex, "cookie");
+    assert_true(flare_str_eq(v, FLARE_STR("head=1")));
+    assert_null(flare_req_header(ex, "x-checksum").ptr);
+    flare__ex_put(&worker, ex);
+    /* the recycled exchange has none */
+    ex = new_ex(&buffered_ops, "/up");
+    assert_int_equal(flare_req_trailer_count(ex), 0);
+    assert_null(flare_req_trailer(ex, "x-checksum").ptr);
+    assert_null(flare_req_trailer_at(ex, 0));
+    flare__ex_put(&worker, ex);
+}
+
 static void test_streamed(void **state)
 {
     (void)state;
@@ -414,6 +461,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_stream_args),
+        cmocka_unit_test(test_trailers),
         cmocka_unit_test(test_streamed),
         cmocka_unit_test(test_streamed_pause),
         cmocka_unit_test(test_streamed_early_answer_and_error),

@@ -22,6 +22,8 @@ typedef struct result {
     size_t consumed; /* input bytes used in total */
     size_t out_len;  /* decoded bytes */
     char out[65536];
+    size_t tr_len; /* the trailer section, as a caller keeps it (trailer_len) */
+    char tr[16384];
 } result_t;
 
 static result_t r_whole, r_split;
@@ -36,6 +38,7 @@ static void decode_cuts(const char *in, size_t len, const size_t *cuts, size_t n
     r->status = 0;
     r->consumed = 0;
     r->out_len = 0;
+    r->tr_len = 0;
     size_t start = 0;
     for (size_t k = 0; k <= ncuts; k++) {
         size_t stop = k < ncuts ? cuts[k] : len;
@@ -49,9 +52,17 @@ static void decode_cuts(const char *in, size_t len, const size_t *cuts, size_t n
             flare_str_t data = { NULL, 0 };
             const char *error = NULL;
             int status = 0;
+            uint32_t tlen = c.trailer_len;
             int rc = flare__chunked_decode(&c, piece + off, n - off, max_body, &used, &data,
                                            &status, &error);
             assert_true(used <= n - off);
+            if (rc != FLARE_PARSE_ERROR) {
+                /* the bytes the section grew by are the last ones consumed */
+                size_t add = c.trailer_len - tlen;
+                assert_true(add <= used && r->tr_len + add <= sizeof(r->tr));
+                memcpy(r->tr + r->tr_len, piece + off + used - add, add);
+                r->tr_len += add;
+            }
             if (rc == FLARE_CHUNKED_DATA) {
                 assert_true(data.len > 0);
                 assert_true(data.ptr >= piece + off && data.ptr + data.len <= piece + off + used);
@@ -90,7 +101,9 @@ static void decode(const char *in, size_t len, uint64_t max_body, result_t *r)
 static void assert_same(const result_t *a, const result_t *b, const char *how)
 {
     if (a->rc != b->rc || a->status != b->status || a->out_len != b->out_len ||
-        memcmp(a->out, b->out, a->out_len) != 0)
+        memcmp(a->out, b->out, a->out_len) != 0 ||
+        (a->rc == FLARE_CHUNKED_DONE &&
+         (a->tr_len != b->tr_len || memcmp(a->tr, b->tr, a->tr_len) != 0)))
         fail_msg("%s: rc %d/%d status %d/%d out %zu/%zu", how, a->rc, b->rc, a->status, b->status,
                  a->out_len, b->out_len);
     /* an error may be noticed after a different number of bytes, a result not */
@@ -390,6 +403,47 @@ static void test_trailers(void **state)
     bad("0\r\nX: a\r\n\n", 400);
 }
 
+/* The trailer section a caller keeps (trailer_len), whatever the split,
+ * and its fields read back (flare__chunked_trailer_next). */
+static void trailer_fields(const char *chunks, const char *sec, const char *const *want)
+{
+    char in[512];
+    snprintf(in, sizeof(in), "%s%s", chunks, sec);
+    check_splits(in, strlen(in), BIG);
+    assert_int_equal(r_whole.rc, FLARE_CHUNKED_DONE);
+    assert_int_equal(r_whole.tr_len, strlen(sec));
+    assert_memory_equal(r_whole.tr, sec, r_whole.tr_len);
+    size_t pos = 0, i = 0;
+    flare_str_t name, value;
+    while (flare__chunked_trailer_next(r_whole.tr, r_whole.tr_len, &pos, &name, &value)) {
+        assert_non_null(want[i]);
+        assert_int_equal(name.len, strlen(want[i]));
+        assert_memory_equal(name.ptr, want[i], name.len);
+        assert_int_equal(value.len, strlen(want[i + 1]));
+        assert_memory_equal(value.ptr, want[i + 1], value.len);
+        i += 2;
+    }
+    assert_null(want[i]);
+    assert_int_equal(pos, r_whole.tr_len - 2); /* stopped at the final CRLF */
+}
+
+static void test_trailer_fields(void **state)
+{
+    (void)state;
+    trailer_fields("5\r\nhello\r\n0\r\n", "\r\n", (const char *const[]){ NULL });
+    trailer_fields("5\r\nhello\r\n0\r\n", "X-Checksum: abc\r\nY:z\r\n\r\n",
+                   (const char *const[]){ "X-Checksum", "abc", "Y", "z", NULL });
+    trailer_fields("0;ext=1\r\n", "Cookie:  a=1 \t\r\nEmpty:\r\nSp: \t \r\n\r\n",
+                   (const char *const[]){ "Cookie", "a=1", "Empty", "", "Sp", "", NULL });
+    trailer_fields("3\r\nabc\r\n0\r\n", "X: a: b\r\nX: caf\xc3\xa9\r\n\r\n",
+                   (const char *const[]){ "X", "a: b", "X", "caf\xc3\xa9", NULL });
+    /* an empty section read back: nothing */
+    size_t pos = 0;
+    flare_str_t n, v;
+    assert_false(flare__chunked_trailer_next("\r\n", 2, &pos, &n, &v));
+    assert_false(flare__chunked_trailer_next("", 0, &pos, &n, &v));
+}
+
 static void test_trailer_limit(void **state)
 {
     (void)state;
@@ -556,19 +610,13 @@ static void test_in_place(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),
-        cmocka_unit_test(test_big_chunk),
-        cmocka_unit_test(test_extensions),
-        cmocka_unit_test(test_extension_bytes),
-        cmocka_unit_test(test_size_line_limit),
-        cmocka_unit_test(test_trailers),
-        cmocka_unit_test(test_trailer_limit),
-        cmocka_unit_test(test_bad_sizes),
-        cmocka_unit_test(test_overflow),
-        cmocka_unit_test(test_max_body),
-        cmocka_unit_test(test_missing_crlf),
-        cmocka_unit_test(test_leftover),
-        cmocka_unit_test(test_sticky_error_and_empty),
+        cmocka_unit_test(test_basic),           cmocka_unit_test(test_big_chunk),
+        cmocka_unit_test(test_extensions),      cmocka_unit_test(test_extension_bytes),
+        cmocka_unit_test(test_size_line_limit), cmocka_unit_test(test_trailers),
+        cmocka_unit_test(test_trailer_fields),  cmocka_unit_test(test_trailer_limit),
+        cmocka_unit_test(test_bad_sizes),       cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_max_body),        cmocka_unit_test(test_missing_crlf),
+        cmocka_unit_test(test_leftover),        cmocka_unit_test(test_sticky_error_and_empty),
         cmocka_unit_test(test_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
