@@ -75,6 +75,15 @@ def sanitized():
         return False
 
 
+def read_log(f):
+    """All of a server's output file so far. The server's stdout and stderr
+    share this file's offset with us: seek(0) then read() would let a line
+    the server writes in between land at offset 0, over earlier ones. pread
+    leaves the offset alone."""
+    fd = f.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
+
+
 def free_port():
     """A port that was free a moment ago (bind to port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -498,8 +507,7 @@ class Server:
         if self.log is None:
             return ""
         try:
-            self.log.seek(0)
-            return self.log.read().decode("utf-8", "replace")
+            return read_log(self.log)
         except (OSError, ValueError):
             return ""
 
