@@ -52,9 +52,10 @@ test-asan:
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
-# The tests that run threads (several workers, the hub, cross-thread posts, the job pool, start
-# and stop under fire: ctest label tsan) built with clang under ThreadSanitizer; any report
-# fails them (the server examples exit 66 on the first one, which the integration tests see).
+# The tests that run threads (every unit test that starts an app or threads, every integration
+# test: ctest label tsan, tests/CMakeLists.txt says which are left out and why) built with clang
+# under ThreadSanitizer; any report fails them (the server examples exit 66 on the first one,
+# which the integration tests see).
 test-tsan:
 	@tools/deps.sh asan
 	CC=clang cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DFLARE_EXAMPLES=ON \

@@ -398,9 +398,12 @@ static void worker_stop_task(void *ud)
         w->loop.stop = true;
 }
 
+_Thread_local flare_worker_t *flare__worker_self;
+
 static void *worker_main(void *arg)
 {
     flare_worker_t *w = arg;
+    flare__worker_self = w;
     sweep_timer(w);
     flare__loop_run(&w->loop);
     /* drain deadline passed or all done: close whatever is left */
@@ -409,6 +412,7 @@ static void *worker_main(void *arg)
     flare__conn_free_dead(w);
     flare__modules_dispose_worker(w);
     flare__handles_dispose(w); /* what the user left: stopped, freed, not called */
+    flare__worker_self = NULL;
     return NULL;
 }
 

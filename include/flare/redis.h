@@ -151,10 +151,10 @@ FLARE_API const char *flare_redis_type_name(flare_redis_type_t t);
  * NUL-terminated string. Nothing is formatted with printf. The arguments
  * are copied during the call. Call on w's thread (a handler: w =
  * flare_req_worker(req)). 0 (cb will run), or FLARE_EINVAL (NULL r, w, cb
- * or argv, argc < 1), FLARE_ESTATE (w not running, or shutting down),
- * FLARE_ENOMEM. Redis being down is not an error here: cb gets
- * FLARE_EUNAVAIL. (P)SUBSCRIBE and MONITOR are refused (FLARE_EINVAL): use
- * flare_redis_subscribe. */
+ * or argv, argc < 1, called on another thread than w's), FLARE_ESTATE (w
+ * not running, or shutting down), FLARE_ENOMEM. Redis being down is not an
+ * error here: cb gets FLARE_EUNAVAIL. (P)SUBSCRIBE and MONITOR are refused
+ * (FLARE_EINVAL): use flare_redis_subscribe. */
 FLARE_API int flare_redis_cmd(flare_redis_t *r, flare_worker_t *w, int argc,
                               const char *const *argv, const size_t *argvlen, flare_redis_fn cb,
                               void *ud);

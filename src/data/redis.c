@@ -599,6 +599,10 @@ int flare_redis_cmd(flare_redis_t *r, flare_worker_t *w, int argc, const char *c
             return FLARE_EINVAL;
     if (refused_command(argv[0], argvlen != NULL ? argvlen[0] : strlen(argv[0])))
         return FLARE_EINVAL;
+    /* w's state (its connections, command records, start) is w's thread's
+     * alone: a call from another thread would use it unsynchronised */
+    if (w != flare__worker_self)
+        return FLARE_EINVAL;
     ws_t *ws = ws_for(r, w);
     if (ws == NULL)
         return FLARE_ESTATE;

@@ -64,12 +64,24 @@ class ClosedError(AssertionError):
 
 def sanitized():
     """True when the server binary is built with AddressSanitizer (whose
-    quarantine keeps freed memory resident: RSS checks mean nothing then)."""
+    quarantine keeps freed memory resident) or ThreadSanitizer (its shadow
+    memory and per-thread allocator caches grow with use): RSS checks mean
+    nothing then."""
     try:
         with open(HELLO, "rb") as f:
-            return b"__asan_init" in f.read()
+            data = f.read()
+        return b"__asan_init" in data or b"__tsan_init" in data
     except OSError:
         return False
+
+
+def read_log(f):
+    """All of a server's output file so far. The server's stdout and stderr
+    share this file's offset with us: seek(0) then read() would let a line
+    the server writes in between land at offset 0, over earlier ones. pread
+    leaves the offset alone."""
+    fd = f.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
 
 
 def free_port():
@@ -495,8 +507,7 @@ class Server:
         if self.log is None:
             return ""
         try:
-            self.log.seek(0)
-            return self.log.read().decode("utf-8", "replace")
+            return read_log(self.log)
         except (OSError, ValueError):
             return ""
 

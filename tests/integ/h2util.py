@@ -632,8 +632,7 @@ limit-request-body: 1048576
         return self.proc.poll() is None
 
     def output(self):
-        self.log.seek(0)
-        out = self.log.read().decode("utf-8", "replace")
+        out = flaretest.read_log(self.log)
         try:
             with open(os.path.join(self.dir, "error.log")) as f:
                 out += f.read()

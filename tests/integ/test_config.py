@@ -99,8 +99,7 @@ class Hello:
         raise RuntimeError("hello did not start: %s" % self.output())
 
     def output(self):
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
+        return flaretest.read_log(self.log)
 
     def wait_output(self, text, timeout=5):
         deadline = time.monotonic() + timeout

@@ -145,7 +145,7 @@ class Floods(h2util.H2TestCase):
 
     def assertMemoryBounded(self, res=None):
         grown = self.rss() - self.rss0
-        if not flaretest.sanitized():   # (ASan's quarantine keeps freed memory resident)
+        if not flaretest.sanitized():   # (ASan quarantine, TSan shadow: RSS means nothing)
             self.assertLess(grown, RSS_GROWTH_KB, "server RSS grew by %d KiB: %r" % (grown, res))
 
     def assertCounted(self, kind):

@@ -557,7 +557,7 @@ class Shutdown(unittest.TestCase):
                     return int(line.split()[1]) / 1024.0
         return 0.0
 
-    @unittest.skipIf(flaretest.sanitized(), "RSS is meaningless under ASan (quarantine); "
+    @unittest.skipIf(flaretest.sanitized(), "RSS is meaningless under ASan (quarantine) and TSan; "
                      "test_client_reset_mid_body_clean_exit checks leaks there")
     def test_reset_mid_body_releases_memory(self):
         # 2 x 200 clients each upload 256 KB of a 1 MB body, then reset. The

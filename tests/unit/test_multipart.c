@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -719,7 +720,37 @@ typedef struct seen {
     int keep_rc;
 } seen_t;
 
+/* The handler (on the worker) and the test (on the main thread) share seen,
+ * tmpdir, keep_path and flare__multipart_no_tmpfile. The response reaching
+ * the client orders them in fact, but through a socket, which no tool sees
+ * as synchronisation: the handler runs under seen_mu, and the test reads
+ * seen and changes the rest under it too. */
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
 static seen_t seen;
+
+/* What the last request's handler saw. */
+static seen_t seen_get(void)
+{
+    pthread_mutex_lock(&seen_mu);
+    seen_t s = seen;
+    pthread_mutex_unlock(&seen_mu);
+    return s;
+}
+
+static void set_no_tmpfile(bool on)
+{
+    pthread_mutex_lock(&seen_mu);
+    flare__multipart_no_tmpfile = on;
+    pthread_mutex_unlock(&seen_mu);
+}
+
+static void set_tmpdir(const char *dir)
+{
+    pthread_mutex_lock(&seen_mu);
+    snprintf(tmpdir, sizeof(tmpdir), "%s", dir);
+    snprintf(keep_path, sizeof(keep_path), "%s/kept.bin", tmpdir);
+    pthread_mutex_unlock(&seen_mu);
+}
 
 /* Descriptors of this process that point into tmpdir (a temporary file
  * shows as "tmpdir/#123 (deleted)" or by its name). */
@@ -756,9 +787,8 @@ static int entries_in_tmpdir(void)
     return n;
 }
 
-static int h_upload(flare_req_t *req, flare_res_t *res, void *ud)
+static int upload(flare_req_t *req, flare_res_t *res)
 {
-    (void)ud;
     flare_multipart_opts_t o = { .file_threshold = 16, .tmpdir = tmpdir };
     o.limits.max_parts = 4;
     flare_multipart_form_t form;
@@ -804,6 +834,15 @@ static int h_upload(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 200, S("text/plain"), S("ok"));
 }
 
+static int h_upload(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    pthread_mutex_lock(&seen_mu);
+    int rc = upload(req, res);
+    pthread_mutex_unlock(&seen_mu);
+    return rc;
+}
+
 static char *post(const harness_t *h, const char *ct, const char *body)
 {
     char *req = malloc(strlen(body) + 512);
@@ -836,7 +875,6 @@ static void read_file(const char *path, char *out, size_t cap)
 
 static void helper_round(const harness_t *h)
 {
-    snprintf(keep_path, sizeof(keep_path), "%s/kept.bin", tmpdir);
     const char *body =
         "--XyZ\r\n"
         "Content-Disposition: form-data; name=\"small\"\r\n\r\n"
@@ -852,20 +890,21 @@ static void helper_round(const harness_t *h)
     char *r = post(h, "multipart/form-data; boundary=XyZ", body);
     assert_non_null(strstr(r, "200 OK"));
     free(r);
-    assert_int_equal(seen.rc, 0);
-    assert_int_equal(seen.count, 3);
-    assert_string_equal(seen.names[0], "small");
-    assert_false(seen.in_file[0]);
-    assert_string_equal(seen.content[0], "tiny");
-    assert_string_equal(seen.names[1], "big");
-    assert_string_equal(seen.filenames[1], "../../etc/passwd");
-    assert_true(seen.in_file[1]);
-    assert_int_equal(seen.sizes[1], 36);
-    assert_string_equal(seen.content[1], "0123456789abcdefghijklmnopqrstuvwxyz");
-    assert_string_equal(seen.filenames[2], "k\xc3\xa9p.bin");
-    assert_true(seen.in_file[2]);
-    assert_int_equal(seen.open_tmp, 2); /* two temporary files while handling */
-    assert_int_equal(seen.keep_rc, 0);
+    seen_t got = seen_get();
+    assert_int_equal(got.rc, 0);
+    assert_int_equal(got.count, 3);
+    assert_string_equal(got.names[0], "small");
+    assert_false(got.in_file[0]);
+    assert_string_equal(got.content[0], "tiny");
+    assert_string_equal(got.names[1], "big");
+    assert_string_equal(got.filenames[1], "../../etc/passwd");
+    assert_true(got.in_file[1]);
+    assert_int_equal(got.sizes[1], 36);
+    assert_string_equal(got.content[1], "0123456789abcdefghijklmnopqrstuvwxyz");
+    assert_string_equal(got.filenames[2], "k\xc3\xa9p.bin");
+    assert_true(got.in_file[2]);
+    assert_int_equal(got.open_tmp, 2); /* two temporary files while handling */
+    assert_int_equal(got.keep_rc, 0);
     /* after the request: the temporary files are gone, the kept one stays
      * with its content, the in-memory part kept too, nothing else in the
      * directory (the client's filename was never a path) */
@@ -890,8 +929,9 @@ static void helper_round(const harness_t *h)
 static void test_req_helper(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/flare-mp-test-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
+    char dir[64] = "/tmp/flare-mp-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    set_tmpdir(dir);
     flare_config_t cfg;
     flare_config_init(&cfg);
     cfg.workers = 1;
@@ -902,9 +942,9 @@ static void test_req_helper(void **state)
 
     /* O_TMPFILE (where the file system has it), then named mkstemp files */
     helper_round(&h);
-    flare__multipart_no_tmpfile = true;
+    set_no_tmpfile(true);
     helper_round(&h);
-    flare__multipart_no_tmpfile = false;
+    set_no_tmpfile(false);
 
     /* bad input: the precise status, the files made so far released */
     char *r = post(&h, "text/plain", "x");
@@ -916,10 +956,10 @@ static void test_req_helper(void **state)
              "more than sixteen bytes, to a file\r\n--q\r\n");
     assert_non_null(strstr(r, "400 "));
     assert_non_null(strstr(r, "before the closing boundary"));
-    assert_int_equal(seen.err, FLARE_MULTIPART_ERR_TRUNCATED);
+    assert_int_equal(seen_get().err, FLARE_MULTIPART_ERR_TRUNCATED);
     free(r);
     wait_no_fds();
-    flare__multipart_no_tmpfile = true;
+    set_no_tmpfile(true);
     r = post(&h, "multipart/form-data; boundary=q",
              "--q\r\nContent-Disposition: form-data; name=a\r\n\r\n"
              "more than sixteen bytes, to a file\r\n--q\r\n"
@@ -927,30 +967,29 @@ static void test_req_helper(void **state)
              "Content-Disposition: form-data; name=c\r\n\r\n\r\n--q\r\n"
              "Content-Disposition: form-data; name=d\r\n\r\n\r\n--q\r\n"
              "Content-Disposition: form-data; name=e\r\n\r\n\r\n--q--");
-    flare__multipart_no_tmpfile = false;
+    set_no_tmpfile(false);
     assert_non_null(strstr(r, "413 "));
-    assert_int_equal(seen.err, FLARE_MULTIPART_ERR_PARTS);
+    assert_int_equal(seen_get().err, FLARE_MULTIPART_ERR_PARTS);
     free(r);
     wait_no_fds();
     for (int i = 0; i < 200 && entries_in_tmpdir() != 0; i++)
         usleep(5000);
     assert_int_equal(entries_in_tmpdir(), 0);
     /* a missing temporary directory is a 500, not a crash */
-    char saved[64];
-    memcpy(saved, tmpdir, sizeof(saved));
-    snprintf(tmpdir, sizeof(tmpdir), "/nonexistent-flare-dir");
+    set_tmpdir("/nonexistent-flare-dir");
     r = post(&h, "multipart/form-data; boundary=q",
              "--q\r\nContent-Disposition: form-data; name=a\r\n\r\n"
              "more than sixteen bytes, to a file\r\n--q--");
     assert_non_null(strstr(r, "500 "));
-    assert_int_equal(seen.rc, FLARE_EIO);
-    assert_int_equal(seen.err, FLARE_MULTIPART_ERR_IO);
+    seen_t got = seen_get();
+    assert_int_equal(got.rc, FLARE_EIO);
+    assert_int_equal(got.err, FLARE_MULTIPART_ERR_IO);
     free(r);
-    memcpy(tmpdir, saved, sizeof(saved));
+    set_tmpdir(dir);
 
     assert_int_equal(harness_stop(&h), 0);
     flare_app_free(h.app);
-    assert_int_equal(rmdir(tmpdir), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 int main(void)

@@ -230,6 +230,34 @@ static void test_binary_args(void **state)
     stop_app();
 }
 
+/* A worker's Redis state belongs to its thread: a command for worker 0
+ * issued on worker 1 (or on a thread that is no worker) is refused, not
+ * run on state another thread owns. */
+static void test_wrong_thread(void **state)
+{
+    (void)state;
+    start_app(NULL, NULL);
+    one_t *o = calloc(1, sizeof(*o));
+    o->wt.want = 1;
+    o->worker = 0;
+    o->argc = 1;
+    o->argv[0] = "PING";
+    o->lens[0] = 4;
+    assert_int_equal(flare_app_post(h.app, 1, one_task, o), 0);
+    wait_for(&o->wt, 5000);
+    assert_int_equal(o->wt.done, 1);
+    assert_int_equal(o->rc, FLARE_EINVAL);
+    free(o);
+    assert_int_equal(flare_redis_cmd(R, flare_app_worker(h.app, 0), 1, (const char *[]){ "PING" },
+                                     NULL, one_done, NULL),
+                     FLARE_EINVAL);
+    o = run(0, "PING", NULL); /* the same command on its own worker */
+    assert_int_equal(o->rc, 0);
+    assert_int_equal(o->err, 0);
+    free(o);
+    stop_app();
+}
+
 static void test_reply_types(void **state)
 {
     (void)state;
@@ -489,6 +517,7 @@ static void test_shutdown_callbacks(void **state)
     start_app(&cfg, NULL);
     one_t *o = calloc(1, sizeof(*o));
     o->wt.want = 1;
+    o->worker = 1; /* the worker it is posted to: a command runs on its own worker's thread */
     o->argc = 3;
     o->argv[0] = "BLPOP";
     o->argv[1] = "t:forever";
@@ -933,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_reply_tree),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_binary_args),
+        cmocka_unit_test(test_wrong_thread), /* a worker's state, another thread */
         cmocka_unit_test(test_reply_types),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_timeout),
