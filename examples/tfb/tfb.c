@@ -43,10 +43,14 @@ static bool is_pg;
 static const char SQL_WORLD[] = "SELECT id, randomnumber FROM world WHERE id = $1";
 static const char SQL_FORTUNE[] = "SELECT id, message FROM fortune";
 static const char SQL_ALL_WORLD[] = "SELECT id, randomnumber FROM world";
-/* PostgreSQL: one UPDATE per request, the rows as two arrays */
-static const char SQL_UPDATE_PG[] =
-    "UPDATE world AS w SET randomnumber = v.r FROM "
-    "(SELECT unnest($1::int[]) AS id, unnest($2::int[]) AS r) AS v WHERE w.id = v.id";
+/* PostgreSQL: one UPDATE per request, the rows as two arrays. No subquery:
+ * TFB's verifier counts the rows of every statement whose text contains
+ * "select" (pg_stat_statements) and warned "316 rows read instead of 160"
+ * for /updates?queries=20 when the arrays were unnested in a SELECT.
+ * tests/integ/test_tfb.py checks every SQL_UPDATE* text. */
+static const char SQL_UPDATE_PG[] = "UPDATE world SET randomnumber = v.r "
+                                    "FROM unnest($1::int[], $2::int[]) AS v(id, r) "
+                                    "WHERE world.id = v.id";
 /* SQLite: one UPDATE per row (TFB counts either) */
 static const char SQL_UPDATE_ROW[] = "UPDATE world SET randomnumber = $1 WHERE id = $2";
 
