@@ -87,9 +87,15 @@ FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
  * Must be called before flare_app_run. Returns 0 or FLARE_EPATTERN,
  * FLARE_EEXIST, FLARE_EINVAL, FLARE_ENOMEM, FLARE_ESTATE (app running);
  * every failure says why in flare_last_error() ("flare_route: route GET
- * \"/a//b\": empty segment (\"//\")"). */
+ * \"/a//b\": empty segment (\"//\")").
+ * HEAD requests reach the GET handler of the path when no HEAD route exists
+ * (only the headers go out): a GET handler with side effects must check
+ * flare_req_method(req) (or the side effect happens for HEAD too). The same
+ * holds for flare_get and for GET routes added through a group. */
 FLARE_API int flare_route(flare_app_t *app, flare_method_t method, const char *pattern,
                           flare_handler_fn fn, void *ud);
+/* flare_route for one method. flare_get's handler also answers HEAD (see
+ * flare_route): check the method before a side effect. */
 FLARE_API int flare_get(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_post(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_put(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
