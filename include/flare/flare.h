@@ -292,6 +292,18 @@ FLARE_API int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t v
 FLARE_API int flare_res_send(flare_res_t *res, int status, flare_str_t content_type,
                              flare_str_t body);
 
+/* Sends a redirect: status 301, 302, 303, 307 or 308, a Location header
+ * with `location` (copied; a path "/todos" or an absolute URL, sent as
+ * given: escape it yourself) and a short text/plain body naming it (HEAD:
+ * headers only). Headers added before with flare_res_header go out too.
+ * 303 after a form POST (the browser follows with GET); 307/308 keep the
+ * method and body, 301/302 let browsers turn a POST into a GET. Returns
+ * what flare_res_send returns, or FLARE_EINVAL (another status, an empty
+ * location, one holding CR, LF, NUL or another control byte: no header
+ * injection), with the reason in flare_last_error(); nothing is sent then,
+ * so the handler can still answer. */
+FLARE_API int flare_res_redirect(flare_res_t *res, int status, flare_str_t location);
+
 /* Like flare_res_send, but the body is referenced, not copied: it must stay
  * valid until release(ud) is called (after it has been written or the
  * connection dropped). release may be NULL for static data. */
