@@ -44,6 +44,58 @@
  * asynchronous handler. At worker shutdown, queries still pending complete
  * with FLARE_EUNAVAIL. A non-zero return means the callback will not run.
  *
+ * An asynchronous handler: req and res stay valid until the response is
+ * sent (flare_res_send, flare_db_send_error... returned), also after the
+ * client has gone: the exchange is then kept aside, its memory and cleanup
+ * hooks untouched, until the late send, which frees it without writing
+ * anything. So the callback may read the request (its parameters, body,
+ * session, attributes, arena memory) and log under its id, then answer;
+ * after the answer neither may be touched. What the callback needs goes in
+ * a context in the request's arena (freed with the exchange):
+ *
+ *     typedef struct add_ctx {
+ *         flare_req_t *req;
+ *         flare_res_t *res;
+ *         flare_str_t user; // from the session: valid as long as req
+ *     } add_ctx_t;
+ *
+ *     static void added(flare_db_res_t *r, void *ud)
+ *     {
+ *         add_ctx_t *c = ud;
+ *         if (flare_db_error_class(r) == FLARE_DB_ERR_UNIQUE) {
+ *             flare_res_send(c->res, 409, FLARE_STR("text/plain"), FLARE_STR("taken\n"));
+ *             return;
+ *         }
+ *         if (flare_db_res_error(r) != 0) {
+ *             flare_req_log(c->req, FLARE_LOG_WARN, "tag for %.*s: %s", (int)c->user.len,
+ *                           c->user.ptr, flare_db_res_message(r));
+ *             flare_db_send_error(c->res, r); // 500 or 503, no server text
+ *             return;
+ *         }
+ *         flare_req_log(c->req, FLARE_LOG_INFO, "%.*s added a tag", (int)c->user.len,
+ *                       c->user.ptr);
+ *         flare_res_send(c->res, 201, FLARE_STR("text/plain"), FLARE_STR("added\n"));
+ *     }
+ *
+ *     static int add_tag(flare_req_t *req, flare_res_t *res, void *ud) // POST /tags
+ *     {
+ *         add_ctx_t *c = flare_req_alloc(req, sizeof(*c));
+ *         if (c == NULL)
+ *             return FLARE_ENOMEM;
+ *         *c = (add_ctx_t){ req, res, flare_session_get(req, "user") };
+ *         if (c->user.ptr == NULL)
+ *             return flare_res_send(res, 401, FLARE_STR("text/plain"), FLARE_STR("log in\n"));
+ *         flare_str_t tag = flare_req_body(req);
+ *         flare_db_val_t p[] = { FLARE_DB_TEXTV(c->user.ptr, c->user.len),
+ *                                FLARE_DB_TEXTV(tag.ptr, tag.len) };
+ *         int rc = flare_db_query(ud, flare_req_worker(req),
+ *                                 "INSERT INTO tags (owner, tag) VALUES ($1, $2)", p, 2,
+ *                                 added, c);
+ *         return rc == 0 ? FLARE_ASYNC : rc; // FLARE_ASYNC: added() answers
+ *     }
+ *
+ * (flare_post(app, "/tags", add_tag, db), behind flare_sessions' middleware.)
+ *
  * Errors (flare_db_res_error):
  *   FLARE_EDB       the database refused the statement (syntax, constraint,
  *                   type...): flare_db_res_sqlstate / _code / _message say
