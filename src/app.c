@@ -75,33 +75,41 @@ flare_app_t *flare_app_new(const flare_config_t *cfg)
     return app;
 }
 
-static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *group,
+/* `who` names the public call in flare_last_error() ("flare_group_route"). */
+static int add_route(const char *who, flare_app_t *app, flare_method_t method, flare_group_t *group,
                      const char *pattern, flare_handler_fn fn, void *ud,
                      const flare_middleware_t *mws, size_t nmws)
 {
     const char *prefix = group != NULL ? group->prefix : NULL;
     if (app == NULL || pattern == NULL || fn == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "%s: %s is NULL", who,
+                           app == NULL       ? "app"
+                           : pattern == NULL ? "pattern"
+                                             : "handler");
     if (atomic_load(&app->running))
-        return FLARE_ESTATE;
+        return flare__fail(FLARE_ESTATE, 0, "%s %s: the app is running (register routes first)",
+                           who, pattern);
     size_t pl = prefix != NULL ? strlen(prefix) : 0;
     size_t l = strlen(pattern);
+    /* a group's root, "" or "/", is the group's prefix itself: "/api" + ""
+     * registers "/api"; in the root group (prefix "") it is "/" */
+    if (group != NULL && (l == 0 || (l == 1 && pattern[0] == '/'))) {
+        pattern = pl > 0 ? "" : "/";
+        l = pl > 0 ? 0 : 1;
+    }
     char *full = malloc(pl + l + 1);
     if (full == NULL)
-        return FLARE_ENOMEM;
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
     if (pl > 0)
         memcpy(full, prefix, pl);
     memcpy(full + pl, pattern, l + 1);
-    /* a group's root: "/api" + "/" registers "/api" */
     size_t fl = pl + l;
-    if (pl > 0 && l == 1 && pattern[0] == '/')
-        fl = pl;
     if (app->nroutes == app->caproutes) {
         size_t cap = app->caproutes != 0 ? app->caproutes * 2 : 16;
         flare_route_t **r = realloc(app->routes, cap * sizeof(*r));
         if (r == NULL) {
             free(full);
-            return FLARE_ENOMEM;
+            return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
         }
         app->routes = r;
         app->caproutes = cap;
@@ -109,7 +117,7 @@ static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *gro
     flare_route_t *route = malloc(sizeof(*route));
     if (route == NULL) {
         free(full);
-        return FLARE_ENOMEM;
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
     }
     memset(route, 0, sizeof(*route));
     route->fn = fn;
@@ -118,10 +126,16 @@ static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *gro
     route->group = group;
     int rc = 0;
     for (size_t i = 0; i < nmws && rc == 0; i++)
-        rc = flare__mw_list_add(app, &route->own, &mws[i]);
+        rc = flare__mw_list_add(app, &route->own, &mws[i], who);
     if (rc == 0)
         rc = flare__router_add(app->router, method, (flare_str_t){ full, fl }, route);
     if (rc != 0) {
+        /* the router said what (naming the full pattern); add who asked */
+        if (rc != FLARE_ENOMEM) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", flare_last_error());
+            flare__fail(rc, 0, "%s: %s", who, why);
+        }
         free(full);
         free(route->own.v);
         free(route);
@@ -137,33 +151,33 @@ static int add_route(flare_app_t *app, flare_method_t method, flare_group_t *gro
 int flare_route(flare_app_t *app, flare_method_t method, const char *pattern, flare_handler_fn fn,
                 void *ud)
 {
-    return add_route(app, method, NULL, pattern, fn, ud, NULL, 0);
+    return add_route("flare_route", app, method, NULL, pattern, fn, ud, NULL, 0);
 }
 
 int flare_route_mw(flare_app_t *app, flare_method_t method, const char *pattern,
                    flare_handler_fn fn, void *ud, const flare_middleware_t *mws, size_t nmws)
 {
     if (nmws > 0 && mws == NULL)
-        return FLARE_EINVAL;
-    return add_route(app, method, NULL, pattern, fn, ud, mws, nmws);
+        return flare__fail(FLARE_EINVAL, 0, "flare_route_mw: mws is NULL and nmws is %zu", nmws);
+    return add_route("flare_route_mw", app, method, NULL, pattern, fn, ud, mws, nmws);
 }
 
 int flare_use(flare_app_t *app, const flare_middleware_t *mw)
 {
     if (app == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_use: app is NULL");
     if (atomic_load(&app->running))
-        return FLARE_ESTATE;
-    return flare__mw_list_add(app, &app->mws, mw);
+        return flare__fail(FLARE_ESTATE, 0, "flare_use: the app is running");
+    return flare__mw_list_add(app, &app->mws, mw, "flare_use");
 }
 
 int flare_group_use(flare_group_t *g, const flare_middleware_t *mw)
 {
     if (g == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_group_use: group is NULL");
     if (atomic_load(&g->app->running))
-        return FLARE_ESTATE;
-    return flare__mw_list_add(g->app, &g->mws, mw);
+        return flare__fail(FLARE_ESTATE, 0, "flare_group_use: the app is running");
+    return flare__mw_list_add(g->app, &g->mws, mw, "flare_group_use");
 }
 
 size_t flare_app_mw_stats(flare_app_t *app, flare_mw_stats_t *out, size_t max)
@@ -216,20 +230,30 @@ int flare_delete(flare_app_t *app, const char *pattern, flare_handler_fn fn, voi
     return flare_route(app, FLARE_METHOD_DELETE, pattern, fn, ud);
 }
 
-static flare_group_t *group_new(flare_app_t *app, flare_group_t *parent, const char *prefix)
+static flare_group_t *group_new(const char *who, flare_app_t *app, flare_group_t *parent,
+                                const char *prefix)
 {
     const char *base = parent != NULL ? parent->prefix : NULL;
-    if (app == NULL || prefix == NULL || prefix[0] != '/')
+    if (app == NULL || prefix == NULL) {
+        flare__fail(FLARE_EINVAL, 0, "%s: %s is NULL", who, app == NULL ? "app" : "prefix");
         return NULL;
+    }
+    if (prefix[0] != '/') {
+        flare__fail(FLARE_EINVAL, 0, "%s \"%s\": a prefix starts with '/'", who, prefix);
+        return NULL;
+    }
     size_t bl = base != NULL ? strlen(base) : 0, pl = strlen(prefix);
     while (pl > 1 && prefix[pl - 1] == '/')
         pl--; /* "/api/" and "/api" are the same group */
     flare_group_t *g = calloc(1, sizeof(*g));
-    if (g == NULL)
+    if (g == NULL) {
+        flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
         return NULL;
+    }
     g->prefix = malloc(bl + pl + 1);
     if (g->prefix == NULL) {
         free(g);
+        flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
         return NULL;
     }
     if (bl > 0)
@@ -247,22 +271,29 @@ static flare_group_t *group_new(flare_app_t *app, flare_group_t *parent, const c
 
 flare_group_t *flare_group_new(flare_app_t *app, const char *prefix)
 {
-    return group_new(app, NULL, prefix);
+    return group_new("flare_group_new", app, NULL, prefix);
 }
 
 flare_group_t *flare_group_sub(flare_group_t *parent, const char *prefix)
 {
-    if (parent == NULL)
+    if (parent == NULL) {
+        flare__fail(FLARE_EINVAL, 0, "flare_group_sub: parent is NULL");
         return NULL;
-    return group_new(parent->app, parent, prefix);
+    }
+    return group_new("flare_group_sub", parent->app, parent, prefix);
 }
 
 int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
                       flare_handler_fn fn, void *ud)
 {
-    if (g == NULL || pattern == NULL || pattern[0] != '/')
-        return FLARE_EINVAL;
-    return add_route(g->app, method, g, pattern, fn, ud, NULL, 0);
+    if (g == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_group_route: group is NULL");
+    if (pattern != NULL && pattern[0] != '/' && pattern[0] != '\0')
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_group_route \"%s\": a pattern starts with '/' (\"\" or \"/\" "
+                           "is the group's root)",
+                           pattern);
+    return add_route("flare_group_route", g->app, method, g, pattern, fn, ud, NULL, 0);
 }
 
 int flare_app_port(const flare_app_t *app)

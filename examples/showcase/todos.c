@@ -34,7 +34,10 @@ typedef struct login_in {
 
 static const flare_field_t login_fields[] = {
     FLARE_FIELD_STR(login_in_t, user, "user", FLARE_REQUIRED, FLARE_LEN(1, 32),
-                    FLARE_PATTERN("^[A-Za-z0-9_.-]+$"), FLARE_DESCRIPTION("any name")),
+                    FLARE_PATTERN("^[A-Za-z0-9_.-]+$"),
+                    FLARE_DESCRIPTION("a name: letters, digits, '.', '_' or '-'"),
+                    /* what the login form shows under the field */
+                    FLARE_MESSAGE("use 1 to 32 letters, digits, '.', '_' or '-'")),
 };
 
 typedef struct title_in {

@@ -44,6 +44,58 @@
  * asynchronous handler. At worker shutdown, queries still pending complete
  * with FLARE_EUNAVAIL. A non-zero return means the callback will not run.
  *
+ * An asynchronous handler: req and res stay valid until the response is
+ * sent (flare_res_send, flare_db_send_error... returned), also after the
+ * client has gone: the exchange is then kept aside, its memory and cleanup
+ * hooks untouched, until the late send, which frees it without writing
+ * anything. So the callback may read the request (its parameters, body,
+ * session, attributes, arena memory) and log under its id, then answer;
+ * after the answer neither may be touched. What the callback needs goes in
+ * a context in the request's arena (freed with the exchange):
+ *
+ *     typedef struct add_ctx {
+ *         flare_req_t *req;
+ *         flare_res_t *res;
+ *         flare_str_t user; // from the session: valid as long as req
+ *     } add_ctx_t;
+ *
+ *     static void added(flare_db_res_t *r, void *ud)
+ *     {
+ *         add_ctx_t *c = ud;
+ *         if (flare_db_error_class(r) == FLARE_DB_ERR_UNIQUE) {
+ *             flare_res_send(c->res, 409, FLARE_STR("text/plain"), FLARE_STR("taken\n"));
+ *             return;
+ *         }
+ *         if (flare_db_res_error(r) != 0) {
+ *             flare_req_log(c->req, FLARE_LOG_WARN, "tag for %.*s: %s", (int)c->user.len,
+ *                           c->user.ptr, flare_db_res_message(r));
+ *             flare_db_send_error(c->res, r); // 500 or 503, no server text
+ *             return;
+ *         }
+ *         flare_req_log(c->req, FLARE_LOG_INFO, "%.*s added a tag", (int)c->user.len,
+ *                       c->user.ptr);
+ *         flare_res_send(c->res, 201, FLARE_STR("text/plain"), FLARE_STR("added\n"));
+ *     }
+ *
+ *     static int add_tag(flare_req_t *req, flare_res_t *res, void *ud) // POST /tags
+ *     {
+ *         add_ctx_t *c = flare_req_alloc(req, sizeof(*c));
+ *         if (c == NULL)
+ *             return FLARE_ENOMEM;
+ *         *c = (add_ctx_t){ req, res, flare_session_get(req, "user") };
+ *         if (c->user.ptr == NULL)
+ *             return flare_res_send(res, 401, FLARE_STR("text/plain"), FLARE_STR("log in\n"));
+ *         flare_str_t tag = flare_req_body(req);
+ *         flare_db_val_t p[] = { FLARE_DB_TEXTV(c->user.ptr, c->user.len),
+ *                                FLARE_DB_TEXTV(tag.ptr, tag.len) };
+ *         int rc = flare_db_query(ud, flare_req_worker(req),
+ *                                 "INSERT INTO tags (owner, tag) VALUES ($1, $2)", p, 2,
+ *                                 added, c);
+ *         return rc == 0 ? FLARE_ASYNC : rc; // FLARE_ASYNC: added() answers
+ *     }
+ *
+ * (flare_post(app, "/tags", add_tag, db), behind flare_sessions' middleware.)
+ *
  * Errors (flare_db_res_error):
  *   FLARE_EDB       the database refused the statement (syntax, constraint,
  *                   type...): flare_db_res_sqlstate / _code / _message say
@@ -210,6 +262,55 @@ FLARE_API const char *flare_db_res_sqlstate(const flare_db_res_t *r);
 FLARE_API int flare_db_res_code(const flare_db_res_t *r);
 /* The server's (or the driver's) message, "" on success. Never NULL. */
 FLARE_API const char *flare_db_res_message(const flare_db_res_t *r);
+
+/* What kind of error r holds, the same for every driver, so that code
+ * that reacts to "this name is taken" runs on SQLite and PostgreSQL alike
+ * (the driver's own code stays in flare_db_res_sqlstate / _code):
+ *   NONE           no error
+ *   UNIQUE         a unique or primary key already taken: SQLSTATE 23505;
+ *                  SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
+ *   FOREIGN_KEY    a reference to a row that does not exist, or a row still
+ *                  referenced: 23503; SQLITE_CONSTRAINT_FOREIGNKEY
+ *   NOT_NULL       NULL in a NOT NULL column: 23502; SQLITE_CONSTRAINT_NOTNULL
+ *   CHECK          a CHECK constraint: 23514; SQLITE_CONSTRAINT_CHECK
+ *   SERIALIZATION  lost to a concurrent transaction, running it again may
+ *                  work: serialization failure 40001, deadlock 40P01;
+ *                  SQLITE_BUSY and SQLITE_LOCKED with their extended codes
+ *                  (locked past busy_timeout_ms, a stale WAL snapshot)
+ *   CONNECTION     no connection: lost, refused, the server shutting down
+ *                  (class 08 except 08P01, 57P01..57P03), and every
+ *                  FLARE_EUNAVAIL without a database code (server down, wait
+ *                  queue full or waited too long, worker shutting down); the
+ *                  statement may not have run, later may work
+ *   OTHER          anything else: syntax, types, a timeout (see
+ *                  flare_db_res_error), other constraints (exclusion 23P01)
+ * X(NAME, name): the enum FLARE_DB_ERR_NAME and its name for logs. */
+/* clang-format off */
+#define FLARE_DB_ERRCLASS_MAP(X)          \
+    X(NONE, "none")                       \
+    X(UNIQUE, "unique")                   \
+    X(FOREIGN_KEY, "foreign_key")         \
+    X(NOT_NULL, "not_null")               \
+    X(CHECK, "check")                     \
+    X(SERIALIZATION, "serialization")     \
+    X(CONNECTION, "connection")           \
+    X(OTHER, "other")
+
+typedef enum flare_db_errclass {
+#define FLARE_DB_ERRCLASS_ENUM(name, text) FLARE_DB_ERR_##name,
+    FLARE_DB_ERRCLASS_MAP(FLARE_DB_ERRCLASS_ENUM)
+#undef FLARE_DB_ERRCLASS_ENUM
+} flare_db_errclass_t;
+/* clang-format on */
+
+/* r's class: FLARE_DB_ERR_NONE on success (or r NULL). From PostgreSQL's
+ * SQLSTATE when there is one, else from SQLite's extended code, else from
+ * the error (FLARE_EUNAVAIL: CONNECTION; FLARE_ETIMEDOUT: OTHER). Valid
+ * during the callback, as r. */
+FLARE_API flare_db_errclass_t flare_db_error_class(const flare_db_res_t *r);
+/* "unique", "foreign_key"... (the map above); "unknown" for a value not in
+ * it. Static storage. */
+FLARE_API const char *flare_db_error_class_name(flare_db_errclass_t c);
 
 /* Rows and columns returned (0 for a statement without rows or on error). */
 FLARE_API size_t flare_db_res_rows(const flare_db_res_t *r);

@@ -91,19 +91,37 @@ FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
 /* Registers a route. The pattern is copied: literal segments, `{name}`
  * parameters and a final `{*name}` wildcard ("/users/{id}", "/static/{*path}").
  * Must be called before flare_app_run. Returns 0 or FLARE_EPATTERN,
- * FLARE_EEXIST, FLARE_EINVAL, FLARE_ENOMEM, FLARE_ESTATE (app running). */
+ * FLARE_EEXIST, FLARE_EINVAL, FLARE_ENOMEM, FLARE_ESTATE (app running);
+ * every failure says why in flare_last_error() ("flare_route: route GET
+ * \"/a//b\": empty segment (\"//\")").
+ * HEAD requests reach the GET handler of the path when no HEAD route exists
+ * (only the headers go out): a GET handler with side effects must check
+ * flare_req_method(req) (or the side effect happens for HEAD too). The same
+ * holds for flare_get and for GET routes added through a group. */
 FLARE_API int flare_route(flare_app_t *app, flare_method_t method, const char *pattern,
                           flare_handler_fn fn, void *ud);
+/* flare_route for one method. flare_get's handler also answers HEAD (see
+ * flare_route): check the method before a side effect. */
 FLARE_API int flare_get(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_post(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_put(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_patch(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_delete(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 
-/* A route group: every route added through it gets the prefix ("/api/v1").
- * Groups nest. Owned by the app (freed by flare_app_free). NULL on error. */
+/* A route group: every route added through it gets the prefix ("/api/v1";
+ * it starts with '/', a trailing '/' is dropped). Groups nest. Owned by the
+ * app (freed by flare_app_free). NULL on error, with the reason in
+ * flare_last_error() (NULL app or prefix, a prefix without '/' first,
+ * out of memory). */
 FLARE_API flare_group_t *flare_group_new(flare_app_t *app, const char *prefix);
 FLARE_API flare_group_t *flare_group_sub(flare_group_t *parent, const char *prefix);
+/* As flare_route, for the group's prefix + pattern. pattern starts with '/'
+ * ("/{id}" in group "/api/todos" is "/api/todos/{id}"), or is "" or "/" for
+ * the group's root: the prefix itself ("/api/todos"; "/" for a group whose
+ * prefix is "/"). "" and "/" are one route: "/api/todos/" (with the slash)
+ * is reachable only from a parent group or flare_route. Same returns as
+ * flare_route; FLARE_EINVAL for a NULL group or a pattern that is neither
+ * empty nor starts with '/'. */
 FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
                                 flare_handler_fn fn, void *ud);
 
@@ -304,6 +322,18 @@ FLARE_API int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t v
 FLARE_API int flare_res_send(flare_res_t *res, int status, flare_str_t content_type,
                              flare_str_t body);
 
+/* Sends a redirect: status 301, 302, 303, 307 or 308, a Location header
+ * with `location` (copied; a path "/todos" or an absolute URL, sent as
+ * given: escape it yourself) and a short text/plain body naming it (HEAD:
+ * headers only). Headers added before with flare_res_header go out too.
+ * 303 after a form POST (the browser follows with GET); 307/308 keep the
+ * method and body, 301/302 let browsers turn a POST into a GET. Returns
+ * what flare_res_send returns, or FLARE_EINVAL (another status, an empty
+ * location, one holding CR, LF, NUL or another control byte: no header
+ * injection), with the reason in flare_last_error(); nothing is sent then,
+ * so the handler can still answer. */
+FLARE_API int flare_res_redirect(flare_res_t *res, int status, flare_str_t location);
+
 /* Like flare_res_send, but the body is referenced, not copied: it must stay
  * valid until release(ud) is called (after it has been written or the
  * connection dropped). release may be NULL for static data. */
@@ -354,7 +384,9 @@ typedef struct flare_middleware {
  * automatic OPTIONS answers), to every route of a group (and its
  * sub-groups), or to one route. Order: app, then outer group to inner
  * group, then route, each in registration order. *mw is copied. Before
- * flare_app_run only. 0 or FLARE_EINVAL / FLARE_ENOMEM / FLARE_ESTATE. */
+ * flare_app_run only. 0 or FLARE_EINVAL (NULL argument, a middleware with
+ * neither hook) / FLARE_ENOMEM / FLARE_ESTATE, with the reason in
+ * flare_last_error(). */
 FLARE_API int flare_use(flare_app_t *app, const flare_middleware_t *mw);
 FLARE_API int flare_group_use(flare_group_t *g, const flare_middleware_t *mw);
 FLARE_API int flare_route_mw(flare_app_t *app, flare_method_t method, const char *pattern,

@@ -96,6 +96,12 @@ typedef struct flare_field {
     const struct flare_field *fields;
     size_t nfields;
     const char *description; /* optional, for documentation (schema) */
+    /* optional: the reason reported to the client whenever this field's
+     * value is refused (wrong type, length, range, pattern; for an array,
+     * any of its elements), instead of the default one: words for the end
+     * user ("letters, digits, '.', '_' or '-'"). "is required" and "unknown
+     * field" keep theirs. Not copied: the table's string. */
+    const char *message;
 } flare_field_t;
 
 #define FLARE_MAP_N(table) (sizeof(table) / sizeof((table)[0]))
@@ -110,6 +116,7 @@ typedef struct flare_field {
 #define FLARE_ITEMS(lo, hi)  .min_items = (lo), .max_items = (hi)
 #define FLARE_PATTERN(re)    .pattern = (re)
 #define FLARE_DESCRIPTION(s) .description = (s)
+#define FLARE_MESSAGE(s)     .message = (s)
 
 /* ---- field macros ------------------------------------------------------- */
 #define FLARE__M(T, m) (((T *)0)->m)
@@ -226,7 +233,12 @@ typedef struct flare_map_opts {
 typedef struct flare_map_error {
     char field[64];   /* path: "title", "address.zip", "tags[2]"; "" is the body
                          itself; truncated to fit */
-    char reason[128]; /* "is required", "length must be 1..200", ... */
+    char reason[128]; /* "is required", "length must be 1..200", "has an
+                         invalid format", or the field's FLARE_MESSAGE; never
+                         a regular expression */
+    /* the field's FLARE_PATTERN when the value did not match it (for the
+     * developer; the table's string), else NULL */
+    const char *pattern;
 } flare_map_error_t;
 
 typedef struct flare_map_errors {
@@ -262,6 +274,9 @@ FLARE_API int flare_map_decode_val(const flare_field_t *fields, size_t n, const 
 
 /* Writes the 400 body for a failed decode:
  *   {"errors":[{"field":"title","reason":"length must be 1..200"},...]}
+ * An error from a pattern also has the pattern, for developers (clients
+ * show "reason"):
+ *   {"field":"user","reason":"has an invalid format","pattern":"[a-z]+"}
  * or, when the body was not JSON, the flare_json_error_write body. */
 FLARE_API int flare_map_errors_write(const flare_map_errors_t *errs, flare_json_t *w);
 

@@ -3,6 +3,7 @@
  * accessors and statistics. The drivers (pg.c, sqlite.c) do the I/O. */
 #include <limits.h>
 #include <stdlib.h>
+#include <sqlite3.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -425,6 +426,84 @@ flare_str_t flare_db_get_text(const flare_db_res_t *r, size_t row, size_t col)
 flare_str_t flare_db_get_bytes(const flare_db_res_t *r, size_t row, size_t col)
 {
     return in_range(r, row, col) ? r->ops->get_bytes(r, row, col) : (flare_str_t){ "", 0 };
+}
+
+/* ---- error classes ---- */
+
+static flare_db_errclass_t class_of_sqlstate(const char *s)
+{
+    static const struct {
+        char state[6];
+        flare_db_errclass_t cls;
+    } exact[] = {
+        { "23505", FLARE_DB_ERR_UNIQUE },
+        { "23503", FLARE_DB_ERR_FOREIGN_KEY },
+        { "23502", FLARE_DB_ERR_NOT_NULL },
+        { "23514", FLARE_DB_ERR_CHECK },
+        { "40001", FLARE_DB_ERR_SERIALIZATION },
+        { "40P01", FLARE_DB_ERR_SERIALIZATION },
+        /* the server shutting down or restarting: admin_shutdown,
+         * crash_shutdown, cannot_connect_now */
+        { "57P01", FLARE_DB_ERR_CONNECTION },
+        { "57P02", FLARE_DB_ERR_CONNECTION },
+        { "57P03", FLARE_DB_ERR_CONNECTION },
+    };
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) {
+        if (strcmp(s, exact[i].state) == 0)
+            return exact[i].cls;
+    }
+    /* class 08, connection exception, but 08P01 (a protocol violation: a
+     * statement the server refused, not a lost connection) */
+    if (strncmp(s, "08", 2) == 0 && strcmp(s, "08P01") != 0)
+        return FLARE_DB_ERR_CONNECTION;
+    return FLARE_DB_ERR_OTHER;
+}
+
+static flare_db_errclass_t class_of_sqlite(int code)
+{
+    switch (code) {
+    case SQLITE_CONSTRAINT_UNIQUE:
+    case SQLITE_CONSTRAINT_PRIMARYKEY:
+        return FLARE_DB_ERR_UNIQUE;
+    case SQLITE_CONSTRAINT_FOREIGNKEY:
+        return FLARE_DB_ERR_FOREIGN_KEY;
+    case SQLITE_CONSTRAINT_NOTNULL:
+        return FLARE_DB_ERR_NOT_NULL;
+    case SQLITE_CONSTRAINT_CHECK:
+        return FLARE_DB_ERR_CHECK;
+    }
+    /* the database locked by another connection or process past the busy
+     * timeout, or a snapshot gone stale (SQLITE_BUSY_SNAPSHOT): the
+     * statement lost to a concurrent transaction; running it again may
+     * succeed, as after PostgreSQL's 40001 */
+    if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED)
+        return FLARE_DB_ERR_SERIALIZATION;
+    return FLARE_DB_ERR_OTHER;
+}
+
+flare_db_errclass_t flare_db_error_class(const flare_db_res_t *r)
+{
+    if (r == NULL || r->err == 0)
+        return FLARE_DB_ERR_NONE;
+    if (r->sqlstate != NULL && r->sqlstate[0] != '\0')
+        return class_of_sqlstate(r->sqlstate);
+    if (r->code != 0)
+        return class_of_sqlite(r->code);
+    /* no code from the database: the driver's own (server down, lost
+     * connection, wait queue full or waited too long, shutdown) */
+    return r->err == FLARE_EUNAVAIL ? FLARE_DB_ERR_CONNECTION : FLARE_DB_ERR_OTHER;
+}
+
+const char *flare_db_error_class_name(flare_db_errclass_t c)
+{
+    switch (c) {
+#define FLARE_DB_ERR_NAME(name, text) \
+    case FLARE_DB_ERR_##name:         \
+        return text;
+        FLARE_DB_ERRCLASS_MAP(FLARE_DB_ERR_NAME)
+#undef FLARE_DB_ERR_NAME
+    }
+    return "unknown";
 }
 
 int flare_db_res_http_status(const flare_db_res_t *r)

@@ -44,9 +44,14 @@ uint64_t flare__ex_body_limit(const struct flare_req *ex, uint64_t app_limit)
 static int add_stream(flare_app_t *app, flare_group_t *g, flare_method_t method,
                       const char *pattern, const flare_body_route_t *r, void *ud)
 {
-    if (app == NULL || r == NULL || r->on_chunk == NULL || r->on_end == NULL ||
-        r->max_body > ((uint64_t)1 << 62))
-        return FLARE_EINVAL;
+    if (app == NULL || r == NULL || r->on_chunk == NULL || r->on_end == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_route_stream: %s is NULL",
+                           app == NULL           ? "app"
+                           : r == NULL           ? "the callbacks"
+                           : r->on_chunk == NULL ? "on_chunk"
+                                                 : "on_end");
+    if (r->max_body > ((uint64_t)1 << 62))
+        return flare__fail(FLARE_EINVAL, 0, "flare_route_stream: max_body is more than 2^62");
     body_route_t *br = malloc(sizeof(*br));
     if (br == NULL)
         return FLARE_ENOMEM;
@@ -70,7 +75,9 @@ int flare_route_stream(flare_app_t *app, flare_method_t method, const char *patt
 int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
                              const flare_body_route_t *r, void *ud)
 {
-    return g != NULL ? add_stream(g->app, g, method, pattern, r, ud) : FLARE_EINVAL;
+    if (g == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_group_route_stream: group is NULL");
+    return add_stream(g->app, g, method, pattern, r, ud);
 }
 
 /* Calls into the handler the way dispatch does: a response sent during

@@ -275,6 +275,39 @@ int flare_res_send(flare_res_t *res, int status, flare_str_t content_type, flare
     return send_common(flare__res_ex(res), status, content_type, body, NULL);
 }
 
+int flare_res_redirect(flare_res_t *res, int status, flare_str_t location)
+{
+    static const char lead[] = "Redirecting to ";
+    struct flare_req *ex = flare__res_ex(res);
+    if (status != 301 && status != 302 && status != 303 && status != 307 && status != 308)
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_res_redirect: status %d is not 301, 302, 303, 307 or 308",
+                           status);
+    if (location.ptr == NULL || location.len == 0)
+        return flare__fail(FLARE_EINVAL, 0, "flare_res_redirect: the location is empty");
+    if (!flare__field_value_ok(location) || memchr(location.ptr, '\t', location.len) != NULL)
+        return flare__fail(FLARE_EINVAL, 0,
+                           "flare_res_redirect: the location holds CR, LF, NUL or another "
+                           "control character");
+    if (location.len > SIZE_MAX / 2)
+        return flare__fail(FLARE_EINVAL, 0, "flare_res_redirect: the location is too long");
+    if (ex->flags & (EX_SENT | EX_STREAM))
+        return flare__fail(FLARE_ESTATE, 0, "flare_res_redirect: a response was already sent");
+    int rc = flare_res_header(res, FLARE_STR("Location"), location);
+    if (rc != 0)
+        return rc == FLARE_ENOMEM ? flare__fail(rc, 0, "flare_res_redirect: out of memory") : rc;
+    /* the body, for clients that do not follow: "Redirecting to <location>\n" */
+    size_t n = sizeof(lead) - 1 + location.len + 1;
+    char *body = flare__arena_alloc(&ex->arena, n);
+    if (body == NULL)
+        return flare__fail(FLARE_ENOMEM, 0, "flare_res_redirect: out of memory");
+    memcpy(body, lead, sizeof(lead) - 1);
+    memcpy(body + sizeof(lead) - 1, location.ptr, location.len);
+    body[n - 1] = '\n';
+    return send_common(ex, status, FLARE_STR("text/plain; charset=utf-8"), (flare_str_t){ body, n },
+                       NULL);
+}
+
 static void no_release(void *ud)
 {
     (void)ud;

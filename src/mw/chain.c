@@ -9,26 +9,30 @@
 
 #include "app.h"
 
-int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw)
+int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw,
+                       const char *who)
 {
-    if (mw == NULL || (mw->before == NULL && mw->after == NULL))
-        return FLARE_EINVAL;
+    if (mw == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "%s: middleware is NULL", who);
+    const char *name = mw->name != NULL ? mw->name : "(unnamed)";
+    if (mw->before == NULL && mw->after == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "%s: middleware \"%s\" has neither before nor after",
+                           who, name);
     if (l->n == l->cap) {
         size_t cap = l->cap != 0 ? l->cap * 2 : 4;
         flare_mw_rt_t *v = realloc(l->v, cap * sizeof(*v));
         if (v == NULL)
-            return FLARE_ENOMEM;
+            return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
         l->v = v;
         l->cap = cap;
     }
     char **names = realloc(app->mw_names, (app->nmw + 1) * sizeof(*names));
     if (names == NULL)
-        return FLARE_ENOMEM;
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
     app->mw_names = names;
-    const char *name = mw->name != NULL ? mw->name : "(unnamed)";
     names[app->nmw] = strdup(name);
     if (names[app->nmw] == NULL)
-        return FLARE_ENOMEM;
+        return flare__fail(FLARE_ENOMEM, 0, "%s: out of memory", who);
     l->v[l->n++] = (flare_mw_rt_t){ mw->before, mw->after, mw->ud, app->nmw++ };
     return 0;
 }

@@ -60,7 +60,8 @@ struct flare_group {
 /* mw/chain.c */
 int flare__chain_run(struct flare_req *ex);
 void flare__chain_after(struct flare_req *ex);
-int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw);
+int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw,
+                       const char *who);
 int flare__chains_build(flare_app_t *app);
 void flare__chains_free(flare_app_t *app);
 

@@ -233,16 +233,17 @@ static bool name_char(unsigned char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-/* Checks the whole pattern; sets *nparams and *is_static. Literal bytes may
- * be anything a request path can carry: no controls, space, '?', '#'. */
-static int validate(flare_str_t pat, unsigned *nparams, bool *is_static)
+/* Checks the whole pattern; sets *nparams and *is_static, or *why (a static
+ * string saying what is wrong) on FLARE_EPATTERN. Literal bytes may be
+ * anything a request path can carry: no controls, space, '?', '#'. */
+static int validate(flare_str_t pat, unsigned *nparams, bool *is_static, const char **why)
 {
     flare_str_t names[FLARE_ROUTER_MAX_PARAMS];
     unsigned np = 0;
     const char *p = pat.ptr, *end = pat.ptr + pat.len;
 
     if (pat.len == 0 || p[0] != '/')
-        return FLARE_EPATTERN;
+        return *why = "must start with '/'", FLARE_EPATTERN;
     while (p < end) { /* *p == '/' */
         const char *s = p + 1;
         const char *q = memchr(s, '/', (size_t)(end - s));
@@ -250,43 +251,46 @@ static int validate(flare_str_t pat, unsigned *nparams, bool *is_static)
             q = end;
         size_t len = (size_t)(q - s);
         if (len == 0 && q != end)
-            return FLARE_EPATTERN; /* "//": empty segment not last */
+            return *why = "empty segment (\"//\")", FLARE_EPATTERN;
         if (len > 0 && s[0] == '{') {
             const char *ns = s + 1;
             bool wild = false;
             if (len < 3 || q[-1] != '}')
-                return FLARE_EPATTERN;
+                return *why = "a parameter is a whole segment: {name} or {*name}", FLARE_EPATTERN;
             if (*ns == '*') {
                 wild = true;
                 ns++;
             }
             const char *ne = q - 1;
             if (ns == ne)
-                return FLARE_EPATTERN; /* empty name */
+                return *why = "empty parameter name", FLARE_EPATTERN;
             for (const char *c = ns; c < ne; c++) {
                 if (!name_char((unsigned char)*c))
-                    return FLARE_EPATTERN;
+                    return *why = "parameter names are [A-Za-z0-9_]+", FLARE_EPATTERN;
             }
             if (wild && q != end)
-                return FLARE_EPATTERN; /* wildcard not last */
+                return *why = "{*name} must be the last segment", FLARE_EPATTERN;
             if (np == FLARE_ROUTER_MAX_PARAMS)
-                return FLARE_EPATTERN;
+                return *why = "more than 16 parameters", FLARE_EPATTERN;
             flare_str_t nm = { ns, (size_t)(ne - ns) };
             for (unsigned i = 0; i < np; i++) {
                 if (flare_str_eq(names[i], nm))
-                    return FLARE_EPATTERN; /* duplicate name */
+                    return *why = "duplicate parameter name", FLARE_EPATTERN;
             }
             names[np++] = nm;
         } else {
             for (const char *c = s; c < q; c++) {
                 unsigned char ch = (unsigned char)*c;
                 if (ch <= 0x20 || ch == 0x7f || ch == '{' || ch == '}' || ch == '?' || ch == '#')
-                    return FLARE_EPATTERN; /* includes mixed `file{id}.txt` */
+                    /* includes mixed `file{id}.txt` */
+                    return *why = "a literal segment may not hold controls, space, '{', '}', "
+                                  "'?' or '#'",
+                           FLARE_EPATTERN;
                 /* a request path with such a '%' is refused (400): the
                  * route could never match */
                 if (ch == '%' && (q - c < 3 || flare__hexval((unsigned char)c[1]) < 0 ||
                                   flare__hexval((unsigned char)c[2]) < 0))
-                    return FLARE_EPATTERN;
+                    return *why = "'%' must start a %XX escape", FLARE_EPATTERN;
             }
         }
         p = q;
@@ -726,23 +730,41 @@ int flare__router_add(flare_router_t *r, flare_method_t method, flare_str_t patt
     unsigned np;
     bool is_static;
 
+    const char *why = NULL;
+
     if (r == NULL || data == NULL || (pattern.ptr == NULL && pattern.len != 0))
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "route: %s is NULL",
+                           r == NULL      ? "router"
+                           : data == NULL ? "data"
+                                          : "pattern");
+    if (pattern.ptr == NULL)
+        pattern.ptr = "";
     if ((unsigned)method == FLARE_METHOD_OTHER || (unsigned)method >= FLARE_METHOD_COUNT)
-        return FLARE_EINVAL;
-    int rc = validate(pattern, &np, &is_static);
+        return flare__fail(FLARE_EINVAL, 0, "route %.*s: method %u is not a known method",
+                           (int)pattern.len, pattern.ptr, (unsigned)method);
+    flare_str_t mname = flare_method_name(method);
+    int rc = validate(pattern, &np, &is_static, &why);
     if (rc != 0)
-        return rc;
+        return flare__fail(rc, 0, "route %.*s \"%.*s\": %s", (int)mname.len, mname.ptr,
+                           (int)pattern.len, pattern.ptr, why);
     /* stored in normal form, as request paths with escapes are matched */
     char *norm = NULL;
+    flare_str_t given = pattern;
     if (memchr(pattern.ptr, '%', pattern.len) != NULL) {
         norm = malloc(pattern.len);
         if (norm == NULL)
-            return FLARE_ENOMEM;
+            return flare__fail(FLARE_ENOMEM, 0, "route: out of memory");
         pattern = (flare_str_t){ norm, flare__router_normalize_path(pattern, norm) };
     }
     rc = is_static ? static_add(r, method, pattern, data) : tree_add(r, method, pattern, np, data);
     free(norm);
+    if (rc == FLARE_EEXIST)
+        flare__fail(rc, 0,
+                    "route %.*s %.*s: already registered (or one differing only in "
+                    "parameter names)",
+                    (int)mname.len, mname.ptr, (int)given.len, given.ptr);
+    else if (rc == FLARE_ENOMEM)
+        flare__fail(rc, 0, "route: out of memory");
     return rc;
 }
 

@@ -49,7 +49,8 @@ void flare__router_free(flare_router_t *r);
  * more than FLARE_ROUTER_MAX_PARAMS, wildcard included), FLARE_EEXIST (same
  * method and an equivalent pattern already registered), FLARE_EINVAL
  * (method FLARE_METHOD_OTHER or out of range, data NULL) or FLARE_ENOMEM.
- * On any error the router is unchanged. */
+ * On any error the router is unchanged and flare_last_error() says why,
+ * naming the method and pattern. */
 int flare__router_add(flare_router_t *r, flare_method_t method, flare_str_t pattern, void *data);
 
 /* The normal form of a path for routing (RFC 3986 6.2.2.1-2): %XX

@@ -114,28 +114,38 @@ static int pattern_match(const char *pattern, const char *s)
 
 typedef struct dctx {
     const flare_map_opts_t *opts;
+    const flare_field_t *field; /* whose value is being checked (its message) */
     flare_map_errors_t *errs;
     int fatal;      /* server-side failure: stop */
     size_t plen;    /* current path length */
     char path[256]; /* "a.b[3]", NUL-terminated */
 } dctx_t;
 
-static void add_error(dctx_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static flare_map_error_t *add_error(dctx_t *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-static void add_error(dctx_t *d, const char *fmt, ...)
+/* Records an error at the current path; the reason is the field's message
+ * when it has one. Returns the record, NULL when it did not fit. */
+static flare_map_error_t *add_error(dctx_t *d, const char *fmt, ...)
 {
     flare_map_errors_t *e = d->errs;
     e->total++;
     if (e->count >= FLARE_MAP_MAX_ERRORS)
-        return;
+        return NULL;
     flare_map_error_t *it = &e->items[e->count++];
     size_t n = d->plen < sizeof(it->field) - 1 ? d->plen : sizeof(it->field) - 1;
     memcpy(it->field, d->path, n);
     it->field[n] = '\0';
+    it->pattern = NULL;
+    if (d->field != NULL && d->field->message != NULL) {
+        snprintf(it->reason, sizeof(it->reason), "%s", d->field->message);
+        return it;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(it->reason, sizeof(it->reason), fmt, ap);
     va_end(ap);
+    return it;
 }
 
 /* Appends ".name" (or "name" at the root) or "[i]" to the path; returns the
@@ -217,7 +227,11 @@ static void decode_string(dctx_t *d, const flare_field_t *f, const flare_json_va
             return;
         }
         if (m == 0) {
-            add_error(d, "must match the pattern %s", f->pattern);
+            /* a regular expression means nothing to the user who typed
+             * the value: it goes in a field of its own */
+            flare_map_error_t *it = add_error(d, "has an invalid format");
+            if (it != NULL)
+                it->pattern = f->pattern;
             return;
         }
     }
@@ -447,6 +461,8 @@ static void decode_object(dctx_t *d, const flare_field_t *fields, size_t n,
         return;
     }
     bool partial = top && (d->opts->flags & FLARE_MAP_PARTIAL);
+    const flare_field_t *outer = d->field;
+    d->field = NULL; /* "is required", "unknown field": the default reasons */
     for (size_t i = 0; i < n && d->fatal == 0; i++) {
         const flare_field_t *f = &fields[i];
         const flare_json_val_t *m = flare_json_val_get(v, f->name);
@@ -457,10 +473,12 @@ static void decode_object(dctx_t *d, const flare_field_t *fields, size_t n,
         } else {
             if (top && i < 64)
                 d->errs->present |= (uint64_t)1 << i;
+            d->field = f;
             if (f->type == FLARE_FIELD_ARRAY)
                 decode_array(d, f, m, base);
             else
                 decode_value(d, f, f->type, m, base + f->offset);
+            d->field = NULL;
         }
         path_pop(d, old);
     }
@@ -476,6 +494,7 @@ static void decode_object(dctx_t *d, const flare_field_t *fields, size_t n,
             }
         }
     }
+    d->field = outer;
 }
 
 static void errs_init(flare_map_errors_t *errs)
@@ -493,6 +512,7 @@ int flare_map_decode_val(const flare_field_t *fields, size_t n, const flare_json
     static const flare_map_opts_t defaults = { 0, NULL, NULL };
     dctx_t d;
     d.opts = opts != NULL ? opts : &defaults;
+    d.field = NULL;
     d.errs = errs;
     d.fatal = 0;
     d.plen = 0;
@@ -532,6 +552,8 @@ int flare_map_errors_write(const flare_map_errors_t *errs, flare_json_t *w)
         flare_json_object_begin(w);
         flare_json_kv_cstr(w, "field", errs->items[i].field);
         flare_json_kv_cstr(w, "reason", errs->items[i].reason);
+        if (errs->items[i].pattern != NULL)
+            flare_json_kv_cstr(w, "pattern", errs->items[i].pattern);
         flare_json_object_end(w);
     }
     flare_json_array_end(w);

@@ -280,9 +280,12 @@ static int ws_handler(flare_req_t *req, flare_res_t *res, void *ud)
 static int check_cfg(flare_app_t *app, const char *pattern, const flare_ws_config_t *cfg)
 {
     if (app == NULL || pattern == NULL || cfg == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_ws_route: %s is NULL",
+                           app == NULL       ? "app"
+                           : pattern == NULL ? "pattern"
+                                             : "cfg");
     if (atomic_load(&app->running))
-        return FLARE_ESTATE;
+        return flare__fail(FLARE_ESTATE, 0, "flare_ws_route %s: the app is running", pattern);
     return 0;
 }
 
@@ -297,7 +300,12 @@ static int add(flare_app_t *app, flare_group_t *g, const char *pattern,
         return FLARE_ENOMEM;
     ws_route_t *r = route_new(app, wa, cfg);
     if (r == NULL)
-        return list_ok(cfg->protocols) && list_ok(cfg->origins) ? FLARE_ENOMEM : FLARE_EINVAL;
+        return list_ok(cfg->protocols) && list_ok(cfg->origins)
+                   ? flare__fail(FLARE_ENOMEM, 0, "flare_ws_route %s: out of memory", pattern)
+                   : flare__fail(FLARE_EINVAL, 0,
+                                 "flare_ws_route %s: a protocol or origin in cfg is empty or "
+                                 "holds a space, a control or ','",
+                                 pattern);
     rc = g != NULL ? flare_group_route(g, FLARE_METHOD_GET, pattern, ws_handler, r)
                    : flare_route(app, FLARE_METHOD_GET, pattern, ws_handler, r);
     if (rc != 0) {
@@ -318,6 +326,6 @@ int flare_ws_route(flare_app_t *app, const char *pattern, const flare_ws_config_
 int flare_ws_group_route(flare_group_t *g, const char *pattern, const flare_ws_config_t *cfg)
 {
     if (g == NULL)
-        return FLARE_EINVAL;
+        return flare__fail(FLARE_EINVAL, 0, "flare_ws_group_route: group is NULL");
     return add(g->app, g, pattern, cfg);
 }

@@ -148,6 +148,17 @@ class Showcase(ServerTestCase):
             r = self.call("POST", "/api/session", body)
             self.assertEqual(r.status, 400, (body, r.body))
             self.assertIn("errors", self.json(r))
+        # the login form shows "reason" to the user: words, never the regular expression
+        # (which is there for developers, apart)
+        for user in ("a b", "", "x" * 33, 5):
+            r = self.call("POST", "/api/session", {"user": user})
+            [e] = self.json(r)["errors"]
+            self.assertEqual(e["field"], "user")
+            self.assertEqual(e["reason"], "use 1 to 32 letters, digits, '.', '_' or '-'", r.body)
+        [e] = self.json(self.call("POST", "/api/session", {"user": "a b"}))["errors"]
+        self.assertEqual(e["pattern"], "^[A-Za-z0-9_.-]+$")
+        [e] = self.json(self.call("POST", "/api/session", {}))["errors"]
+        self.assertEqual(e, {"field": "user", "reason": "is required"})
         self.assertEqual(self.call("POST", "/api/session", raw=b"{not json",
                                    headers=[("Content-Type", "application/json")]).status, 400)
         for method, path, body in (("GET", "/api/todos", None), ("POST", "/api/todos", {"title": "x"}),

@@ -47,6 +47,7 @@ typedef struct rec {
     bool done;
     int rc; /* what the call returned */
     int err, code;
+    flare_db_errclass_t cls;
     char msg[160];
     size_t rows, cols;
     uint64_t affected;
@@ -77,6 +78,7 @@ static void record(rec_t *rc, const flare_db_res_t *r)
     pthread_mutex_lock(&mu);
     rc->err = flare_db_res_error(r);
     rc->code = flare_db_res_code(r);
+    rc->cls = flare_db_error_class(r);
     snprintf(rc->msg, sizeof(rc->msg), "%s", flare_db_res_message(r));
     rc->rows = flare_db_res_rows(r);
     rc->cols = flare_db_res_cols(r);
@@ -491,6 +493,8 @@ static void test_queue_full_and_deadline(void **state)
     int full = 0, waited = 0;
     for (int i = 1; i < 6; i++) {
         assert_int_equal(recs[i].err, FLARE_EUNAVAIL);
+        /* no connection could take it: the portable class says so */
+        assert_int_equal(recs[i].cls, FLARE_DB_ERR_CONNECTION);
         if (strstr(recs[i].msg, "queue_max") != NULL)
             full++;
         else if (strstr(recs[i].msg, "queue_timeout_ms") != NULL)
@@ -870,6 +874,73 @@ static void test_file_survives_and_reruns(void **state)
     remove_db();
 }
 
+/* The portable class beside SQLite's own code: what an application tests
+ * to answer "already taken" without knowing the driver. */
+static void test_error_classes(void **state)
+{
+    (void)state;
+    start("sqlite::memory:", NULL, 1);
+    expect_ok(Q0(0, "PRAGMA foreign_keys = ON"));
+    expect_ok(Q0(1, "CREATE TABLE owner (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, "
+                    "age INTEGER CHECK (age >= 0))"));
+    expect_ok(Q0(2, "CREATE TABLE pet (id INTEGER PRIMARY KEY, owner INTEGER NOT NULL "
+                    "REFERENCES owner (id))"));
+    rec_t *r = Q(3, "INSERT INTO owner (id, name) VALUES ($1, $2)", FLARE_DB_INT(1),
+                 FLARE_DB_TEXTV("ann", 3));
+    expect_ok(r);
+    assert_int_equal(r->cls, FLARE_DB_ERR_NONE);
+    /* a unique column, then the primary key: both "taken" */
+    r = Q(4, "INSERT INTO owner (id, name) VALUES ($1, $2)", FLARE_DB_INT(2),
+          FLARE_DB_TEXTV("ann", 3));
+    assert_int_equal(r->code, SQLITE_CONSTRAINT_UNIQUE);
+    assert_int_equal(r->cls, FLARE_DB_ERR_UNIQUE);
+    r = Q(5, "INSERT INTO owner (id, name) VALUES ($1, $2)", FLARE_DB_INT(1),
+          FLARE_DB_TEXTV("bob", 3));
+    assert_int_equal(r->code, SQLITE_CONSTRAINT_PRIMARYKEY);
+    assert_int_equal(r->cls, FLARE_DB_ERR_UNIQUE);
+    r = Q(6, "INSERT INTO owner (id, name) VALUES ($1, $2)", FLARE_DB_INT(3), FLARE_DB_NULLV);
+    assert_int_equal(r->cls, FLARE_DB_ERR_NOT_NULL);
+    r = Q(7, "INSERT INTO owner (id, name, age) VALUES ($1, 'cy', $2)", FLARE_DB_INT(4),
+          FLARE_DB_INT(-1));
+    assert_int_equal(r->cls, FLARE_DB_ERR_CHECK);
+    r = Q(8, "INSERT INTO pet (owner) VALUES ($1)", FLARE_DB_INT(99));
+    assert_int_equal(r->code, SQLITE_CONSTRAINT_FOREIGNKEY);
+    assert_int_equal(r->cls, FLARE_DB_ERR_FOREIGN_KEY);
+    r = Q0(9, "SELEC 1");
+    assert_int_equal(r->cls, FLARE_DB_ERR_OTHER);
+    finish_app();
+
+    /* another process holds the write lock past busy_timeout_ms: the
+     * statement lost to a concurrent transaction, as a serialization
+     * failure; running it later may work */
+    make_path();
+    remove_db();
+    char url[96];
+    snprintf(url, sizeof(url), "sqlite:%s", dbpath);
+    flare_db_config_t cfg = { .busy_timeout_ms = 50 };
+    start(url, &cfg, 1);
+    expect_ok(Q0(0, "CREATE TABLE t (v INTEGER)"));
+    sqlite3 *other;
+    assert_int_equal(sqlite3_open(dbpath, &other), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(other, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    r = Q(1, "INSERT INTO t VALUES ($1)", FLARE_DB_INT(1));
+    assert_int_equal(r->err, FLARE_EUNAVAIL);
+    assert_int_equal(r->code & 0xff, SQLITE_BUSY);
+    assert_int_equal(r->cls, FLARE_DB_ERR_SERIALIZATION);
+    assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+    expect_ok(Q(2, "INSERT INTO t VALUES ($1)", FLARE_DB_INT(1)));
+    finish_app();
+    remove_db();
+
+    /* the names, and no result at all */
+    assert_int_equal(flare_db_error_class(NULL), FLARE_DB_ERR_NONE);
+    assert_string_equal(flare_db_error_class_name(FLARE_DB_ERR_UNIQUE), "unique");
+    assert_string_equal(flare_db_error_class_name(FLARE_DB_ERR_FOREIGN_KEY), "foreign_key");
+    assert_string_equal(flare_db_error_class_name(FLARE_DB_ERR_CONNECTION), "connection");
+    assert_string_equal(flare_db_error_class_name((flare_db_errclass_t)99), "unknown");
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -965,6 +1036,7 @@ int main(void)
         cmocka_unit_test(test_transactions),
         cmocka_unit_test(test_shutdown_pending),
         cmocka_unit_test(test_file_survives_and_reruns),
+        cmocka_unit_test(test_error_classes),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_synchronous_choice),
     };
