@@ -125,6 +125,8 @@ enum {
     H2_IN_HDRS = 1u << 6,  /* a header block is open (HEADERS without END_HEADERS) */
 };
 
+#define H2_GAPS 4
+
 typedef struct flare_h2 {
     nghttp2_session *sess;
     flare_conn_t *c;
@@ -143,6 +145,15 @@ typedef struct flare_h2 {
      * one opened is a connection error */
     int32_t reset_ids[16];
     unsigned reset_pos;
+    /* client stream ids: the highest one opened, and the runs of ids the
+     * client skipped below it (never opened). A HEADERS on an id at or
+     * below open_max is on a closed stream (5.1: STREAM_CLOSED) if it was
+     * opened, a stream id going backwards (5.1.1: PROTOCOL_ERROR) if not.
+     * The last H2_GAPS runs are kept; ids at or below gap_floor are in
+     * runs forgotten since, and count as never opened. */
+    int32_t open_max, gap_floor;
+    int32_t gap_lo[H2_GAPS], gap_hi[H2_GAPS];
+    unsigned gap_pos;
     uint32_t cont_frames;
     size_t cont_bytes;
     /* the body budget (max_conn_body): request body bytes buffered on the

@@ -185,19 +185,47 @@ static bool reset_by_us(const flare_h2_t *h2, int32_t id)
     return false;
 }
 
+/* A client opened stream id (a request HEADERS nghttp2 took): the ids it
+ * skipped since the last one are noted as never opened. */
+static void note_open(flare_h2_t *h2, int32_t id)
+{
+    if (id <= h2->open_max)
+        return;
+    if (id > h2->open_max + 2) {
+        unsigned i = h2->gap_pos++ % H2_GAPS;
+        if (h2->gap_pos > H2_GAPS && h2->gap_hi[i] > h2->gap_floor)
+            h2->gap_floor = h2->gap_hi[i];
+        h2->gap_lo[i] = h2->open_max + 1;
+        h2->gap_hi[i] = id - 1;
+    }
+    h2->open_max = id;
+}
+
+static bool never_opened(const flare_h2_t *h2, int32_t id)
+{
+    if (id > h2->open_max || id <= h2->gap_floor)
+        return true;
+    unsigned n = h2->gap_pos < H2_GAPS ? h2->gap_pos : H2_GAPS;
+    for (unsigned i = 0; i < n; i++)
+        if (id >= h2->gap_lo[i] && id <= h2->gap_hi[i])
+            return true;
+    return false;
+}
+
 /* HEADERS on a client stream id that is not open: nghttp2 1.52 drops it
- * silently; RFC 9113 makes it a connection error: a stream id going
- * backwards (5.1.1: PROTOCOL_ERROR) or a stream closed both ways (5.1).
- * Streams this side reset are the exception (their frames may still be on
- * the way: ignored). */
+ * silently (it keeps no closed streams); RFC 9113 makes it a connection
+ * error: a stream id going backwards, never opened (5.1.1:
+ * PROTOCOL_ERROR), or a stream that is closed, both ways or by the
+ * client's RST_STREAM (5.1: STREAM_CLOSED). Streams this side reset are
+ * the exception (their frames may still be on the way: ignored). */
 static int headers_on_old_stream(nghttp2_session *sess, flare_h2_t *h2, int32_t id)
 {
     if ((id & 1) == 0 || id > nghttp2_session_get_last_proc_stream_id(sess) ||
         nghttp2_session_find_stream(sess, id) != NULL || reset_by_us(h2, id))
         return 0;
-    /* closed and never-opened ids are not told apart (nghttp2 keeps no
-     * closed streams): PROTOCOL_ERROR, which 5.1.1 names for the second */
-    return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "HEADERS on a stream that is not open");
+    if (never_opened(h2, id))
+        return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "HEADERS on a stream id never opened");
+    return proto_error(h2, NGHTTP2_STREAM_CLOSED, "HEADERS on a closed stream");
 }
 
 static void window_roll(flare_h2_t *h2)
@@ -280,6 +308,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     h2->t_activity = h2->c->w->loop.now;
+    note_open(h2, f->hd.stream_id);
     if (h2->nstreams >= H2_MAX_STREAMS) {
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
