@@ -43,7 +43,7 @@ typedef struct flare_tls_config {
     const char *ciphers;           /* TLS 1.2 cipher list [ECDHE + AES-GCM / ChaCha20-Poly1305] */
     const char *ciphersuites;      /* TLS 1.3 suites [OpenSSL's default] */
     const char *alpn;              /* ALPN protocols in preference order, comma-separated
-                                      ["http/1.1"]; a client offering none of them is refused */
+                                      ["h2,http/1.1"]; a client offering none of them is refused */
     unsigned handshake_timeout_ms; /* from accept to the end of the handshake [10 s] */
     unsigned ticket_rotate_s;      /* ticket keys rotate this often; the previous key
                                       still decrypts for one more period [3600 s] */
