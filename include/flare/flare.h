@@ -183,6 +183,8 @@ FLARE_API void flare_app_free(flare_app_t *app);
 
 /* ---- request -------------------------------------------------------------- */
 
+/* The request method: its enum value (FLARE_METHOD_OTHER for a method
+ * without one) and its name as sent ("GET", or an extension method). */
 FLARE_API flare_method_t flare_req_method(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_method_str(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_target(const flare_req_t *req); /* as sent */
@@ -204,7 +206,7 @@ typedef enum flare_proto {
 } flare_proto_t;
 /* clang-format on */
 
-/* The request's protocol (FLARE_PROTO_HTTP11 for HTTP/1.1, and for 1.2 ..
+/* The request's protocol (FLARE_PROTO_HTTP11 for HTTP/1.1, and for 1.2 to
  * 1.9, which are answered as 1.1; FLARE_PROTO_HTTP2 for HTTP/2) and its
  * name ("HTTP/1.1", "HTTP/2": a static string). */
 FLARE_API flare_proto_t flare_req_protocol(const flare_req_t *req);

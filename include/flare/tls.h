@@ -82,6 +82,8 @@ typedef struct flare_tls_stats {
     unsigned long long handshake_timeouts;
     unsigned long long plaintext_http; /* plain HTTP requests answered with 400 */
 } flare_tls_stats_t;
+/* Fills *out with the counters summed over the workers (zeros before the
+ * first run). 0, or FLARE_EINVAL when app or out is NULL. */
 FLARE_API int flare_app_tls_stats(flare_app_t *app, flare_tls_stats_t *out);
 
 #ifdef __cplusplus
