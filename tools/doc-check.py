@@ -32,6 +32,11 @@ PLACEHOLDERS = {
 
 # Public headers that flare.h does not include, each with why.
 SEPARATE = {
+    "redis.h": "includes session.h, which includes flare.h: from flare.h's tail it would be "
+               "read before session.h's types in a file that includes session.h first",
+    "settings.h": "includes session.h, static.h and ws.h, which include flare.h: from flare.h's "
+                  "tail it would be read before their types in a file that includes one of "
+                  "them first",
 }
 
 NAME = re.compile(r"\bFLARE_[A-Z0-9_]*")
@@ -185,7 +190,7 @@ def main():
         print("doc-check: %d problem(s)" % len(problems))
         return 1
     print("doc-check: README links every page, every FLARE_* name exists, flare.h includes "
-          "every header")
+          "every header not listed as separate")
     return 0
 
 

@@ -1,7 +1,7 @@
 /* Flare: a fast web framework for Linux: HTTP/1.1 and HTTP/2 (h2 over TLS
  * through ALPN, h2c with prior knowledge; docs/http2.md), WebSocket, TLS.
- * This header is the whole public API: it includes every other header of
- * include/flare/.
+ * This header includes every other header of include/flare/ but
+ * flare/redis.h and flare/settings.h, which an app includes itself.
  *
  * Threads: flare_app_run() starts N worker threads, each with its own event
  * loop, listening socket (SO_REUSEPORT) and connections. A handler runs on
@@ -421,7 +421,11 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 }
 #endif
 
-/* The rest of the public API, so that one include is enough. */
+/* The rest of the public API, so that one include is enough; but
+ * flare/redis.h and flare/settings.h: they include session.h (settings.h
+ * also static.h and ws.h), and those include this file, so including them
+ * here would break a file that includes session.h, static.h or ws.h
+ * first. */
 #include "flare/body.h"
 #include "flare/compress.h"
 #include "flare/cookie.h"
@@ -435,10 +439,8 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/middleware.h"
 #include "flare/multipart.h"
 #include "flare/openapi.h"
-#include "flare/redis.h"
 #include "flare/rest.h"
 #include "flare/session.h"
-#include "flare/settings.h"
 #include "flare/sse.h"
 #include "flare/static.h"
 #include "flare/tls.h"
