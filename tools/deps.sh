@@ -5,7 +5,9 @@
 #     test   build + what the test suite runs   (make test)
 #     asan   test + clang and its sanitizers    (make test-asan)
 #     fuzz   build + clang and libFuzzer        (make fuzz)
-#     ci     everything .ci/run uses            (test + asan + the format check + bench/guard.sh)
+#     docs   build + doxygen                    (make docs)
+#     ci     everything .ci/run uses            (test + asan + the format check + make docs +
+#            bench/guard.sh)
 #     bench  build + the peer servers and instruments (make bench, make bench-counts)
 # Why each package is there: docs/dependencies.md. Packages are installed with
 # --no-install-recommends, so every one a step needs is listed here by name;
@@ -41,8 +43,10 @@ test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-b
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
-# clang-format: the format check; valgrind + curl: bench/guard.sh.
-ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl)
+# doxygen: the API reference of include/flare/ and its check (make docs, docs/api.md).
+docs_pkgs=("${build_pkgs[@]}" doxygen)
+# clang-format: the format check; valgrind + curl: bench/guard.sh; doxygen: make docs.
+ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl doxygen)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
 # nghttp2-client: h2load, the HTTP/2 load generator.
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
@@ -56,10 +60,11 @@ build) pkgs=("${build_pkgs[@]}") ;;
 test) pkgs=("${test_pkgs[@]}") ;;
 asan) pkgs=("${asan_pkgs[@]}") ;;
 fuzz) pkgs=("${fuzz_pkgs[@]}") ;;
+docs) pkgs=("${docs_pkgs[@]}") ;;
 ci) pkgs=("${ci_pkgs[@]}") ;;
 bench) pkgs=("${bench_pkgs[@]}") ;;
 *)
-    echo "usage: $0 build|test|asan|fuzz|ci|bench" >&2
+    echo "usage: $0 build|test|asan|fuzz|docs|ci|bench" >&2
     exit 2
     ;;
 esac

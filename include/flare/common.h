@@ -29,12 +29,14 @@ typedef struct flare_str {
 #define FLARE_STR(lit) ((flare_str_t){ (lit), sizeof(lit) - 1 })
 #define FLARE_STR_NULL ((flare_str_t){ NULL, 0 })
 
+/* A view of a NUL-terminated string (NULL: the empty view {NULL, 0}). */
 static inline flare_str_t flare_str(const char *cstr)
 {
     flare_str_t s = { cstr, cstr != NULL ? strlen(cstr) : 0 };
     return s;
 }
 
+/* 1 when a and b hold the same bytes (case-sensitive), else 0. */
 static inline int flare_str_eq(flare_str_t a, flare_str_t b)
 {
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);

@@ -33,6 +33,8 @@ typedef struct flare_cookie_iter {
     const char *end;
 } flare_cookie_iter_t;
 
+/* Starts iterating over header, a Cookie field's value; the views the
+ * iterator returns point into it. */
 FLARE_API void flare_cookie_iter_init(flare_cookie_iter_t *it, flare_str_t header);
 
 /* Next pair: true with *name and *value set (views into the header), false

@@ -1,4 +1,7 @@
-/* Flare: a fast HTTP/1.1 web framework for Linux.
+/* Flare: a fast web framework for Linux: HTTP/1.1 and HTTP/2 (h2 over TLS
+ * through ALPN, h2c with prior knowledge; docs/http2.md), WebSocket, TLS.
+ * This header includes every other header of include/flare/ but
+ * flare/redis.h and flare/settings.h, which an app includes itself.
  *
  * Threads: flare_app_run() starts N worker threads, each with its own event
  * loop, listening socket (SO_REUSEPORT) and connections. A handler runs on
@@ -198,6 +201,8 @@ FLARE_API void flare_app_free(flare_app_t *app);
 
 /* ---- request -------------------------------------------------------------- */
 
+/* The request method: its enum value (FLARE_METHOD_OTHER for a method
+ * without one) and its name as sent ("GET", or an extension method). */
 FLARE_API flare_method_t flare_req_method(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_method_str(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_target(const flare_req_t *req); /* as sent */
@@ -206,7 +211,8 @@ FLARE_API flare_str_t flare_req_query(const flare_req_t *req);  /* raw, without 
 
 /* The protocol a request came in with: X(NAME, name as on the wire). The
  * values of a request's protocol, not of the connection's transport (see
- * flare_req_secure for TLS). HTTP/2 is reserved: not served yet. */
+ * flare_req_secure for TLS): an HTTP/2 request, over h2 or h2c, is
+ * FLARE_PROTO_HTTP2 ("HTTP/2"). */
 #define FLARE_PROTO_MAP(X) X(HTTP10, "HTTP/1.0") X(HTTP11, "HTTP/1.1") X(HTTP2, "HTTP/2")
 
 /* clang-format off */
@@ -218,9 +224,9 @@ typedef enum flare_proto {
 } flare_proto_t;
 /* clang-format on */
 
-/* The request's protocol (FLARE_PROTO_HTTP11 for HTTP/1.1, and for 1.2 ..
- * 1.9, which are answered as 1.1) and its name ("HTTP/1.1", a static
- * string). */
+/* The request's protocol (FLARE_PROTO_HTTP11 for HTTP/1.1, and for 1.2 to
+ * 1.9, which are answered as 1.1; FLARE_PROTO_HTTP2 for HTTP/2) and its
+ * name ("HTTP/1.1", "HTTP/2": a static string). */
 FLARE_API flare_proto_t flare_req_protocol(const flare_req_t *req);
 FLARE_API flare_str_t flare_req_protocol_name(const flare_req_t *req);
 
@@ -447,12 +453,18 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 }
 #endif
 
-/* The rest of the public API, so that one include is enough. */
+/* The rest of the public API, so that one include is enough; but
+ * flare/redis.h and flare/settings.h: they include session.h (settings.h
+ * also static.h and ws.h), and those include this file, so including them
+ * here would break a file that includes session.h, static.h or ws.h
+ * first. */
 #include "flare/body.h"
 #include "flare/compress.h"
 #include "flare/cookie.h"
+#include "flare/db.h"
 #include "flare/form.h"
 #include "flare/json.h"
+#include "flare/log.h"
 #include "flare/loop.h"
 #include "flare/mapping.h"
 #include "flare/metrics.h"
@@ -461,5 +473,8 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
 #include "flare/openapi.h"
 #include "flare/rest.h"
 #include "flare/session.h"
+#include "flare/sse.h"
 #include "flare/static.h"
+#include "flare/tls.h"
+#include "flare/ws.h"
 #endif

@@ -117,6 +117,7 @@ FLARE_API flare_str_t flare_json_output(const flare_json_t *w);
  *                 FLARE_JSON_MAX_DEPTH;
  *   FLARE_ENOMEM  the allocator failed; or a grow callback's code. */
 
+/* Opens or closes an object ({ }) or an array ([ ]). */
 FLARE_API int flare_json_object_begin(flare_json_t *w);
 FLARE_API int flare_json_object_end(flare_json_t *w);
 FLARE_API int flare_json_array_begin(flare_json_t *w);

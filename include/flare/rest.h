@@ -39,7 +39,7 @@ FLARE_API const flare_json_val_t *flare_req_json(flare_req_t *req, flare_res_t *
  * the request arena). The Content-Type must say JSON, as for flare_req_json
  * (415 otherwise, FLARE_EINVAL). Returns 0, or answers 400 with every
  * validation error ({"errors":[{"field":..,"reason":..}]}) / 415 / 500 and
- * returns the error code: the handler then returns 0. flags: FLARE_MAP_*. If present is
+ * returns the error code: the handler then returns 0. flags: `FLARE_MAP_*`. If present is
  * not NULL it gets bit i set when top-level fields[i] was in the body (what
  * a PATCH needs to know). */
 FLARE_API int flare_req_bind(flare_req_t *req, flare_res_t *res, const flare_field_t *fields,

@@ -76,7 +76,7 @@ FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 /* Serves the directory root under URL prefix ("/static"; "" or "/" for the
  * whole site): registers GET <prefix>/{*path} and GET <prefix> (which
  * redirects to <prefix>/). opts may be NULL (defaults); it is copied.
- * FLARE_EINVAL for a bad prefix or options, FLARE_NOTFOUND when root is
+ * FLARE_EINVAL for a bad prefix or options, FLARE_ENOTFOUND when root is
  * not an accessible directory, FLARE_EEXIST when the routes exist. On
  * FLARE_EINVAL, flare_last_error() names the option. */
 FLARE_API int flare_static(flare_app_t *app, const char *prefix, const char *root,

@@ -43,7 +43,7 @@ typedef struct flare_tls_config {
     const char *ciphers;           /* TLS 1.2 cipher list [ECDHE + AES-GCM / ChaCha20-Poly1305] */
     const char *ciphersuites;      /* TLS 1.3 suites [OpenSSL's default] */
     const char *alpn;              /* ALPN protocols in preference order, comma-separated
-                                      ["http/1.1"]; a client offering none of them is refused */
+                                      ["h2,http/1.1"]; a client offering none of them is refused */
     unsigned handshake_timeout_ms; /* from accept to the end of the handshake [10 s] */
     unsigned ticket_rotate_s;      /* ticket keys rotate this often; the previous key
                                       still decrypts for one more period [3600 s] */
@@ -82,6 +82,8 @@ typedef struct flare_tls_stats {
     unsigned long long handshake_timeouts;
     unsigned long long plaintext_http; /* plain HTTP requests answered with 400 */
 } flare_tls_stats_t;
+/* Fills *out with the counters summed over the workers (zeros before the
+ * first run). 0, or FLARE_EINVAL when app or out is NULL. */
 FLARE_API int flare_app_tls_stats(flare_app_t *app, flare_tls_stats_t *out);
 
 #ifdef __cplusplus

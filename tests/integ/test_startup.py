@@ -15,8 +15,14 @@ EXAMPLES = [flaretest.HELLO, flaretest.TODO_API,
 
 
 def run(binary, listen, timeout=20):
-    p = subprocess.run([binary, "--listen", listen, "--workers", "2"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    # In a temporary directory, with todo_api's database there: its default
+    # (sqlite:todo.db) would otherwise be left in the test's working directory.
+    with tempfile.TemporaryDirectory() as d:
+        args = [binary, "--listen", listen, "--workers", "2"]
+        if binary == flaretest.TODO_API:
+            args += ["--db", "sqlite:" + os.path.join(d, "todo.db")]
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, cwd=d)
     return p.returncode, p.stderr.decode("utf-8", "replace")
 
 
