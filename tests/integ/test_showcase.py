@@ -164,6 +164,21 @@ class Showcase(ServerTestCase):
         self.assertEqual(self.call("GET", "/api/todos", sid=sid).status, 401)
         self.assertServerAlive()
 
+    def test_blank_title_refused(self):
+        """A title of white space only (ASCII or Unicode spaces) is a 400 in
+        the shape of the API's other validation errors, and adds nothing."""
+        sid = self.login("dave")
+        for title in (" ", "   ", "\t\n", "\u00a0\u3000 ", "\u2003"):
+            r = self.call("POST", "/api/todos", {"title": title}, sid)
+            self.assertEqual(r.status, 400, (title, r.status, r.body))
+            self.assertEqual(self.json(r), {"errors": [{"field": "title",
+                                                        "reason": "must not be blank (only spaces)"}]})
+        self.assertEqual(self.json(self.call("GET", "/api/todos", sid=sid)), [])
+        # spaces around words are kept as sent
+        r = self.call("POST", "/api/todos", {"title": " x "}, sid)
+        self.assertEqual(r.status, 201, r.body)
+        self.assertEqual(self.json(r)["title"], " x ")
+
     # -- live events ---------------------------------------------------------
     def test_events_clock_and_todo_feed(self):
         s = socket.create_connection(self.addr, timeout=5)
