@@ -126,6 +126,27 @@ static const char *const tag_upload[] = { "uploads", NULL };
 
 /* ---- the site ---- */
 
+/* GET /favicon.ico: where browsers look for an icon when a page names none
+ * (JSON and text answers: /metrics, /healthz...): the site's SVG icon. */
+static int favicon_ico(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    int rc = flare_res_header(res, FLARE_STR("Location"), FLARE_STR("/favicon.svg"));
+    if (rc != 0)
+        return rc;
+    return flare_res_send(res, 301, FLARE_STR("text/plain"), FLARE_STR("/favicon.svg\n"));
+}
+
+/* The status page as one of the site's pages: its icon, stylesheet and
+ * navigation bar (common.js), and a way back. */
+static const flare_status_opts_t status_opts = {
+    .back_href = "/",
+    .head_html = "<link rel=\"icon\" href=\"/favicon.svg\" type=\"image/svg+xml\">"
+                 "<link rel=\"stylesheet\" href=\"/style.css\">"
+                 "<script src=\"/common.js\"></script>",
+};
+
 static int setup(flare_app_t *app, flare_db_t *db, const flare_settings_t *st)
 {
     int rc;
@@ -149,7 +170,8 @@ static int setup(flare_app_t *app, flare_db_t *db, const flare_settings_t *st)
      * (flare_settings_listen below adds it) */
     if ((rc = flare_metrics_route(app, "/metrics")) != 0 || (rc = flare_metrics_db(app, db)) != 0 ||
         (rc = flare_health_routes(app, NULL, NULL)) != 0 ||
-        (rc = flare_status_route(app, "/status")) != 0)
+        (rc = flare_status_route_opts(app, "/status", &status_opts)) != 0 ||
+        (rc = flare_get(app, "/favicon.ico", favicon_ico, NULL)) != 0)
         return rc;
     /* the API's description and Swagger UI on it */
     flare_openapi_info_t info = {

@@ -7,7 +7,7 @@
  *   GET    /api/session      200 {"user":..} / 401
  *   DELETE /api/session      204
  *   GET    /api/todos        the user's todos, by id
- *   POST   /api/todos        {"title": 1-200 chars} -> 201 + Location
+ *   POST   /api/todos        {"title": 1-200 chars, not all blank} -> 201 + Location
  *   PATCH  /api/todos/{id}   {"done": bool} -> 200 / 404
  *   DELETE /api/todos/{id}   204 / 404
  *
@@ -45,7 +45,8 @@ typedef struct title_in {
 } title_in_t;
 
 static const flare_field_t title_fields[] = {
-    FLARE_FIELD_STR(title_in_t, title, "title", FLARE_REQUIRED, FLARE_LEN(1, 200)),
+    FLARE_FIELD_STR(title_in_t, title, "title", FLARE_REQUIRED, FLARE_LEN(1, 200),
+                    FLARE_DESCRIPTION("1 to 200 characters, not only spaces")),
 };
 
 typedef struct done_in {
@@ -249,6 +250,50 @@ static int list_todos(flare_req_t *req, flare_res_t *res, void *ud)
                1, answer_list);
 }
 
+/* The length of the white space (ASCII, and the Unicode spaces a browser's
+ * trim() removes) at the start of s, in bytes; 0 when s starts with
+ * anything else. s is valid UTF-8 (the JSON decoder checked it). */
+static size_t space_len(const unsigned char *s, size_t n)
+{
+    if (n >= 1 && (s[0] == ' ' || (s[0] >= '\t' && s[0] <= '\r')))
+        return 1;
+    if (n >= 2 && s[0] == 0xc2 && s[1] == 0xa0) /* U+00A0 */
+        return 2;
+    if (n < 3 || (s[0] & 0xf0) != 0xe0)
+        return 0;
+    unsigned cp = ((s[0] & 0x0fu) << 12) | ((s[1] & 0x3fu) << 6) | (s[2] & 0x3fu);
+    bool space = cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+                 cp == 0x202f || cp == 0x205f || cp == 0x3000 || cp == 0xfeff;
+    return space ? 3 : 0;
+}
+
+static bool blank(flare_str_t s)
+{
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    for (size_t i = 0, k; i < s.len; i += k)
+        if ((k = space_len(p + i, s.len - i)) == 0)
+            return false;
+    return true;
+}
+
+/* 400 {"errors":[{"field":..,"reason":..}]}: the shape of the API's other
+ * validation errors (flare_req_bind). */
+static int field_error(flare_res_t *res, const char *field, const char *reason)
+{
+    flare_json_t *j = flare_res_json(res, 400);
+    if (j == NULL)
+        return FLARE_ENOMEM;
+    flare_json_object_begin(j);
+    flare_json_kv_array(j, "errors");
+    flare_json_object_begin(j);
+    flare_json_kv_cstr(j, "field", field);
+    flare_json_kv_cstr(j, "reason", reason);
+    flare_json_object_end(j);
+    flare_json_array_end(j);
+    flare_json_object_end(j);
+    return flare_json_end(j);
+}
+
 static int create_todo(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
@@ -256,6 +301,8 @@ static int create_todo(flare_req_t *req, flare_res_t *res, void *ud)
     if (flare_req_bind(req, res, title_fields, FLARE_MAP_N(title_fields), &in,
                        FLARE_MAP_REJECT_UNKNOWN, NULL) != 0)
         return 0;
+    if (blank(in.title))
+        return field_error(res, "title", "must not be blank (only spaces)");
     flare_db_val_t p[2] = { user_val(req), FLARE_DB_TEXTV(in.title.ptr, in.title.len) };
     return ask(req, res, 201, "added",
                "INSERT INTO todos (owner, title, done) VALUES ($1, $2, 0) RETURNING " COLS, p, 2,

@@ -139,6 +139,22 @@ FLARE_API int flare_health_check(flare_app_t *app, const char *name, bool (*fn)(
  * FLARE_EINVAL, FLARE_ESTATE, FLARE_EEXIST, FLARE_ENOMEM. */
 FLARE_API int flare_status_route(flare_app_t *app, const char *path);
 
+/* Options of the status page. A zeroed struct (or NULL) is the default:
+ * the page alone, as flare_status_route serves it. */
+typedef struct flare_status_opts {
+    /* a "← back" link to this URL above the page's title [NULL: none] */
+    const char *back_href;
+    /* HTML added at the end of the page's <head>: the site's stylesheet,
+     * icon or script (a navigation bar), so the page looks like the rest
+     * of the site; it must keep the page usable [NULL: none] */
+    const char *head_html;
+} flare_status_opts_t;
+
+/* flare_status_route with options (copied; opts may be NULL). Same
+ * errors. */
+FLARE_API int flare_status_route_opts(flare_app_t *app, const char *path,
+                                      const flare_status_opts_t *opts);
+
 /* ---- the admin listener -------------------------------------------------- */
 
 /* Adds a plain listening address (HOST:PORT, as flare_app_listen) for the

@@ -107,6 +107,8 @@ enum {
     EX_BODY_ENDING = 1u << 17,  /* buffered delivery: on_end waits for a resume */
     EX_BODY_LIVE = 1u << 18,    /* a streaming route's body has not ended (either way) */
     EX_TRAILERS = 1u << 19,     /* trailers/ntrailers hold this request's trailer fields */
+    EX_LONG = 1u << 20,         /* a long-lived stream (SSE, a protocol upgrade): counted as a
+                                   stream by the metrics, not timed (flare__metrics_stream) */
 };
 
 struct flare_res_hold;

@@ -10,6 +10,7 @@
 #endif
 
 #include "app.h"
+#include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)
 {
@@ -468,6 +469,7 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
     int rc = ex->ops->upgrade(ex, token, fn, ud);
     if (rc != 0)
         return rc;
+    flare__metrics_stream(ex); /* what follows is a stream, not this request's time */
     ex->flags |= EX_SENT;
     if (!(ex->flags & EX_IN_HANDLER))
         flare__ex_complete(ex);

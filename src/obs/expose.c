@@ -271,6 +271,25 @@ static void durations(flare_metrics_writer_t *mw, flare_app_t *app, const flare_
     }
 }
 
+/* The long-lived streams (SSE, WebSocket upgrades) begun, by route and
+ * method: kept out of the duration histogram (a stream's life is not a
+ * request's latency), still counted in flare_http_requests_total. */
+static void streams(flare_metrics_writer_t *mw, flare_app_t *app, const flare_metrics_totals_t *t)
+{
+    static const char name[] = "flare_http_streams_total";
+    flare_metrics_family(mw, name, "counter",
+                         "Long-lived streams begun (server-sent events, WebSocket upgrades), by "
+                         "route and method; not in flare_http_request_duration_seconds");
+    for (size_t r = 1; r < t->nroutes; r++) {
+        uint64_t n = t->routes[r].hist[FLARE__HIST_STREAM];
+        if (n == 0)
+            continue;
+        const char *labels[] = { "route", flare__metrics_route_name(app, r), "method",
+                                 flare__metrics_route_method(app, r), NULL };
+        sample_u64(mw, name, labels, n);
+    }
+}
+
 static void connections(flare_metrics_writer_t *mw, flare_metrics_app_t *ma,
                         const flare_metrics_totals_t *t)
 {
@@ -567,6 +586,7 @@ static int render(flare_app_t *app, bool on_worker, flare_metrics_writer_t *mw)
         return rc;
     requests(mw, ma);
     durations(mw, app, &t);
+    streams(mw, app, &t);
     connections(mw, ma, &t);
     h2_series(mw, &t);
     free(t.routes);

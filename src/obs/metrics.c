@@ -235,13 +235,18 @@ static void met_free_app(flare_app_t *app, void *state)
         free(ma->checks[i].name);
     free(ma->checks);
     free(ma->dbs);
+    while (ma->status_pages != NULL) {
+        flare_status_page_t *p = ma->status_pages;
+        ma->status_pages = p->next;
+        free(p);
+    }
     free(ma);
 }
 
 /* ---- counting ---- */
 
-void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method, unsigned status,
-                          uint64_t dur_ns)
+/* The request table's cell of (route, method, status). */
+static void count_key(flare_metrics_w_t *m, uint32_t route, unsigned method, unsigned status)
 {
     uint64_t key = ((uint64_t)1 << 63) | ((uint64_t)route << 24) | ((uint64_t)method << 12) |
                    (status & 0xfffu);
@@ -264,6 +269,12 @@ void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method,
         }
         i = (i + 1) & m->mask;
     }
+}
+
+void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method, unsigned status,
+                          uint64_t dur_ns)
+{
+    count_key(m, route, method, status);
     flare__ctr_t *h = m->hist + (size_t)route * FLARE__HIST_CELLS;
     /* the first bound >= dur_ns (16 bounds: four steps, no loop), 16 = +Inf */
     _Static_assert(FLARE__HIST_NB == 16, "the search below assumes 16 bounds");
@@ -280,9 +291,16 @@ void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method,
 void flare__metrics_ex_done(flare_metrics_w_t *m, struct flare_req *ex)
 {
     /* a response went out for a request that was read whole; framing
-     * errors are counted as parse errors or timeouts instead */
-    if ((ex->flags & (EX_SENT | EX_ERROR)) != EX_SENT || ex->res.status == 0)
+     * errors are counted as parse errors or timeouts instead; a stream
+     * is counted without its duration (the same test: no cost here) */
+    if (flare__unlikely((ex->flags & (EX_SENT | EX_ERROR | EX_LONG)) != EX_SENT) ||
+        ex->res.status == 0) {
+        if ((ex->flags & (EX_SENT | EX_ERROR | EX_LONG)) == (EX_SENT | EX_LONG) &&
+            ex->res.status != 0)
+            count_key(m, ex->route != NULL ? ex->route->id : 0, (unsigned)ex->head.method_id,
+                      (unsigned)ex->res.status);
         return;
+    }
     uint64_t now = flare__mono_ns(), t0 = ex->t_start_ns;
     uint64_t d = t0 != 0 && now > t0 ? now - t0 : 0;
     uint32_t r = ex->route != NULL ? ex->route->id : 0;
@@ -294,6 +312,24 @@ const char *flare__metrics_route_name(flare_app_t *app, size_t i)
     if (i == 0 || i > app->nroutes || app->routes[i - 1]->pattern == NULL)
         return "";
     return app->routes[i - 1]->pattern;
+}
+
+const char *flare__metrics_route_method(flare_app_t *app, size_t i)
+{
+    if (i == 0 || i > app->nroutes)
+        return "";
+    flare_str_t m = flare_method_name(app->routes[i - 1]->method);
+    return m.ptr != NULL ? m.ptr : "";
+}
+
+void flare__metrics_stream(struct flare_req *ex)
+{
+    ex->flags |= EX_LONG;
+    flare_metrics_w_t *m = ex->worker->metrics;
+    if (m == NULL)
+        return;
+    uint32_t r = ex->route != NULL ? ex->route->id : 0;
+    flare__ctr_add(&m->hist[(size_t)r * FLARE__HIST_CELLS + FLARE__HIST_STREAM], 1);
 }
 
 int flare__metrics_totals(flare_app_t *app, flare_metrics_totals_t *t)

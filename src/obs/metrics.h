@@ -49,8 +49,11 @@ enum {
 };
 
 /* Histogram cells of one route: NB + 1 buckets (not cumulative: the scrape
- * adds them up), then the sum of durations in ns. */
-#define FLARE__HIST_CELLS (FLARE__HIST_NB + 2)
+ * adds them up), the sum of durations in ns, then the number of long-lived
+ * streams begun (SSE, WebSocket upgrades: flare__metrics_stream), which
+ * are kept out of the buckets. */
+#define FLARE__HIST_CELLS  (FLARE__HIST_NB + 3)
+#define FLARE__HIST_STREAM (FLARE__HIST_NB + 2)
 
 typedef struct flare_metrics_w {
     flare__ctr_t rx, tx;                /* bytes */
@@ -94,6 +97,11 @@ void flare__metrics_ex_done(flare_metrics_w_t *m, struct flare_req *ex);
 /* Counts one request into block m: exported for the unit tests. */
 void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method, unsigned status,
                           uint64_t dur_ns);
+/* ex begins a long-lived stream (an SSE stream, a protocol upgrade), on
+ * its worker: counted as one stream of its route now, and when it ends
+ * counted as a request (route, method, status) but kept out of the
+ * duration histogram, whose percentiles it would otherwise swamp. */
+void flare__metrics_stream(struct flare_req *ex);
 /* The sweep's sample of the worker's connections (on its thread). */
 void flare__metrics_sample_conns(flare_worker_t *w);
 
@@ -160,7 +168,7 @@ bool flare__health_ready(flare_worker_t *w, const char **why);
 typedef struct flare_metrics_app flare_metrics_app_t;
 flare_metrics_app_t *flare__metrics_app(flare_app_t *app, bool make);
 /* Sums every worker's requests and histograms: per route (index 0 =
- * unmatched) the request count and NB + 2 histogram cells. */
+ * unmatched) the request count and the FLARE__HIST_CELLS cells. */
 typedef struct flare_metrics_route_sum {
     uint64_t requests, errors; /* errors: status >= 500 */
     uint64_t hist[FLARE__HIST_CELLS];
@@ -173,7 +181,8 @@ typedef struct flare_metrics_totals {
     flare_metrics_route_sum_t *routes;
 } flare_metrics_totals_t;
 int flare__metrics_totals(flare_app_t *app, flare_metrics_totals_t *t); /* free t->routes */
-/* the label of route index i (0: "") */
+/* Route i's (0: unmatched) pattern ("" for 0) and method ("" for 0). */
 const char *flare__metrics_route_name(flare_app_t *app, size_t i);
+const char *flare__metrics_route_method(flare_app_t *app, size_t i);
 
 #endif

@@ -38,6 +38,15 @@ typedef struct flare_health_check {
     void *ud;
 } flare_health_check_t;
 
+/* A status page (status.c), made at registration with its options; the
+ * route's ud. */
+typedef struct flare_status_page {
+    struct flare_status_page *next;
+    flare_app_t *app;
+    size_t len;
+    char html[];
+} flare_status_page_t;
+
 struct flare_metrics_app {
     flare_app_t *app;
     bool counting; /* workers get blocks */
@@ -52,6 +61,7 @@ struct flare_metrics_app {
     size_t nchecks;
     struct flare_db **dbs; /* flare_metrics_db: not owned */
     size_t ndbs;
+    flare_status_page_t *status_pages; /* owned */
 };
 
 bool flare__metrics_name_ok(const char *s);

@@ -12,13 +12,23 @@
 
 #include "obs/metrics_app.h"
 
-static const char page[] =
-    "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Flare status</title>\n"
-    "<style>body{font:14px sans-serif;margin:1.5em;color:#222}h1{font-size:20px}"
-    ".row{display:flex;gap:1.5em;flex-wrap:wrap}.card{border:1px solid #ccc;padding:.6em;"
-    "border-radius:6px}.big{font-size:22px;font-weight:bold}svg{background:#fafafa}"
-    "table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;padding:3px 8px;"
-    "text-align:right}td:first-child,th:first-child{text-align:left}</style></head><body>\n"
+/* The page in three parts: before the options' head HTML, between it and
+ * the back link, after. */
+static const char page_head[] =
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+    "<title>Flare status</title>\n"
+    "<style>.st{font:14px/1.4 sans-serif;color:#222;max-width:84rem;margin:1em auto;"
+    "padding:0 1em}.st h1{font-size:20px}.st h3{margin:.8em 0 .3em}"
+    ".st .row{display:flex;gap:1em;flex-wrap:wrap}.st .card{border:1px solid #ccc;"
+    "padding:.6em;border-radius:6px;background:#fff;flex:1 1 9em}.st .big{font-size:22px;"
+    "font-weight:bold}.st .chart{flex:1 1 18em;min-width:0}.st svg{background:#fafafa;"
+    "display:block;width:100%;max-width:420px;height:auto}.st .scroll{overflow-x:auto;"
+    "margin-top:1em}.st table{border-collapse:collapse;background:#fff}"
+    ".st td,.st th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}"
+    ".st .l{text-align:left}.st .muted{color:#666}</style>\n";
+static const char page_body[] = "</head><body>\n<main class=\"st\">\n";
+static const char page_rest[] =
     "<h1>Flare status <small id=\"pid\"></small></h1>\n"
     "<div class=\"row\">"
     "<div class=\"card\">requests/s<div class=\"big\" id=\"rps\">-</div></div>"
@@ -26,13 +36,18 @@ static const char page[] =
     "<div class=\"card\">p50 / p90 / p99 (ms)<div class=\"big\" id=\"pct\">-</div></div>"
     "<div class=\"card\">connections open / active / idle<div class=\"big\" id=\"conns\">-"
     "</div></div>"
-    "<div class=\"card\">WebSocket<div class=\"big\" id=\"ws\">-</div></div></div>\n"
-    "<div class=\"row\"><div><h3>requests/s</h3><svg id=\"c_rps\" width=\"420\" height=\"140\">"
-    "</svg></div><div><h3>latency p50 / p99 (ms)</h3><svg id=\"c_lat\" width=\"420\" "
-    "height=\"140\"></svg></div><div><h3>connections</h3><svg id=\"c_conn\" width=\"420\" "
-    "height=\"140\"></svg></div></div>\n"
-    "<table id=\"routes\"><thead><tr><th>route</th><th>requests</th><th>req/s</th><th>5xx</th>"
-    "<th>p50 ms</th><th>p99 ms</th></tr></thead><tbody></tbody></table>\n"
+    "<div class=\"card\">streams open (WebSocket, SSE)<div class=\"big\" id=\"ws\">-</div>"
+    "</div></div>\n"
+    "<div class=\"row\"><div class=\"chart\"><h3>requests/s</h3><svg id=\"c_rps\" "
+    "width=\"420\" height=\"140\" viewBox=\"0 0 420 140\"></svg></div><div class=\"chart\">"
+    "<h3>latency p50 / p99 (ms)</h3><svg id=\"c_lat\" width=\"420\" height=\"140\" "
+    "viewBox=\"0 0 420 140\"></svg></div><div class=\"chart\"><h3>connections</h3><svg "
+    "id=\"c_conn\" width=\"420\" height=\"140\" viewBox=\"0 0 420 140\"></svg></div></div>\n"
+    "<div class=\"scroll\"><table id=\"routes\"><thead><tr><th class=\"l\">method</th>"
+    "<th class=\"l\">route</th><th>requests</th><th>req/s</th><th>5xx</th><th>streams</th>"
+    "<th>p50 ms</th><th>p99 ms</th></tr></thead><tbody></tbody></table></div>\n"
+    "<p class=\"muted\">Streams (server-sent events, WebSocket upgrades) count as requests "
+    "and streams, not in the latencies.</p>\n"
     "<script>\n"
     "'use strict';\n"
     "const N=60,hist={rps:[],p50:[],p99:[],conn:[]};let prev=null;\n"
@@ -48,6 +63,7 @@ static const char page[] =
     ">max '+(max<10?max.toFixed(2):Math.round(max))+'</text>';svg.innerHTML=o}\n"
     "function push(a,v){a.push(v);if(a.length>N)a.shift()}\n"
     "function fmt(v){return v==null?'-':v<10?v.toFixed(2):Math.round(v)}\n"
+    "function esc(s){return s.replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]))}\n"
     "async function poll(){let j;try{const r=await fetch(location.pathname+'?json',{cache:"
     "'no-store'});j=await r.json()}catch(e){return}\n"
     "document.getElementById('pid').textContent='pid '+j.pid;"
@@ -58,10 +74,10 @@ static const char page[] =
     "const tb=document.querySelector('#routes tbody');let rows='';\n"
     "j.routes.forEach((r,i)=>{const p=prev&&prev.routes[i];const d=diff(r.hist,p&&p.hist);"
     "const rr=dt>0?(r.requests-(p?p.requests:0))/dt:0;d.forEach((x,k)=>all[k]+=x);"
-    "const esc=r.route.replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));"
-    "rows+='<tr><td>'+(esc||'(unmatched)')+'</td><td>'+r.requests+'</td><td>'+fmt(rr)+"
-    "'</td><td>'+r.errors+'</td><td>'+fmt(pct(r.hist,j.buckets,.5))+'</td><td>'+"
-    "fmt(pct(r.hist,j.buckets,.99))+'</td></tr>'});tb.innerHTML=rows;\n"
+    "rows+='<tr><td class=\"l\">'+(esc(r.method)||'*')+'</td><td class=\"l\">'+"
+    "(esc(r.route)||'(unmatched)')+'</td><td>'+r.requests+'</td><td>'+fmt(rr)+"
+    "'</td><td>'+r.errors+'</td><td>'+r.streams+'</td><td>'+fmt(pct(r.hist,j.buckets,.5))+"
+    "'</td><td>'+fmt(pct(r.hist,j.buckets,.99))+'</td></tr>'});tb.innerHTML=rows;\n"
     "if(dt>0)rps=(j.requests-prev.requests)/dt;const p50=pct(all,j.buckets,.5),"
     "p90=pct(all,j.buckets,.9),p99=pct(all,j.buckets,.99);\n"
     "document.getElementById('rps').textContent=prev?fmt(rps):'-';"
@@ -72,7 +88,7 @@ static const char page[] =
     "line(document.getElementById('c_lat'),[hist.p50,hist.p99],['#2e7d32','#c62828']);"
     "line(document.getElementById('c_conn'),[hist.conn],['#6a1b9a']);prev=j}\n"
     "poll();setInterval(poll,1000);\n"
-    "</script></body></html>\n";
+    "</script></main></body></html>\n";
 
 static void put(flare_buf_t *b, int *err, const char *s, size_t n)
 {
@@ -134,8 +150,11 @@ static int status_json(flare_app_t *app, flare_res_t *res)
         const flare_metrics_route_sum_t *s = &t.routes[r];
         put(&b, &err, r ? ",{\"route\":" : "{\"route\":", r ? 10 : 9);
         put_json_str(&b, &err, flare__metrics_route_name(app, r));
-        putf(&b, &err, ",\"requests\":%llu,\"errors\":%llu,\"hist\":[",
-             (unsigned long long)s->requests, (unsigned long long)s->errors);
+        put(&b, &err, ",\"method\":", 10);
+        put_json_str(&b, &err, flare__metrics_route_method(app, r));
+        putf(&b, &err, ",\"requests\":%llu,\"errors\":%llu,\"streams\":%llu,\"hist\":[",
+             (unsigned long long)s->requests, (unsigned long long)s->errors,
+             (unsigned long long)s->hist[FLARE__HIST_STREAM]);
         for (unsigned c = 0; c <= FLARE__HIST_NB; c++)
             putf(&b, &err, "%s%llu", c ? "," : "", (unsigned long long)s->hist[c]);
         put(&b, &err, "]}", 2);
@@ -153,24 +172,88 @@ static int status_json(flare_app_t *app, flare_res_t *res)
 
 static int status_handler(flare_req_t *req, flare_res_t *res, void *ud)
 {
+    const flare_status_page_t *p = ud;
     if (flare__admin_elsewhere(req))
         return flare__res_error(req, 404, "not found");
     flare_str_t q = flare_req_query(req);
     if (q.len == 4 && memcmp(q.ptr, "json", 4) == 0)
-        return status_json(ud, res);
+        return status_json(p->app, res);
     int rc = flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-store"));
     if (rc != 0)
         return rc;
     return flare_res_send_ref(res, 200, FLARE_STR("text/html; charset=utf-8"),
-                              (flare_str_t){ page, sizeof(page) - 1 }, NULL, NULL);
+                              (flare_str_t){ p->html, p->len }, NULL, NULL);
 }
 
-int flare_status_route(flare_app_t *app, const char *path)
+/* The page with its options: head, head_html, body, the back link, rest. */
+static flare_status_page_t *page_new(flare_app_t *app, const flare_status_opts_t *o)
+{
+    flare_buf_t b = { 0 };
+    int err = 0;
+    put(&b, &err, page_head, sizeof(page_head) - 1);
+    if (o->head_html != NULL)
+        put(&b, &err, o->head_html, strlen(o->head_html));
+    put(&b, &err, page_body, sizeof(page_body) - 1);
+    if (o->back_href != NULL) {
+        static const char a[] = "<p><a class=\"back\" href=\"";
+        put(&b, &err, a, sizeof(a) - 1);
+        for (const char *c = o->back_href; *c != '\0'; c++) {
+            switch (*c) {
+            case '&':
+                put(&b, &err, "&amp;", 5);
+                break;
+            case '"':
+                put(&b, &err, "&quot;", 6);
+                break;
+            case '<':
+                put(&b, &err, "&lt;", 4);
+                break;
+            case '>':
+                put(&b, &err, "&gt;", 4);
+                break;
+            default:
+                put(&b, &err, c, 1);
+            }
+        }
+        static const char z[] = "\">\u2190 back</a></p>\n";
+        put(&b, &err, z, sizeof(z) - 1);
+    }
+    put(&b, &err, page_rest, sizeof(page_rest) - 1);
+    flare_status_page_t *p = err == 0 ? malloc(sizeof(*p) + b.len) : NULL;
+    if (p != NULL) {
+        p->next = NULL;
+        p->app = app;
+        p->len = b.len;
+        memcpy(p->html, b.data, b.len);
+    }
+    flare__buf_free(&b);
+    return p;
+}
+
+int flare_status_route_opts(flare_app_t *app, const char *path, const flare_status_opts_t *opts)
 {
     if (app == NULL || path == NULL || path[0] != '/')
         return flare__fail(FLARE_EINVAL, 0, "flare_status_route: app NULL or path not /...");
     int rc = flare_metrics_enable(app);
     if (rc != 0)
         return rc;
-    return flare_get(app, path, status_handler, app);
+    flare_metrics_app_t *ma = flare__metrics_app(app, false);
+    flare_status_page_t *p = page_new(app, opts != NULL ? opts : &(flare_status_opts_t){ 0 });
+    if (ma == NULL || p == NULL) {
+        free(p);
+        return flare__fail(FLARE_ENOMEM, 0, "flare_status_route: out of memory");
+    }
+    rc = flare_get(app, path, status_handler, p);
+    if (rc != 0) {
+        free(p);
+        return rc;
+    }
+    p->next = ma->status_pages;
+    ma->status_pages = p;
+    return 0;
+}
+
+int flare_status_route(flare_app_t *app, const char *path)
+{
+    return flare_status_route_opts(app, path, NULL);
 }

@@ -25,6 +25,7 @@
 
 #include "flare/sse.h"
 #include "app.h"
+#include "obs/metrics.h"
 
 #define ROOM_NAME_MAX      255
 #define ROOM_BUCKETS       64 /* per worker; chains beyond that stay short for tens of rooms */
@@ -451,6 +452,7 @@ int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_sse_config_t
         sw->streams->prev = s;
     sw->streams = s;
     flare__worker_conn_hold(w);
+    flare__metrics_stream(req); /* a stream, not a request to time */
     *out = s;
     if (req->flags & EX_HEAD_ONLY) {
         stream_close(s, 0);

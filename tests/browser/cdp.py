@@ -61,12 +61,14 @@ def build_dir_from(argv):
 
 class Cdp:
     """A minimal Chrome DevTools protocol client: commands by id, sessions
-    for pages (flattened), events ignored."""
+    for pages (flattened); events go to the list of their session in
+    self.events (when one was registered), others are ignored."""
 
     def __init__(self, ws):
         self.ws = ws
         self.ids = itertools.count(1)
         self.pending = {}
+        self.events = {}
         self.reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -78,6 +80,11 @@ class Cdp:
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
+                if "id" not in msg and "method" in msg:
+                    sink = self.events.get(msg.get("sessionId"))
+                    if sink is not None:
+                        sink.append(msg)
+                    continue
                 fut = self.pending.pop(msg.get("id"), None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
@@ -111,6 +118,32 @@ class Page:
 
     def __init__(self, cdp, target, session, name):
         self.cdp, self.target, self.session, self.name = cdp, target, session, name
+        self.events = []
+        cdp.events[session] = self.events
+
+    async def watch(self):
+        """Records what goes wrong from now on (problems()): console errors,
+        uncaught exceptions, failed requests and answers >= 400."""
+        await self.call("Network.enable")
+        await self.call("Log.enable")
+
+    def problems(self):
+        out = []
+        for e in self.events:
+            m, p = e["method"], e.get("params", {})
+            if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append("console.%s: %s" % (p["type"], " ".join(
+                    str(a.get("value", a.get("description", ""))) for a in p.get("args", []))))
+            elif m == "Runtime.exceptionThrown":
+                d = p.get("exceptionDetails", {})
+                out.append("exception: %s" % d.get("exception", {}).get("description", d.get("text")))
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append("log: %s %s" % (p["entry"].get("text"), p["entry"].get("url", "")))
+            elif m == "Network.loadingFailed" and not p.get("canceled"):
+                out.append("request failed: %s %s" % (p.get("type"), p.get("errorText")))
+            elif m == "Network.responseReceived" and p.get("response", {}).get("status", 0) >= 400:
+                out.append("HTTP %d: %s" % (p["response"]["status"], p["response"].get("url")))
+        return out
 
     @classmethod
     async def open(cls, cdp, url, name, private=False):

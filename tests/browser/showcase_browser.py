@@ -4,17 +4,24 @@ Chromium, as a newcomer would: the index page links the others; log in on
 the todo page, add a todo (it appears) and complete it, while the live-events
 page shows the server's clock and the change; two chat pages talk; a file
 picked in the upload form is sent and the server's answer shows its size;
-/docs renders Swagger UI with the API's operations. Chromium is driven over
-the DevTools protocol with cdp.py.
+/docs renders Swagger UI with the API's operations. Then every page the site
+links (/, todos, chat, live events, uploads with an answer shown, /docs/,
+/status, /openapi.json, /metrics, /healthz, /readyz) at 1280 and at 390 px
+wide (a phone): no horizontal overflow, no console error or uncaught
+exception, no failed request and no answer >= 400 (the favicon included),
+and a screenshot of each. Chromium is driven over the DevTools protocol with
+cdp.py.
 
     /usr/bin/python3 tests/browser/showcase_browser.py [BUILD_DIR]
 
 Exits 0 when every check passes, 77 when Chromium or python3-websockets is
 missing (skipped), or when Swagger UI's files were not installed at build
 time (npm missing: every other check passed, /docs could not be), 1
-otherwise. FLARE_SCREENSHOT_DIR=<dir> keeps a PNG of each page.
+otherwise. The screenshots go to FLARE_SCREENSHOT_DIR=<dir>, or to a new
+temporary directory (printed).
 """
 
+import asyncio
 import json
 import os
 import sys
@@ -23,7 +30,25 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cdp  # noqa: E402
 
-SHOTS = os.environ.get("FLARE_SCREENSHOT_DIR")
+SHOTS = os.environ.get("FLARE_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="flare-showcase-shots-")
+
+# every page the site links, as a person opens it; (path, what shows it is ready)
+PAGES = [
+    ("/", "document.querySelectorAll('header a').length >= 6"),
+    ("/todos.html", "document.body.dataset.ready === '1'"),
+    ("/chat.html", "document.querySelectorAll('header a').length >= 6"),
+    ("/events.html", "document.body.dataset.state === 'open' && "
+                     "document.getElementById('clock').textContent.length > 5"),
+    ("/upload.html", "document.querySelectorAll('header a').length >= 6"),
+    ("/docs/", "document.querySelectorAll('.swagger-ui .opblock').length >= 8"),
+    ("/status", "document.querySelectorAll('#routes tbody tr').length > 3 && "
+                "document.querySelectorAll('header a').length >= 6"),
+    ("/openapi.json", "document.body && document.body.innerText.includes('openapi')"),
+    ("/metrics", "document.body && document.body.innerText.includes('flare_http_requests_total')"),
+    ("/healthz", "document.body && document.body.innerText.includes('ok')"),
+    ("/readyz", "document.body && document.body.innerText.includes('ready')"),
+]
+WIDTHS = ((1280, 800, False), (390, 844, True))
 
 
 class DocsMissing(Exception):
@@ -40,8 +65,7 @@ def any_text(selector, text):
 
 
 async def shot(page, name):
-    if SHOTS:
-        await page.screenshot(os.path.join(SHOTS, "showcase-%s.png" % name))
+    await page.screenshot(os.path.join(SHOTS, "showcase-%s.png" % name))
 
 
 async def index(c, base):
@@ -171,12 +195,46 @@ async def docs(c, base):
     await page.close()
 
 
+async def every_page(c, base):
+    """Each page at each width in a fresh tab, watched from before it loads."""
+    failures = []
+    for path, ready in PAGES:
+        for width, height, mobile in WIDTHS:
+            name = "%s@%d" % (path, width)
+            page = await cdp.Page.open(c, "about:blank", name)
+            await page.watch()
+            await page.call("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": height, "deviceScaleFactor": 1,
+                             "mobile": mobile})
+            await page.navigate(base + path)
+            await page.wait("document.readyState === 'complete'", "the page to load")
+            if path == "/docs/" and "not installed" in (await page.describe()):
+                raise DocsMissing(await page.describe())
+            await page.wait(ready, "the page to be ready")
+            if path == "/upload.html":
+                # the server's answer shown: its long JSON lines must wrap
+                await page.type_into("#note", "a note")
+                await page.click("#upload-form button")
+                await page.wait("document.body.dataset.uploaded === '1'", "the upload's answer")
+            await asyncio.sleep(0.5)  # late requests (the icon, polls) and their errors
+            sizes = await page.js("[document.documentElement.scrollWidth, window.innerWidth]")
+            slug = path.strip("/").replace("/", "-").replace(".", "-") or "index"
+            await page.screenshot(os.path.join(SHOTS, "showcase-%s-%d.png" % (slug, width)))
+            if sizes[0] > sizes[1]:
+                failures.append("%s: horizontal overflow, %d px wide content in %d px"
+                                % (name, sizes[0], sizes[1]))
+            failures.extend("%s: %s" % (name, p) for p in page.problems())
+            await page.close()
+    assert not failures, "\n".join(failures)
+
+
 async def scenario(c, base):
     todos = await index(c, base)
     await todos_and_events(c, base, todos)
     await chat(c, base)
     await upload(c, base)
     await docs(c, base)
+    await every_page(c, base)
 
 
 def main():
@@ -186,7 +244,7 @@ def main():
         return cdp.main_with_server(
             sys.argv, os.path.join(build_dir, "examples", "showcase"),
             ["--workers", "2", "--db", "sqlite:" + os.path.join(db_dir, "todo.db")],
-            scenario, "showcase", "showcase in chromium: ok")
+            scenario, "showcase", "showcase in chromium: ok (screenshots in %s)" % SHOTS)
     except DocsMissing as e:
         print("skipped /docs (every other check passed): %s" % e)
         return cdp.SKIP

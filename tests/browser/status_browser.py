@@ -53,7 +53,7 @@ async def scenario(c, base):
         await page.wait("+document.getElementById('rps').textContent > 0",
                         "a requests/s figure above 0")
         await page.wait("[...document.querySelectorAll('#routes tbody tr')].some(r => "
-                        "r.cells[0].textContent === '/plaintext' && +r.cells[1].textContent > 0)",
+                        "r.cells[0].textContent === 'GET' && r.cells[1].textContent === '/plaintext' && +r.cells[2].textContent > 0)",
                         "a /plaintext row with requests in the route table")
         await page.wait("document.querySelectorAll('#c_rps polyline').length === 1 && "
                         "document.querySelector('#c_rps polyline').getAttribute('points')"

@@ -175,6 +175,87 @@ class Showcase(ServerTestCase):
         self.assertEqual(self.call("GET", "/api/todos", sid=sid).status, 401)
         self.assertServerAlive()
 
+    def test_blank_title_refused(self):
+        """A title of white space only (ASCII or Unicode spaces) is a 400 in
+        the shape of the API's other validation errors, and adds nothing."""
+        sid = self.login("dave")
+        for title in (" ", "   ", "\t\n", "\u00a0\u3000 ", "\u2003"):
+            r = self.call("POST", "/api/todos", {"title": title}, sid)
+            self.assertEqual(r.status, 400, (title, r.status, r.body))
+            self.assertEqual(self.json(r), {"errors": [{"field": "title",
+                                                        "reason": "must not be blank (only spaces)"}]})
+        self.assertEqual(self.json(self.call("GET", "/api/todos", sid=sid)), [])
+        # spaces around words are kept as sent
+        r = self.call("POST", "/api/todos", {"title": " x "}, sid)
+        self.assertEqual(r.status, 201, r.body)
+        self.assertEqual(self.json(r)["title"], " x ")
+
+    # -- the status page -----------------------------------------------------
+    def test_status_rows_and_streams(self):
+        """/status?json has one row per route and method (GET, POST and DELETE
+        /api/session apart, each naming its method); an SSE stream and a
+        WebSocket are counted as streams of their route, not in its latency
+        histogram, and /metrics agrees (flare_http_streams_total, no
+        duration series for them). The page links back and carries the
+        site's icon, stylesheet and navigation bar."""
+        s = socket.create_connection(self.addr, timeout=5)
+        try:
+            s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+            buf, deadline = b"", time.monotonic() + 5
+            while b"event: clock" not in buf and time.monotonic() < deadline:
+                buf += s.recv(4096)
+            self.assertIn(b"event: clock", buf)
+            time.sleep(0.3)  # a stream lasts: it must not show as a latency
+        finally:
+            s.close()
+        w = socket.create_connection(self.addr, timeout=5)
+        try:
+            w.sendall(b"GET /ws?name=zed&room=r9 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                      b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                      b"Sec-WebSocket-Version: 13\r\n\r\n")
+            self.assertTrue(w.recv(4096).startswith(b"HTTP/1.1 101 "))
+        finally:
+            w.close()
+        self.call("GET", "/api/session")
+        self.call("DELETE", "/api/session")
+        rows, deadline = None, time.monotonic() + 5
+        while time.monotonic() < deadline:
+            rows = self.json(self.call("GET", "/status?json"))["routes"]
+            by = {(r["method"], r["route"]): r for r in rows}
+            if by.get(("GET", "/events"), {}).get("requests", 0) >= 1:
+                break
+            time.sleep(0.1)
+        keys = [(r["method"], r["route"]) for r in rows]
+        self.assertEqual(len(keys), len(set(keys)), "one row per route and method: %r" % keys)
+        for m in ("GET", "POST", "DELETE"):
+            self.assertIn((m, "/api/session"), by)
+        self.assertEqual(by[("", "")]["route"], "", "the unmatched row comes first, no method")
+        for key in (("GET", "/events"), ("GET", "/ws")):
+            r = by[key]
+            self.assertGreaterEqual(r["streams"], 1, r)
+            # only answers that are not streams are timed: the chat's refused
+            # handshakes (other tests), not its upgrades nor the SSE streams
+            timed = r["requests"] if key[1] == "/ws" else 0
+            self.assertEqual(sum(r["hist"]), timed, "a stream is not a latency: %r" % (r,))
+        self.assertEqual(by[("GET", "/api/session")]["streams"], 0)
+        self.assertGreaterEqual(sum(by[("GET", "/api/session")]["hist"]), 1)
+        m = self.call("GET", "/metrics").body.decode()
+        self.assertRegex(m, r'flare_http_streams_total\{route="/events",method="GET"\} [1-9]')
+        self.assertRegex(m, r'flare_http_streams_total\{route="/ws",method="GET"\} [1-9]')
+        self.assertNotIn('flare_http_request_duration_seconds_count{route="/events"}', m)
+        self.assertIn('flare_http_request_duration_seconds_count{route="/api/session"}', m)
+        page = self.call("GET", "/status").body.decode()
+        for must in ('class="back" href="/"', 'href="/favicon.svg"', 'href="/style.css"',
+                     'src="/common.js"', 'name="viewport"'):
+            self.assertIn(must, page)
+
+    def test_favicon(self):
+        r = self.call("GET", "/favicon.svg")
+        self.assertEqual(r.status, 200)
+        self.assertTrue(r.get("Content-Type", "").startswith("image/svg+xml"), r)
+        r = self.call("GET", "/favicon.ico")
+        self.assertEqual((r.status, r.get("Location")), (301, "/favicon.svg"))
+
     # -- live events ---------------------------------------------------------
     def test_events_clock_and_todo_feed(self):
         s = socket.create_connection(self.addr, timeout=5)

@@ -7,11 +7,13 @@ document.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     const r = await fetch("/upload", { method: "POST", body: new FormData(form) });
     const text = await r.text();
-    document.getElementById("raw").textContent = "HTTP " + r.status + "\n" + text;
+    const raw = document.getElementById("raw");
+    raw.textContent = "HTTP " + r.status + "\n" + text;
     const ul = document.getElementById("result");
     ul.replaceChildren();
     let answer;
     try { answer = JSON.parse(text); } catch (e) { return; }
+    raw.textContent = "HTTP " + r.status + "\n" + JSON.stringify(answer, null, 2); // one field a line
     for (const p of answer.parts || []) {
       const li = document.createElement("li");
       li.className = "part";
