@@ -406,36 +406,6 @@ static int log_line(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("logged\n"));
 }
 
-/* The logging settings (--log, --log-level, --log-format, --access-log,
- * --access-log-format): the logger is set up when one of them is given. */
-static bool log_wanted(const flare_settings_t *s)
-{
-    return s->log != NULL || s->log_level != NULL || s->log_format != NULL ||
-           s->access_log != NULL || s->access_log_format != NULL;
-}
-
-static int log_setup(flare_app_t *app, const flare_settings_t *s)
-{
-    flare_log_config_t lc = { .path = s->log, .access_path = s->access_log };
-    if (s->log_level != NULL && flare_log_level_parse(s->log_level, &lc.level) != 0)
-        return FLARE_EINVAL; /* the settings checked it */
-    if (s->log_format != NULL && strcmp(s->log_format, "json") == 0)
-        lc.format = FLARE_LOG_JSON;
-    if (s->access_log_format != NULL && strcmp(s->access_log_format, "json") == 0)
-        lc.access_format = FLARE_ACCESS_JSON;
-    return flare_log_setup(app, &lc);
-}
-
-/* SIGHUP with a changed log-level: taken at once (the files are reopened by
- * the logger's own reload hook; new log and access-log names were opened
- * by the settings' hook, flare_log_reopen_as) */
-static void log_reloaded(const flare_settings_t *s, void *ud)
-{
-    flare_log_level_t lvl;
-    if (s->log_level != NULL && flare_log_level_parse(s->log_level, &lvl) == 0)
-        flare_log_set_level(ud, lvl);
-}
-
 /* ---- POST /sha256 and POST /upload: streamed bodies (flare/body.h) ----
  *
  * Both hash what passes and store nothing: memory stays flat whatever the
@@ -704,55 +674,37 @@ int main(int argc, char **argv)
           "on|off: the request-id middleware on every route [off]", &request_id_opt, 0, 0 },
     };
     flare_settings_t s;
-    flare_settings_init(&s);
-    int rc = flare_settings_parse_args(&s, argc, argv, extra, sizeof(extra) / sizeof(extra[0]));
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf(stderr, "%s: %s\n", argv[0], flare_settings_error(&s));
-        int code = rc > 0 ? 0 : s.check_config ? 1 : 2;
-        flare_settings_free(&s);
+    int code;
+    if (flare_settings_main(&s, argc, argv, extra, sizeof(extra) / sizeof(extra[0]), &code) != 0)
         return code;
-    }
     bool request_id = request_id_opt != NULL && strcmp(request_id_opt, "on") == 0;
     if (request_id_opt != NULL && !request_id && strcmp(request_id_opt, "off") != 0) {
-        fprintf(stderr, "%s: --request-id: expected on or off, got \"%s\"\n", argv[0],
-                request_id_opt);
+        fprintf(stderr, "hello: --request-id: expected on or off, got \"%s\"\n", request_id_opt);
         flare_settings_free(&s);
         return 2;
     }
-    flare_config_t cfg;
-    flare_settings_app_config(&s, &cfg);
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "flare: %s\n", flare_last_error());
-        flare_settings_free(&s);
-        return 1;
-    }
-    /* logging: the files are opened here, so a bad path fails before serving */
-    flare_middleware_t rid;
-    if ((log_wanted(&s) && (rc = log_setup(app, &s)) != 0) ||
-        (request_id &&
-         ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0))) {
-        fprintf(stderr, "flare: logging: %s: %s\n", flare_strerror(rc), flare_last_error());
-        goto out;
-    }
-    flare_settings_on_log(&s, log_reloaded, app);
-    if ((rc = add_routes(app, &s)) != 0) {
-        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
-        goto out;
-    }
-    /* every listener through flare_app_listen, in order (--listen is
-     * listener 0, then each --listen-plain); --static under /static with
-     * precompressed "x.gz" beside x, for clients that take gzip */
+    /* the app with the logs (opened here: a bad path fails before serving),
+     * every listener through flare_app_listen in order (--listen is
+     * listener 0, then each --listen-plain), --static under /static with
+     * precompressed "x.gz" beside x for clients that take gzip, SIGHUP */
     flare_static_opts_t so;
     flare_static_opts_init(&so);
     so.precompressed = true;
-    if ((rc = flare_settings_apply(&s, app, &so)) != 0) {
+    flare_app_t *app;
+    int rc = flare_settings_app_new(&s, &(flare_settings_setup_opts_t){ .static_opts = &so }, &app);
+    if (rc != 0) {
         fprintf(stderr, "flare: %s\n", flare_settings_error(&s));
+        flare_settings_free(&s);
+        return 1;
+    }
+    flare_middleware_t rid;
+    if (request_id &&
+        ((rc = flare_request_id(app, &rid)) != 0 || (rc = flare_use(app, &rid)) != 0)) {
+        fprintf(stderr, "flare: request-id: %s\n", flare_strerror(rc));
         goto out;
     }
-    if ((rc = flare_settings_watch(&s, app)) != 0) {
-        fprintf(stderr, "flare: reload hook: %s\n", flare_strerror(rc));
+    if ((rc = add_routes(app, &s)) != 0) {
+        fprintf(stderr, "flare: route: %s\n", flare_strerror(rc));
         goto out;
     }
     for (size_t i = 0; i < s.nlisteners; i++)

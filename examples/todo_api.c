@@ -32,7 +32,6 @@
 #include <flare/flare.h>
 #include <flare/openapi.h>
 #include <flare/settings.h>
-#include <flare/redis.h>
 
 /* ---- the store: a database (flare/db.h), asked asynchronously ---- */
 
@@ -532,7 +531,7 @@ static int document(flare_app_t *app)
 
 /* ---- main ---- */
 
-static int setup(flare_app_t *app, const flare_session_store_t *store, const flare_settings_t *st)
+static int setup(flare_app_t *app, flare_settings_t *st)
 {
     flare_middleware_t m;
     int rc;
@@ -549,11 +548,12 @@ static int setup(flare_app_t *app, const flare_session_store_t *store, const fla
     };
     if ((rc = flare_cors(app, &cors, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
         return rc;
+    /* --session-secure; --sessions redis://: sessions in Redis, they survive
+     * a restart and are shared by every instance on that Redis; while it is
+     * down a login answers 503 [in memory, lost at exit] */
     flare_session_config_t sc = { .cookie_name = "todo_sid" };
-    flare_settings_session_config(st, &sc); /* --session-secure */
-    if (store != NULL)
-        sc.store = *store;
-    if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
+    if ((rc = flare_settings_sessions(st, app, &sc, "todo:sess:", &m)) != 0 ||
+        (rc = flare_group_use(api, &m)) != 0)
         return rc;
     if ((rc = flare_group_route(api, FLARE_METHOD_POST, "/session", login, NULL)) != 0 ||
         (rc = flare_group_route(api, FLARE_METHOD_DELETE, "/session", logout, NULL)) != 0)
@@ -590,21 +590,14 @@ int main(int argc, char **argv)
      * sqlite:PATH or postgresql://user:pass@host:port/dbname], --sessions
      * redis://HOST:PORT [in memory, lost at exit]... (--help lists them) */
     flare_settings_t st;
-    flare_settings_init(&st);
-    int rc = flare_settings_parse_args(&st, argc, argv, NULL, 0);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf(stderr, "todo_api: %s\n", flare_settings_error(&st));
-        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
-        flare_settings_free(&st);
-        return code;
-    }
-    const char *url = st.db != NULL ? st.db : "sqlite:todo.db", *sessions = st.sessions;
-    flare_config_t cfg;
-    flare_settings_app_config(&st, &cfg);
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "todo_api: %s\n", flare_last_error());
+    int rc;
+    if (flare_settings_main(&st, argc, argv, NULL, 0, &rc) != 0)
+        return rc;
+    const char *url = st.db != NULL ? st.db : "sqlite:todo.db";
+    /* the app with the logs, the listeners, --sessions' Redis, SIGHUP */
+    flare_app_t *app;
+    if ((rc = flare_settings_app_new(&st, NULL, &app)) != 0) {
+        fprintf(stderr, "todo_api: %s\n", flare_settings_error(&st));
         flare_settings_free(&st);
         return 1;
     }
@@ -619,29 +612,9 @@ int main(int argc, char **argv)
         flare_settings_free(&st);
         return 1;
     }
-    flare_session_store_t store;
-    if (sessions != NULL) {
-        /* sessions in Redis: they survive a restart and are shared by every
-         * instance on that Redis; while it is down a login answers 503 */
-        flare_redis_t *r;
-        rc = flare_redis_open(app, sessions, NULL, &r);
-        if (rc == 0)
-            rc = flare_session_redis_store(r, "todo:sess:", &store);
-        if (rc != 0) {
-            fprintf(stderr, "todo_api: --sessions: %s: %s\n", flare_strerror(rc),
-                    flare_last_error());
-            flare_app_free(app);
-            flare_settings_free(&st);
-            return 1;
-        }
-    }
-    rc = setup(app, sessions != NULL ? &store : NULL, &st);
-    if (rc != 0)
+    if ((rc = setup(app, &st)) != 0)
         fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
-    else if ((rc = flare_settings_apply(&st, app, NULL)) != 0)
-        fprintf(stderr, "todo_api: %s\n", flare_settings_error(&st));
-    else if (rc == 0 && (rc = flare_settings_watch(&st, app)) == 0 &&
-             (rc = flare_app_run(app, NULL)) != 0)
+    else if ((rc = flare_app_run(app, NULL)) != 0)
         fprintf(stderr, "todo_api: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     flare_settings_free(&st);

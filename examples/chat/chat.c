@@ -199,28 +199,23 @@ int main(int argc, char **argv)
     /* --config FILE, FLARE_*, then the flags (flare/settings.h): --listen,
      * --workers, --static DIR (the page and its scripts) */
     flare_settings_t st;
-    flare_settings_init(&st);
-    int rc = flare_settings_parse_args(&st, argc, argv, NULL, 0);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf(stderr, "chat: %s\n", flare_settings_error(&st));
-        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
-        flare_settings_free(&st);
-        return code;
-    }
+    int rc;
+    if (flare_settings_main(&st, argc, argv, NULL, 0, &rc) != 0)
+        return rc;
     if (st.nstatics > 0)
         static_dir = st.statics[0];
-    flare_config_t cfg;
-    flare_settings_app_config(&st, &cfg);
-    flare_static_opts_t so;
-    flare_static_opts_init(&so);
-    so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "chat: %s\n", flare_last_error());
+    /* the app with the logs, the listeners, SIGHUP (static is mounted
+     * below, with this page's options) */
+    flare_app_t *app;
+    if ((rc = flare_settings_app_new(&st, &(flare_settings_setup_opts_t){ .no_static = true },
+                                     &app)) != 0) {
+        fprintf(stderr, "chat: %s\n", flare_settings_error(&st));
         flare_settings_free(&st);
         return 1;
     }
+    flare_static_opts_t so;
+    flare_static_opts_init(&so);
+    so.cache_control = "no-cache"; /* revalidate each time: ETag makes it a 304 */
     flare_ws_config_t ws_cfg = {
         .on_open = chat_open,
         .on_message = chat_message,
@@ -237,16 +232,9 @@ int main(int argc, char **argv)
         flare_settings_free(&st);
         return 1;
     }
-    /* the listeners (static is mounted above, with this page's options) */
-    if ((rc = flare_settings_listen(&st, app)) != 0) {
-        fprintf(stderr, "chat: %s\n", flare_settings_error(&st));
-    } else if ((rc = flare_settings_watch(&st, app)) == 0) {
-        fprintf(stderr, "chat: http://%s/ (static files from %s)\n", st.listeners[0].addr,
-                static_dir);
-        rc = flare_app_run(app, NULL);
-        if (rc != 0)
-            fprintf(stderr, "chat: %s: %s\n", flare_strerror(rc), flare_last_error());
-    }
+    fprintf(stderr, "chat: http://%s/ (static files from %s)\n", st.listeners[0].addr, static_dir);
+    if ((rc = flare_app_run(app, NULL)) != 0)
+        fprintf(stderr, "chat: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     flare_settings_free(&st);
     return rc != 0;

@@ -20,9 +20,10 @@
  * site's directory (default: the source tree's www). --admin-listen
  * HOST:PORT: the operational routes there, 404 on the public listeners.
  * --session-secure auto|always|never: the session cookie's Secure [auto:
- * over TLS]. --ws-origin ORIGIN: another origin whose pages may open the
- * chat (repeatable). Other flags:
- * flare/settings.h (--help lists them). */
+ * over TLS]. --sessions redis://HOST:PORT: the sessions in Redis [memory].
+ * --log, --log-level, --access-log...: the logs (docs/logging.md).
+ * --ws-origin ORIGIN: another origin whose pages may open the chat
+ * (repeatable). Other flags: flare/settings.h (--help lists them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +133,7 @@ static int favicon_ico(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)req;
     (void)ud;
-    int rc = flare_res_header(res, FLARE_STR("Location"), FLARE_STR("/favicon.svg"));
-    if (rc != 0)
-        return rc;
-    return flare_res_send(res, 301, FLARE_STR("text/plain"), FLARE_STR("/favicon.svg\n"));
+    return flare_res_redirect(res, 301, FLARE_STR("/favicon.svg"));
 }
 
 /* The status page as one of the site's pages: its icon, stylesheet and
@@ -147,7 +145,7 @@ static const flare_status_opts_t status_opts = {
                  "<script src=\"/common.js\"></script>",
 };
 
-static int setup(flare_app_t *app, flare_db_t *db, const flare_settings_t *st)
+static int setup(flare_app_t *app, flare_db_t *db, flare_settings_t *st)
 {
     int rc;
     flare_middleware_t m;
@@ -167,7 +165,7 @@ static int setup(flare_app_t *app, flare_db_t *db, const flare_settings_t *st)
                                              .nresponses = FLARE_MAP_N(upload_res) })) != 0)
         return rc;
     /* the operational routes: on every listener, or only on --admin-listen
-     * (flare_settings_listen below adds it) */
+     * (flare_settings_app_new added it) */
     if ((rc = flare_metrics_route(app, "/metrics")) != 0 || (rc = flare_metrics_db(app, db)) != 0 ||
         (rc = flare_health_routes(app, NULL, NULL)) != 0 ||
         (rc = flare_status_route_opts(app, "/status", &status_opts)) != 0 ||
@@ -222,23 +220,18 @@ int main(int argc, char **argv)
 {
     /* --config FILE, FLARE_*, then the flags (flare/settings.h) */
     flare_settings_t st;
-    flare_settings_init(&st);
-    int rc = flare_settings_parse_args(&st, argc, argv, NULL, 0);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf(stderr, "showcase: %s\n", flare_settings_error(&st));
-        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
-        flare_settings_free(&st);
-        return code;
-    }
+    int rc;
+    if (flare_settings_main(&st, argc, argv, NULL, 0, &rc) != 0)
+        return rc;
     char dbbuf[512];
     const char *url = st.db != NULL ? st.db : default_db(dbbuf, sizeof(dbbuf));
     const char *www = st.nstatics > 0 ? st.statics[0] : SHOWCASE_WWW_DIR;
-    flare_config_t cfg;
-    flare_settings_app_config(&st, &cfg);
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "showcase: %s\n", flare_last_error());
+    /* the app with the logs, the listeners (the site is mounted below, with
+     * its own options), --admin-listen, --sessions, SIGHUP */
+    flare_app_t *app;
+    if ((rc = flare_settings_app_new(&st, &(flare_settings_setup_opts_t){ .no_static = true },
+                                     &app)) != 0) {
+        fprintf(stderr, "showcase: %s\n", flare_settings_error(&st));
         flare_settings_free(&st);
         return 1;
     }
@@ -257,15 +250,6 @@ int main(int argc, char **argv)
     if ((rc = mount_site(app, www)) != 0) {
         fprintf(stderr, "showcase: --static %s: %s (the directory of the site's pages)\n", www,
                 flare_strerror(rc));
-        goto out;
-    }
-    /* the listeners (the site is mounted above, with its own options) */
-    if ((rc = flare_settings_listen(&st, app)) != 0) {
-        fprintf(stderr, "showcase: %s\n", flare_settings_error(&st));
-        goto out;
-    }
-    if ((rc = flare_settings_watch(&st, app)) != 0) {
-        fprintf(stderr, "showcase: %s\n", flare_settings_error(&st));
         goto out;
     }
     char shown[512];

@@ -21,9 +21,10 @@ bool showcase_valid_name(flare_str_t s);
 
 /* todos.c: POST/GET/DELETE /api/session (log in with a name), the todo
  * API under /api/todos (each user sees their own), kept in db (the table is
- * created when missing). Its OpenAPI description too. The session cookie
- * follows --session-secure (Secure over TLS by default). */
-int showcase_todos(flare_app_t *app, flare_db_t *db, const flare_settings_t *st);
+ * created when missing). Its OpenAPI description too. The sessions follow
+ * --session-secure (the cookie is Secure over TLS by default) and --sessions
+ * (in memory by default, or Redis). */
+int showcase_todos(flare_app_t *app, flare_db_t *db, flare_settings_t *st);
 
 /* live.c: GET /events (server-sent events: a clock every second and the
  * feed of todo changes), and showcase_feed_publish for todos.c. */

@@ -479,7 +479,7 @@ static const char SCHEMA_PG[] = "CREATE TABLE IF NOT EXISTS todos ("
                                 "owner TEXT NOT NULL, title TEXT NOT NULL, done INTEGER NOT NULL);"
                                 "CREATE INDEX IF NOT EXISTS todos_owner ON todos (owner, id)";
 
-int showcase_todos(flare_app_t *app, flare_db_t *d, const flare_settings_t *st)
+int showcase_todos(flare_app_t *app, flare_db_t *d, flare_settings_t *st)
 {
     db = d;
     the_app = app;
@@ -491,9 +491,10 @@ int showcase_todos(flare_app_t *app, flare_db_t *d, const flare_settings_t *st)
     if (api == NULL)
         return FLARE_ENOMEM;
     flare_middleware_t m;
+    /* --session-secure, --sessions (memory or redis://) */
     flare_session_config_t sc = { .cookie_name = "showcase_sid" };
-    flare_settings_session_config(st, &sc); /* --session-secure */
-    if ((rc = flare_sessions(app, &sc, &m)) != 0 || (rc = flare_group_use(api, &m)) != 0)
+    if ((rc = flare_settings_sessions(st, app, &sc, "showcase:sess:", &m)) != 0 ||
+        (rc = flare_group_use(api, &m)) != 0)
         return rc;
     if ((rc = flare_group_route(api, FLARE_METHOD_POST, "/session", login, NULL)) != 0 ||
         (rc = flare_group_route(api, FLARE_METHOD_GET, "/session", whoami, NULL)) != 0 ||

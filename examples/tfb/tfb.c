@@ -580,25 +580,19 @@ int main(int argc, char **argv)
           &dbc.pool_size, 1, 64 },
     };
     flare_settings_t st;
-    flare_settings_init(&st);
-    int rc = flare_settings_parse_args(&st, argc, argv, extra, 1);
-    if (rc == 0 && st.db == NULL) {
-        fprintf(stderr, "%s: --db URL is required (--help)\n", argv[0]);
-        rc = FLARE_EINVAL;
-    } else if (rc < 0) {
-        fprintf(stderr, "%s: %s\n", argv[0], flare_settings_error(&st));
-    }
-    if (rc != 0) {
-        int code = rc > 0 ? 0 : st.check_config ? 1 : 2;
+    int rc;
+    if (flare_settings_main(&st, argc, argv, extra, 1, &rc) != 0)
+        return rc;
+    if (st.db == NULL) {
+        fprintf(stderr, "tfb: --db URL is required (--help)\n");
         flare_settings_free(&st);
-        return code;
+        return 2;
     }
     const char *url = st.db;
-    flare_config_t cfg;
-    flare_settings_app_config(&st, &cfg);
-    flare_app_t *app = flare_app_new(&cfg);
-    if (app == NULL) {
-        fprintf(stderr, "tfb: %s\n", flare_last_error());
+    /* the app with the logs, the listeners, SIGHUP */
+    flare_app_t *app;
+    if ((rc = flare_settings_app_new(&st, NULL, &app)) != 0) {
+        fprintf(stderr, "tfb: %s\n", flare_settings_error(&st));
         flare_settings_free(&st);
         return 1;
     }
@@ -629,14 +623,9 @@ int main(int argc, char **argv)
         flare_settings_free(&st);
         return 1;
     }
-    if ((rc = flare_settings_apply(&st, app, NULL)) != 0) {
-        fprintf(stderr, "tfb: %s\n", flare_settings_error(&st));
-    } else if ((rc = flare_settings_watch(&st, app)) == 0) {
-        fprintf(stderr, "tfb: listening on %s (%s)\n", st.listeners[0].addr, flare_db_driver(db));
-        rc = flare_app_run(app, NULL);
-        if (rc != 0)
-            fprintf(stderr, "tfb: %s: %s\n", flare_strerror(rc), flare_last_error());
-    }
+    fprintf(stderr, "tfb: listening on %s (%s)\n", st.listeners[0].addr, flare_db_driver(db));
+    if ((rc = flare_app_run(app, NULL)) != 0)
+        fprintf(stderr, "tfb: %s: %s\n", flare_strerror(rc), flare_last_error());
     flare_app_free(app);
     flare_settings_free(&st);
     free(caches);

@@ -3,21 +3,17 @@
  * (each overrides the one before). docs/config.md lists the keys.
  *
  *     flare_settings_t s;
- *     flare_settings_init(&s);
- *     int rc = flare_settings_parse_args(&s, argc, argv, NULL, 0);
- *     if (rc != 0) {                           // help or --check-config done,
- *         if (rc < 0)                          // or an error to print
- *             fprintf(stderr, "%s\n", flare_settings_error(&s));
- *         flare_settings_free(&s);
- *         return rc < 0 ? (s.check_config ? 1 : 2) : 0;
- *     }
- *     flare_config_t cfg;
- *     flare_settings_app_config(&s, &cfg);
- *     flare_app_t *app = flare_app_new(&cfg);
- *     ... routes ...
- *     flare_settings_apply(&s, app, NULL);   // listeners (TLS too), static
- *     flare_settings_watch(&s, app);         // SIGHUP re-reads the file
+ *     int code;
+ *     if (flare_settings_main(&s, argc, argv, NULL, 0, &code) != 0)
+ *         return code;                        // --help, --check-config, a bad flag
+ *     flare_app_t *app;                       // flare_app_new + flare_settings_setup:
+ *     if (flare_settings_app_new(&s, NULL, &app) != 0) { // logs, listeners (TLS
+ *         ... flare_settings_error(&s), exit 1 ...        // too), admin listener,
+ *     }                                                   // static, Redis, SIGHUP
+ *     ... routes; flare_settings_sessions, flare_settings_ws_config ...
  *     flare_app_run(app, NULL);
+ *     flare_app_free(app);
+ *     flare_settings_free(&s);
  *
  * Keys are the long flag names without the dashes: `workers: 4` in the file,
  * FLARE_WORKERS=4 in the environment, --workers 4 (or --workers=4) on the
@@ -92,12 +88,13 @@ typedef struct flare_settings {
     char **statics;                    /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
     size_t nstatics;
     char *log;               /* "-" (stderr) or a file [stderr] */
-    char *log_level;         /* error|warn|info|debug [info] */
+    char *log_level;         /* error|warn|info|debug [error] */
     char *log_format;        /* text|json [text] */
     char *access_log;        /* "-" or a file [off] */
     char *access_log_format; /* combined|json [combined] */
     char *db;                /* database URL (flare/db.h) */
-    char *sessions;          /* session store URL (redis://HOST:PORT) */
+    char *sessions;          /* session store: memory or redis://HOST:PORT [memory]:
+                                flare_settings_sessions */
     char *session_secure;    /* auto|always|never [auto]: flare_settings_session_config */
     char *admin_listen;      /* HOST:PORT of the admin listener [none]: flare_settings_listen */
     char **ws_origins;       /* Origins allowed on WebSocket routes, NULL-terminated
@@ -135,6 +132,21 @@ FLARE_API void flare_settings_free(flare_settings_t *s);
 FLARE_API int flare_settings_parse_args(flare_settings_t *s, int argc, char **argv,
                                         const flare_settings_option_t *extra, size_t nextra);
 
+/* The start of every main: flare_settings_init(s), then
+ * flare_settings_parse_args (argv, the `extra` options), and what a
+ * program does with its result. Returns 0: run (*s holds the settings;
+ * free it with flare_settings_free). Returns FLARE_SETTINGS_EXIT: main
+ * returns *exit_code at once (*s is freed already):
+ *   - --help printed the flags on stdout: 0;
+ *   - --check-config printed the configuration on stdout: 0;
+ *     it found an error (printed on stderr): 1, as `nginx -t`;
+ *   - a bad flag, key, value or file (printed on stderr as "PROG: MESSAGE",
+ *     PROG the base name of argv[0]): 2.
+ * A program's own checks after it (a required key) exit 2 the same way. */
+FLARE_API int flare_settings_main(flare_settings_t *s, int argc, char **argv,
+                                  const flare_settings_option_t *extra, size_t nextra,
+                                  int *exit_code);
+
 /* The message of the last failed call on *s ("" when none): valid until
  * the next call on *s. */
 FLARE_API const char *flare_settings_error(const flare_settings_t *s);
@@ -156,6 +168,58 @@ FLARE_API int flare_settings_apply(flare_settings_t *s, flare_app_t *app,
 FLARE_API int flare_settings_listen(flare_settings_t *s, flare_app_t *app);
 FLARE_API int flare_settings_static(flare_settings_t *s, flare_app_t *app,
                                     const flare_static_opts_t *opts);
+
+/* What flare_settings_setup does besides its defaults: a zeroed struct (or
+ * NULL) is all defaults. */
+typedef struct flare_settings_setup_opts {
+    const flare_static_opts_t *static_opts; /* options of the `static` directories
+                                               [NULL: flare_static's defaults] */
+    bool no_static;    /* the program mounts `static` itself (it reads s->statics):
+                          not mounted here */
+    void *reserved[4]; /* zero: room to grow without changing the struct's size */
+} flare_settings_setup_opts_t;
+
+/* Wires into app everything the settings hold that needs no route, in
+ * one call after flare_app_new (made from flare_settings_app_config) and
+ * before flare_app_run; routes may come before or after it:
+ *   - logging (flare/log.h), always: flare_log_setup with log (stderr when
+ *     unset), log-level [error], log-format, access-log (none when unset)
+ *     and access-log-format; the files are opened here, so an unwritable
+ *     path fails now;
+ *   - a Redis session store when `sessions` is redis://... (flare_redis_open:
+ *     the URL is checked here, the connections are made as the workers
+ *     start), for flare_settings_sessions;
+ *   - the listeners and admin-listen (flare_settings_listen), then the
+ *     static directories (flare_settings_static with opts->static_opts)
+ *     unless opts->no_static;
+ *   - SIGHUP (flare_settings_watch), which then also sets the new log-level.
+ * Call it once per app. *s must stay valid until flare_app_free(app); the
+ * app owns what is opened here (the logger, the Redis handle). 0, or the
+ * failing call's code with flare_settings_error naming the key ("log:
+ * cannot open /x/e.log: ...", "sessions redis://...: ...", "listen ...").
+ * On failure main frees the app and exits 1 (the server cannot start). */
+FLARE_API int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
+                                   const flare_settings_setup_opts_t *opts);
+
+/* flare_app_new with flare_settings_app_config, then flare_settings_setup:
+ * the app of a main in one call. On success *out is the app (free it with
+ * flare_app_free before *s); on failure *out is NULL, nothing is left
+ * behind, and flare_settings_error says why (main exits 1). */
+FLARE_API int flare_settings_app_new(flare_settings_t *s, const flare_settings_setup_opts_t *opts,
+                                     flare_app_t **out);
+
+/* The session middleware as the settings configure it (flare_sessions):
+ * *cfg (NULL: all defaults) with `secure` from session-secure
+ * (flare_settings_session_config) and the store from `sessions`: "memory"
+ * or unset keeps cfg->store (.load NULL: a new in-memory store);
+ * redis://... is a store on the Redis that flare_settings_setup opened
+ * (opened here when setup was not called), keys prefixed with
+ * redis_prefix (NULL: "flare:sess:"; flare_session_redis_store). Each call
+ * makes its own middleware and store, owned by the app. 0, or FLARE_EINVAL,
+ * FLARE_ENOMEM with flare_settings_error saying what failed. */
+FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
+                                      const flare_session_config_t *cfg, const char *redis_prefix,
+                                      flare_middleware_t *out);
 
 /* Sets the fields of a WebSocket route's configuration that settings
  * hold: origins (ws-origin; left as it is when none is given). cfg->origins
@@ -183,9 +247,11 @@ FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_sett
 
 /* Called after each successful reload with the settings in effect, whose
  * logging fields (log, log-level, log-format, access-log,
- * access-log-format) are the new ones: set the level (new log and
- * access-log names were applied already, flare_log_reopen_as; a name that
- * could not be opened is still the old one here).
+ * access-log-format) are the ones in effect: set the level when the
+ * program set up the logger itself (flare_settings_setup sets it before
+ * this runs; new log and access-log names were applied already,
+ * flare_log_reopen_as; a name that could not be opened, and a format
+ * that changed, are still the old ones here).
  * Runs on the thread that runs flare_app_run. Set it after
  * flare_settings_parse_args (which starts from a clean structure). */
 typedef void (*flare_settings_log_fn)(const flare_settings_t *s, void *ud);
@@ -199,11 +265,14 @@ FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn 
  *     an upgrade (the files at the paths in effect are what is re-read);
  *   - the logging fields are taken and the flare_settings_on_log callback
  *     runs; new log/access-log names are opened first (flare_log_reopen_as)
- *     and kept only if that worked; an access log turned on or off needs
- *     an upgrade;
+ *     and kept only if that worked; a new log-level is set when
+ *     flare_settings_setup made the logger (else it counts as applied
+ *     only with an on_log callback); an access log turned on or off, and a
+ *     new log-format or access-log-format, need an upgrade (the running
+ *     logger keeps its formats);
  *   - every other key that differs is logged as needing an upgrade.
- * *s must stay valid until flare_app_free(app). 0 or FLARE_E* from
- * flare_app_on_reload. */
+ * *s must stay valid until flare_app_free(app). A second call for the same
+ * app does nothing. 0 or FLARE_E* from flare_app_on_reload. */
 FLARE_API int flare_settings_watch(flare_settings_t *s, flare_app_t *app);
 
 /* Prints the effective configuration as YAML (what --check-config shows). */

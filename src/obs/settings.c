@@ -79,7 +79,7 @@ const settings_key_t flare__settings_keys[] = {
     { "static", K_LIST, OFF(statics), OFF(nstatics), 0, 0, NULL,
       "DIR served under /static, or /PREFIX=DIR (repeatable)", true, true },
     { "log", K_STR, OFF(log), 0, 0, 0, NULL, "log file, - for stderr [-]", true, true },
-    { "log-level", K_ENUM, OFF(log_level), 0, 0, 0, "error|warn|info|debug", "[info]", true,
+    { "log-level", K_ENUM, OFF(log_level), 0, 0, 0, "error|warn|info|debug", "[error]", true,
       true },
     { "log-format", K_ENUM, OFF(log_format), 0, 0, 0, "text|json", "[text]", true, true },
     { "access-log", K_STR, OFF(access_log), 0, 0, 0, NULL, "access log file, - for stdout [off]",
@@ -88,8 +88,8 @@ const settings_key_t flare__settings_keys[] = {
       "[combined]", true, true },
     { "db", K_STR, OFF(db), 0, 0, 0, NULL, "database URL (sqlite:PATH, postgresql://...)", true,
       true },
-    { "sessions", K_STR, OFF(sessions), 0, 0, 0, NULL, "session store (redis://HOST:PORT)", true,
-      true },
+    { "sessions", K_STR, OFF(sessions), 0, 0, 0, NULL,
+      "session store: memory or redis://HOST:PORT [memory]", true, true },
     { "config", K_CONFIG, 0, 0, 0, 0, NULL, "FILE: read the settings from this YAML file first",
       false, false },
     { "check-config", K_CHECK, 0, 0, 0, 0, NULL,
@@ -787,6 +787,10 @@ static int check(flare_settings_t *s)
         if (v[0] == '/' && strchr(v, '=') != NULL && strchr(v, '=')[1] == '\0')
             return flare__settings_fail(s, NULL, "static", "\"%s\": no directory after '='", v);
     }
+    if (s->sessions != NULL && strcmp(s->sessions, "memory") != 0 &&
+        strncmp(s->sessions, "redis://", 8) != 0)
+        return flare__settings_fail(
+            s, NULL, "sessions", "expected memory or redis://HOST:PORT, got \"%s\"", s->sessions);
     flare_config_t out;
     if (flare__config_resolve(&out, &s->app) != 0)
         return flare__settings_fail(s, NULL, NULL, "%s", flare_last_error());
@@ -876,6 +880,24 @@ int flare_settings_parse_args(flare_settings_t *s, int argc, char **argv,
     return 0;
 }
 
+int flare_settings_main(flare_settings_t *s, int argc, char **argv,
+                        const flare_settings_option_t *extra, size_t nextra, int *exit_code)
+{
+    flare_settings_init(s);
+    int rc = flare_settings_parse_args(s, argc, argv, extra, nextra);
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        const char *prog = argc > 0 && argv[0] != NULL ? argv[0] : "flare";
+        const char *slash = strrchr(prog, '/');
+        fprintf(stderr, "%s: %s\n", slash != NULL ? slash + 1 : prog, flare_settings_error(s));
+    }
+    if (exit_code != NULL)
+        *exit_code = rc > 0 ? 0 : s->check_config ? 1 : 2;
+    flare_settings_free(s);
+    return FLARE_SETTINGS_EXIT;
+}
+
 int flare_settings_reload(const flare_settings_t *cur, flare_settings_t *next)
 {
     flare_settings_init(next);
@@ -928,7 +950,7 @@ static void diff_listeners(const flare_settings_t *a, const flare_settings_t *b,
 static const char *str_default(const settings_key_t *k)
 {
     static const char *const defs[][2] = { { "log", "-" },
-                                           { "log-level", "info" },
+                                           { "log-level", "error" },
                                            { "log-format", "text" },
                                            { "access-log-format", "combined" },
                                            { "session-secure", "auto" } };

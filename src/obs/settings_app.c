@@ -1,5 +1,6 @@
-/* Settings meet the app: the listeners and static directories they make,
- * --check-config's scratch app, and the SIGHUP hook that re-reads them. */
+/* Settings meet the app: the logger, the session store, the listeners and
+ * static directories they make (flare_settings_setup), --check-config's
+ * scratch app, and the SIGHUP hook that re-reads them. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "app.h"
 #include "flare/log.h"
+#include "flare/redis.h"
 #include "flare/tls.h"
 #include "obs/settings_int.h"
 
@@ -112,6 +114,123 @@ int flare_settings_apply(flare_settings_t *s, flare_app_t *app, const flare_stat
     return rc != 0 ? rc : flare_settings_static(s, app, opts);
 }
 
+/* ---- flare_settings_setup ---- */
+
+static int log_setup(flare_settings_t *s, flare_app_t *app)
+{
+    /* the enums were checked by the parser */
+    flare_log_config_t lc = { .path = s->log, .access_path = s->access_log };
+    if (s->log_level != NULL)
+        flare_log_level_parse(s->log_level, &lc.level);
+    if (s->log_format != NULL && strcmp(s->log_format, "json") == 0)
+        lc.format = FLARE_LOG_JSON;
+    if (s->access_log_format != NULL && strcmp(s->access_log_format, "json") == 0)
+        lc.access_format = FLARE_ACCESS_JSON;
+    int rc = flare_log_setup(app, &lc);
+    if (rc != 0) {
+        flare__settings_fail(s, NULL, NULL, "%s", flare_last_error());
+        return rc;
+    }
+    s->priv->logger = true;
+    return 0;
+}
+
+static bool redis_sessions(const flare_settings_t *s)
+{
+    return s->sessions != NULL && strncmp(s->sessions, "redis://", 8) == 0;
+}
+
+/* The `sessions` Redis, opened once per app (the app owns it). */
+static int open_redis(flare_settings_t *s, flare_app_t *app)
+{
+    if (s->priv->redis != NULL && s->priv->redis_app == app)
+        return 0;
+    flare_redis_t *r;
+    int rc = flare_redis_open(app, s->sessions, NULL, &r);
+    if (rc != 0) {
+        flare__settings_fail(s, NULL, "sessions", "%s: %s: %s", s->sessions, flare_strerror(rc),
+                             flare_last_error());
+        return rc;
+    }
+    s->priv->redis = r;
+    s->priv->redis_app = app;
+    return 0;
+}
+
+int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
+                         const flare_settings_setup_opts_t *opts)
+{
+    if (s == NULL || app == NULL)
+        return FLARE_EINVAL;
+    if (ensure_priv(s) != 0)
+        return FLARE_ENOMEM;
+    int rc = log_setup(s, app);
+    if (rc == 0 && redis_sessions(s))
+        rc = open_redis(s, app);
+    if (rc == 0)
+        rc = flare_settings_listen(s, app);
+    if (rc == 0 && (opts == NULL || !opts->no_static))
+        rc = flare_settings_static(s, app, opts != NULL ? opts->static_opts : NULL);
+    if (rc == 0 && (rc = flare_settings_watch(s, app)) != 0)
+        flare__settings_fail(s, NULL, NULL, "SIGHUP hook: %s", flare_strerror(rc));
+    return rc;
+}
+
+int flare_settings_app_new(flare_settings_t *s, const flare_settings_setup_opts_t *opts,
+                           flare_app_t **out)
+{
+    if (s == NULL || out == NULL)
+        return FLARE_EINVAL;
+    *out = NULL;
+    if (ensure_priv(s) != 0)
+        return FLARE_ENOMEM;
+    flare_config_t cfg;
+    flare_settings_app_config(s, &cfg);
+    flare_app_t *app = flare_app_new(&cfg);
+    if (app == NULL) {
+        flare__settings_fail(s, NULL, NULL, "%s", flare_last_error());
+        return FLARE_EINVAL;
+    }
+    int rc = flare_settings_setup(s, app, opts);
+    if (rc != 0) {
+        flare_app_free(app);
+        s->priv->app = NULL;
+        s->priv->watching = false;
+        s->priv->logger = false;
+        s->priv->redis = NULL;
+        s->priv->redis_app = NULL;
+        return rc;
+    }
+    *out = app;
+    return 0;
+}
+
+int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
+                            const flare_session_config_t *cfg, const char *redis_prefix,
+                            flare_middleware_t *out)
+{
+    if (s == NULL || app == NULL || out == NULL)
+        return FLARE_EINVAL;
+    if (ensure_priv(s) != 0)
+        return FLARE_ENOMEM;
+    flare_session_config_t sc = { 0 };
+    if (cfg != NULL)
+        sc = *cfg;
+    flare_settings_session_config(s, &sc);
+    int rc = 0;
+    if (redis_sessions(s)) {
+        if ((rc = open_redis(s, app)) != 0)
+            return rc;
+        rc = flare_session_redis_store(s->priv->redis, redis_prefix, &sc.store);
+    }
+    if (rc == 0)
+        rc = flare_sessions(app, &sc, out);
+    if (rc != 0)
+        flare__settings_fail(s, NULL, "sessions", "%s%s%s: %s", s->sessions ? s->sessions : "",
+                             s->sessions ? ": " : "", flare_strerror(rc), flare_last_error());
+    return rc;
+}
+
 /* What --check-config checks beyond the text: the certificates load, the
  * static directories open, the app accepts the limits. Nothing is bound
  * (flare_app_listen only reads the files). */
@@ -136,10 +255,12 @@ static void take_str(char **dst, char **src)
     *src = NULL;
 }
 
+/* The logging keys a reload applies in place (the file names are handled
+ * apart). The formats are not: every worker's lines are formatted as the
+ * logger was set up, so a new format waits for an upgrade. */
 static bool is_log_key(const char *k)
 {
-    return strcmp(k, "log") == 0 || strcmp(k, "log-level") == 0 || strcmp(k, "log-format") == 0 ||
-           strcmp(k, "access-log") == 0 || strcmp(k, "access-log-format") == 0;
+    return strcmp(k, "log") == 0 || strcmp(k, "log-level") == 0 || strcmp(k, "access-log") == 0;
 }
 
 static bool has_tls(const flare_settings_t *s)
@@ -352,6 +473,10 @@ static void on_reload(void *ud)
         } else if (file_key && frc != 0) {
             if (nr < sizeof(retry))
                 ADD(retry, nr, keys[i]); /* a new SIGHUP tries the files again */
+        } else if (strcmp(keys[i], "log-level") == 0 && !s->priv->logger &&
+                   s->priv->log_fn == NULL) {
+            if (nl < sizeof(later))
+                ADD(later, nl, keys[i]); /* no logger that settings know of */
         } else if (is_log_key(keys[i]) || (live_ok && is_live_key(keys[i]))) {
             if (na < sizeof(applied))
                 ADD(applied, na, keys[i]);
@@ -377,12 +502,17 @@ static void on_reload(void *ud)
      * not applied differs again at the next SIGHUP */
     if (log_moved && files_rc == 0)
         take_str(&s->log, &next.log);
-    take_str(&s->log_level, &next.log_level);
-    take_str(&s->log_format, &next.log_format);
+    if (s->priv->logger || s->priv->log_fn != NULL)
+        take_str(&s->log_level, &next.log_level);
     if (acc_moved && !acc_toggled && files_rc == 0)
         take_str(&s->access_log, &next.access_log);
-    take_str(&s->access_log_format, &next.access_log_format);
+    /* log-format and access-log-format keep the values in effect: they
+     * differ again at the next SIGHUP, and an upgrade takes them */
     flare_settings_free(&next);
+    flare_log_level_t lvl;
+    if (s->priv->logger && s->priv->app != NULL &&
+        flare_log_level_parse(s->log_level != NULL ? s->log_level : "error", &lvl) == 0)
+        flare_log_set_level(s->priv->app, lvl);
     fprintf(stderr, "flare: reload: %s: applied: %s%s%s%s%s\n",
             s->config_file != NULL ? s->config_file : "(no file)", na > 0 ? applied : "nothing",
             nr > 0 ? "; not applied this time (a new SIGHUP retries): " : "", nr > 0 ? retry : "",
@@ -397,6 +527,12 @@ int flare_settings_watch(flare_settings_t *s, flare_app_t *app)
         return FLARE_EINVAL;
     if (ensure_priv(s) != 0)
         return FLARE_ENOMEM;
+    if (s->priv->watching && s->priv->app == app)
+        return 0;
+    int rc = flare_app_on_reload(app, on_reload, s);
+    if (rc != 0)
+        return rc;
     s->priv->app = app;
-    return flare_app_on_reload(app, on_reload, s);
+    s->priv->watching = true;
+    return 0;
 }

@@ -68,7 +68,11 @@ struct flare__settings_priv {
     size_t nsni_cert, nsni_key;
     flare_settings_log_fn log_fn;
     void *log_ud;
-    flare_app_t *app; /* flare_settings_watch */
+    flare_app_t *app;          /* flare_settings_watch */
+    bool watching;             /* its hook is registered on app */
+    bool logger;               /* flare_settings_setup made the logger: a reload sets the level */
+    struct flare_redis *redis; /* the `sessions` Redis, on redis_app */
+    flare_app_t *redis_app;
 };
 
 extern const settings_key_t flare__settings_keys[];

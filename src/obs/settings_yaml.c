@@ -419,7 +419,7 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     fputs("\nlog: ", out);
     str_or_null(out, s->log, "-");
     fputs("\nlog-level: ", out);
-    str_or_null(out, s->log_level, "info");
+    str_or_null(out, s->log_level, "error");
     fputs("\nlog-format: ", out);
     str_or_null(out, s->log_format, "text");
     fputs("\naccess-log: ", out);

@@ -1,6 +1,8 @@
 /* flare/settings.h: the file, the environment and the flags, every error
  * message, the precedence, listeners with their own certificates, the
- * extension options, the reload diff; and flare_app_on_reload (SIGHUP). */
+ * extension options, the reload diff; and flare_app_on_reload (SIGHUP);
+ * flare_settings_main (exit codes, --help, --check-config) and
+ * flare_settings_setup (the logs, the sessions, the listeners). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +16,9 @@
 
 #include <cmocka.h>
 
+#include <fcntl.h>
+
+#include <flare/log.h>
 #include <flare/settings.h>
 
 #include "harness.h"
@@ -662,14 +667,266 @@ static void test_watch_limits(void **state)
     flare_settings_free(&s);
 }
 
+/* ---- flare_settings_main ---- */
+
+/* Runs flare_settings_main on argv (NULL-terminated, argv[0] included) with
+ * stdout and stderr going to files, read back into out/err (4 KiB each). */
+static int run_main(flare_settings_t *s, int *code, char *out, char *err, const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+    for (; args[argc] != NULL && argc < 31; argc++)
+        argv[argc] = (char *)args[argc];
+    argv[argc] = NULL;
+    char opath[128], epath[128];
+    snprintf(opath, sizeof(opath), "%s/main.out", dir);
+    snprintf(epath, sizeof(epath), "%s/main.err", dir);
+    fflush(stdout);
+    fflush(stderr);
+    int o = dup(1), e = dup(2);
+    int fo = open(opath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fe = open(epath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(o >= 0 && e >= 0 && fo >= 0 && fe >= 0);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    static const flare_settings_option_t extra[] = {
+        { "pool", FLARE_SETTING_UINT, "connections per worker", NULL, 1, 64 },
+    };
+    *code = -1;
+    int rc = flare_settings_main(s, argc, argv, extra, 1, code);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(o, 1);
+    dup2(e, 2);
+    close(o);
+    close(e);
+    close(fo);
+    close(fe);
+    char *bufs[2] = { out, err };
+    const char *paths[2] = { opath, epath };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        assert_non_null(f);
+        size_t n = fread(bufs[i], 1, 4095, f);
+        bufs[i][n] = '\0';
+        fclose(f);
+    }
+    return rc;
+}
+
+static void test_main(void **state)
+{
+    (void)state;
+    static char out[4096], err[4096];
+    flare_settings_t s;
+    int code;
+
+    /* run: 0, the settings filled, nothing printed */
+    assert_int_equal(
+        run_main(&s, &code, out, err, (const char *[]){ "/usr/bin/prog", "--workers", "3", NULL }),
+        0);
+    assert_int_equal(s.app.workers, 3);
+    assert_string_equal(out, "");
+    assert_string_equal(err, "");
+    flare_settings_free(&s);
+
+    /* --help: the flags (the extra ones too) on stdout, exit 0 */
+    assert_int_equal(
+        run_main(&s, &code, out, err,
+                 (const char *[]){ "/usr/bin/prog", "--help", "--workers", "x", NULL }),
+        FLARE_SETTINGS_EXIT);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "usage: /usr/bin/prog "));
+    assert_non_null(strstr(out, "--log-level"));
+    assert_non_null(strstr(out, "--pool"));
+    assert_string_equal(err, "");
+    assert_null(s.priv); /* freed */
+
+    /* a bad value, an unknown flag, a stray argument: the message, exit 2 */
+    const char *const bad[][3] = {
+        { "--workers", "many", "prog: --workers: expected an integer 0..1024, got \"many\"\n" },
+        { "--bogus", NULL, "prog: --bogus: unknown option (see --help)\n" },
+        { "--pool", "99", "prog: --pool: " },
+        { "--sessions", "mongodb://x", "prog: sessions: expected memory or redis://HOST:PORT" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(run_main(&s, &code, out, err,
+                                  (const char *[]){ "/usr/bin/prog", bad[i][0], bad[i][1], NULL }),
+                         FLARE_SETTINGS_EXIT);
+        assert_int_equal(code, 2);
+        assert_string_equal(out, "");
+        if (strstr(err, bad[i][2]) != err)
+            fail_msg("%s: got \"%s\"", bad[i][0], err);
+        assert_null(s.priv);
+    }
+
+    /* --check-config: the configuration as YAML on stdout, exit 0 */
+    assert_int_equal(run_main(&s, &code, out, err,
+                              (const char *[]){ "prog", "--check-config", "--workers", "3",
+                                                "--listen", "127.0.0.1:0", NULL }),
+                     FLARE_SETTINGS_EXIT);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "workers: 3\n"));
+    assert_non_null(strstr(out, "log-level: \"error\"\n")); /* the logger's default */
+    assert_string_equal(err, "");
+
+    /* --check-config that fails (a static directory that does not open, a
+     * bad value): the message on stderr, exit 1 */
+    char missing[128];
+    snprintf(missing, sizeof(missing), "%s/no-such-dir", dir);
+    assert_int_equal(run_main(&s, &code, out, err,
+                              (const char *[]){ "prog", "--check-config", "--listen", "127.0.0.1:0",
+                                                "--static", missing, NULL }),
+                     FLARE_SETTINGS_EXIT);
+    assert_int_equal(code, 1);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "prog: --static "));
+    assert_int_equal(run_main(&s, &code, out, err,
+                              (const char *[]){ "prog", "--check-config", "--workers", "x", NULL }),
+                     FLARE_SETTINGS_EXIT);
+    assert_int_equal(code, 1);
+    assert_non_null(strstr(err, "prog: --workers: "));
+}
+
+/* ---- flare_settings_setup ---- */
+
+static size_t count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return (size_t)-1;
+    size_t n = 0;
+    for (int c; (c = fgetc(f)) != EOF;)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static int ok(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("ok"));
+}
+
+/* The logs from the settings: the access log gets a line per request in
+ * its format, the level is the one given; a bad path fails the setup. */
+static void test_setup_logs(void **state)
+{
+    (void)state;
+    char elog[128], alog[128];
+    snprintf(elog, sizeof(elog), "%s/error.log", dir);
+    snprintf(alog, sizeof(alog), "%s/access.log", dir);
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--workers", "1", "--log", elog,
+                           "--log-level", "warn", "--access-log", alog, "--access-log-format",
+                           "json", NULL),
+                     0);
+    flare_app_t *app;
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_int_equal(flare_log_get_level(app), FLARE_LOG_WARN);
+    assert_int_equal(flare_settings_watch(&s, app), 0); /* again: nothing more */
+    assert_int_equal(flare_get(app, "/ok", ok, NULL), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    for (int i = 0; i < 2; i++) {
+        char *r = harness_roundtrip(&h, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assert_true(strncmp(r, "HTTP/1.1 200 ", 13) == 0);
+        free(r);
+    }
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(app);
+    flare_settings_free(&s);
+    assert_int_equal(count_lines(alog), 2);
+    FILE *f = fopen(alog, "r");
+    assert_non_null(f);
+    assert_int_equal(fgetc(f), '{');
+    fclose(f);
+    assert_int_equal(count_lines(elog), 0);
+
+    /* without the logging keys: a logger all the same (stderr, level error) */
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", NULL), 0);
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_int_equal(flare_log_get_level(app), FLARE_LOG_ERROR);
+    flare_app_free(app);
+    flare_settings_free(&s);
+
+    /* a log that cannot be opened: an error naming it, no app */
+    snprintf(elog, sizeof(elog), "%s/no/such/dir.log", dir);
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--log", elog, NULL), 0);
+    app = (flare_app_t *)&s;
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), FLARE_ESYS);
+    assert_null(app);
+    assert_non_null(strstr(flare_settings_error(&s), "cannot open"));
+    assert_non_null(strstr(flare_settings_error(&s), "no/such/dir.log"));
+    flare_settings_free(&s);
+}
+
+/* sessions: memory, or a Redis URL checked at setup (no connection made:
+ * the workers connect when they start); a bad URL fails there. */
+static void test_setup_sessions(void **state)
+{
+    (void)state;
+    flare_settings_t s;
+    flare_app_t *app;
+    flare_middleware_t m;
+    const char *const urls[] = { "memory", "redis://127.0.0.1:1" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", urls[i],
+                               "--session-secure", "always", NULL),
+                         0);
+        assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+        flare_session_config_t sc = { .cookie_name = "sid" };
+        memset(&m, 0, sizeof(m));
+        assert_int_equal(flare_settings_sessions(&s, app, &sc, "t:sess:", &m), 0);
+        assert_string_equal(m.name, "session");
+        assert_int_equal(flare_settings_sessions(&s, app, NULL, NULL, &m), 0); /* a second one */
+        flare_app_free(app);
+        flare_settings_free(&s);
+    }
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", "redis://", NULL),
+                     0);
+    assert_int_not_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_non_null(strstr(flare_settings_error(&s), "sessions: redis://: "));
+    flare_settings_free(&s);
+}
+
+/* SIGHUP with the logger made by setup: a new log-level is set, new
+ * formats are not applied (they keep their values: an upgrade takes them) */
+static void test_watch_logger(void **state)
+{
+    (void)state;
+    const char *path = write_file("g.yaml", "listen: 127.0.0.1:0\nworkers: 1\n");
+    char file[128];
+    snprintf(file, sizeof(file), "%s", path);
+    flare_settings_t s;
+    assert_int_equal(parse(&s, NULL, 0, "--config", file, NULL), 0);
+    flare_app_t *app;
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    write_file("g.yaml", "listen: 127.0.0.1:0\nworkers: 1\nlog-level: debug\nlog-format: json\n");
+    kill(getpid(), SIGHUP);
+    for (int i = 0; i < 500 && flare_log_get_level(app) != FLARE_LOG_DEBUG; i++)
+        usleep(10000);
+    assert_int_equal(flare_log_get_level(app), FLARE_LOG_DEBUG);
+    assert_int_equal(harness_stop(&h), 0);
+    assert_string_equal(s.log_level, "debug");
+    assert_null(s.log_format); /* not applied */
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_file_errors), cmocka_unit_test(test_values),
-        cmocka_unit_test(test_precedence),  cmocka_unit_test(test_flag_errors),
-        cmocka_unit_test(test_listeners),   cmocka_unit_test(test_extra_options),
-        cmocka_unit_test(test_reload_diff), cmocka_unit_test(test_on_reload),
-        cmocka_unit_test(test_watch),       cmocka_unit_test(test_watch_limits),
+        cmocka_unit_test(test_file_errors),    cmocka_unit_test(test_values),
+        cmocka_unit_test(test_precedence),     cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_listeners),      cmocka_unit_test(test_extra_options),
+        cmocka_unit_test(test_reload_diff),    cmocka_unit_test(test_on_reload),
+        cmocka_unit_test(test_watch),          cmocka_unit_test(test_watch_limits),
+        cmocka_unit_test(test_main),           cmocka_unit_test(test_setup_logs),
+        cmocka_unit_test(test_setup_sessions), cmocka_unit_test(test_watch_logger),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
