@@ -488,6 +488,7 @@ static int workers_alloc(flare_app_t *app)
     for (unsigned i = 0; i < n; i++) {
         ws[i].app = app;
         ws[i].id = i;
+        ws[i].reserve_fd = -1; /* a run that fails before worker_setup closes no fd 0 */
         if (app->cfg.mw_stats && app->nmw > 0) {
             ws[i].mw_stats = calloc(app->nmw, sizeof(*ws[i].mw_stats));
             if (ws[i].mw_stats == NULL) {
