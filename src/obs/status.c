@@ -131,7 +131,8 @@ static int status_json(flare_app_t *app, flare_res_t *res)
      * joined: a handler (on a worker) reads it safely */
     for (unsigned i = 0; i < app->nactive; i++) {
         const flare_listener_t *l = app->active[i];
-        put(&b, &err, i ? ",{\"address\":" : "{\"address\":", i ? 13 : 12);
+        const char *open = i ? ",{\"address\":" : "{\"address\":";
+        put(&b, &err, open, strlen(open));
         put_json_str(&b, &err, l->name);
         putf(&b, &err, ",\"port\":%d,\"tls\":%s,\"admin\":%s}", atomic_load(&l->port),
              l->tls != NULL ? "true" : "false", l->admin ? "true" : "false");
