@@ -519,6 +519,7 @@ static int workers_alloc(flare_app_t *app)
     for (unsigned i = 0; i < n; i++) {
         ws[i].app = app;
         ws[i].id = i;
+        ws[i].reserve_fd = -1; /* a run that fails before worker_setup closes no fd 0 */
         if (app->cfg.mw_stats && app->nmw > 0) {
             ws[i].mw_stats = calloc(app->nmw, sizeof(*ws[i].mw_stats));
             if (ws[i].mw_stats == NULL) {
@@ -833,7 +834,14 @@ static int listeners_begin(flare_app_t *app, const char *listen_addr)
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
             if (getsockname(l->fds[0], (struct sockaddr *)&ss, &sl) == 0)
-                port = ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same place in v6 */
+                port = ss.ss_family == AF_UNIX
+                           ? 0
+                           : ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same place in v6 */
+        } else if (flare__listen_is_unix(l->name)) {
+            /* one socket for every worker, bound now (no SO_REUSEPORT for AF_UNIX) */
+            if ((rc = flare__listen_unix(l, app->cfg.backlog)) != 0)
+                return rc;
+            port = 0;
         } else if ((rc = flare__listen_probe(l->name, &port)) != 0)
             return rc;
         atomic_store(&l->port, port);
@@ -841,9 +849,14 @@ static int listeners_begin(flare_app_t *app, const char *listen_addr)
     return 0;
 }
 
-static void listeners_end(flare_app_t *app)
+/* `handover`: an upgrade's new process holds the sockets now, and the unix
+ * socket files stay; `served`: this run's workers ran (an inherited file is
+ * removed only then: a new process that failed leaves the old one on it). */
+static void listeners_end(flare_app_t *app, bool handover, bool served)
 {
     flare__listen_adopt_end(app->active, app->nactive);
+    if (!handover)
+        flare__listen_unlink(app->active, app->nactive, served);
     for (unsigned i = 0; i < app->nactive; i++)
         atomic_store(&app->active[i]->port, 0);
     atomic_store(&app->run_addr_used, false);
@@ -956,6 +969,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     if (!atomic_compare_exchange_strong(&app->running, &expected, true))
         return flare__fail(FLARE_ESTATE, 0, "flare_app_run: the app is already running");
     unsigned started = 0, inited = 0;
+    bool handover = false, served = false;
     run_signals_t rs = { .sfd = -1, .hup_fd = -1 };
     atomic_store(&app->port, 0);
     atomic_store_explicit(&app->stopping, false, memory_order_relaxed);
@@ -1005,7 +1019,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     if (rc == 0) {
         gate_open(app);
         flare__sd_ready(); /* every worker runs: systemd (or the old process) may go on */
-        bool handover = false;
+        served = true;
         rc = wait_for_stop(app, rs.sfd, rs.hup_fd, &up, &handover);
         if (!handover)
             flare__sd_notify("STOPPING=1"); /* not after a hand-over: the new one is main */
@@ -1028,7 +1042,7 @@ out:
         for (unsigned i = 0; i < app->nworkers; i++)
             worker_dispose(&app->workers[i], i < inited);
     }
-    listeners_end(app);
+    listeners_end(app, handover, served);
     /* a stop that arrived during this run does not carry to the next */
     uint64_t v;
     while (read(app->stop_fd, &v, sizeof(v)) > 0) {

@@ -126,7 +126,8 @@ static struct {
     int rc;
     char target[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
     char next[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
-    bool upgraded; /* started by an upgrade: READY=1 goes to target, then next */
+    bool upgraded;   /* started by an upgrade: READY=1 goes to target, then next */
+    bool by_upgrade; /* the same, kept after READY=1 */
     uint64_t watchdog_usec;
     unsigned nfds;
     int *fds;
@@ -210,7 +211,7 @@ int flare__sd_init(void)
         sd.rc = flare__fail(FLARE_EINVAL, 0, "NOTIFY_SOCKET=\"%s\": expected /path or @name", ns);
         return sd.rc;
     }
-    sd.upgraded = getenv(FLARE__SD_NEXT_ENV) != NULL;
+    sd.upgraded = sd.by_upgrade = getenv(FLARE__SD_NEXT_ENV) != NULL;
     copy_env(sd.next, sizeof(sd.next), FLARE__SD_NEXT_ENV);
     unsetenv(FLARE__SD_NEXT_ENV);
     int rc = flare__sd_watchdog_parse(getenv("WATCHDOG_USEC"), getenv("WATCHDOG_PID"), getpid(),
@@ -274,6 +275,11 @@ int flare__sd_reloading(void)
 const char *flare__sd_target(void)
 {
     return sd.upgraded ? sd.next : sd.target;
+}
+
+bool flare__sd_by_upgrade(void)
+{
+    return sd.by_upgrade;
 }
 
 uint64_t flare__sd_watchdog_usec(void)

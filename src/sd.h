@@ -62,6 +62,9 @@ int flare__sd_reloading(void);
 /* The current target ("" when none) and the watchdog period (0: off). */
 const char *flare__sd_target(void);
 uint64_t flare__sd_watchdog_usec(void);
+/* This process was started by a Flare process's upgrade (its sockets are
+ * that process's, not systemd's). */
+bool flare__sd_by_upgrade(void);
 
 /* The inherited listening sockets not yet taken: *fds and *names (names[i]
  * may be NULL) stay valid until flare__sd_listen_done. */

@@ -258,9 +258,10 @@ static int notify_open(char *name, size_t cap)
     return fd;
 }
 
-/* The sockets to pass: every worker's own (not the dups of shared ones),
- * and their names (the listener's address, ':' -> '_', since ':' separates
- * LISTEN_FDNAMES). */
+/* The sockets to pass: every worker's own (not the dups of shared ones: a
+ * unix listener's one socket goes once), and their names (the listener's
+ * address, ':' -> '_', since ':' separates LISTEN_FDNAMES; a unix socket
+ * whose file is not ours gets FLARE__LISTEN_KEEP_PREFIX first). */
 static int collect_fds(flare_app_t *app, int **fds_out, char **names_out)
 {
     unsigned n = 0;
@@ -270,7 +271,7 @@ static int collect_fds(flare_app_t *app, int **fds_out, char **names_out)
         for (unsigned k = 0; k < w->nlios; k++) {
             if (w->lios[k].io.fd >= 0 && !w->lios[k].shared) {
                 n++;
-                nl += strlen(w->lios[k].l->name) + 1;
+                nl += strlen(w->lios[k].l->name) + 1 + strlen(FLARE__LISTEN_KEEP_PREFIX);
             }
         }
     }
@@ -291,7 +292,13 @@ static int collect_fds(flare_app_t *app, int **fds_out, char **names_out)
             if (j > 0)
                 *p++ = ':';
             fds[j++] = w->lios[k].io.fd;
-            for (const char *s = w->lios[k].l->name; *s != '\0'; s++)
+            const flare_listener_t *l = w->lios[k].l;
+            if (flare__listen_is_unix(l->name) && !l->unlink && !l->unlink_adopted) {
+                /* a socket file this process does not own (systemd's) */
+                memcpy(p, FLARE__LISTEN_KEEP_PREFIX, strlen(FLARE__LISTEN_KEEP_PREFIX));
+                p += strlen(FLARE__LISTEN_KEEP_PREFIX);
+            }
+            for (const char *s = l->name; *s != '\0'; s++)
                 *p++ = *s == ':' ? '_' : *s;
         }
     }

@@ -37,9 +37,10 @@ build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-de
 # npm (from build): also the OpenAPI 3.1 validator tests/integ/test_openapi.py installs
 # (tests/openapi/package.json).
 # nghttp2-client (nghttp) and python3-h2: independent HTTP/2 clients of the HTTP/2 tests.
+# nginx-light: a private nginx proxies to a unix socket listener (tests/integ/test_unix_socket.py).
 test_pkgs=("${build_pkgs[@]}" libcmocka-dev python3 python3-websockets python3-brotli chromium
     locales openssl curl testssl.sh redis-server postgresql sqlite3 prometheus logrotate
-    nghttp2-client python3-h2)
+    nghttp2-client python3-h2 nginx-light)
 clang_pkgs=(clang libclang-rt-14-dev)
 asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")

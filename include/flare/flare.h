@@ -128,7 +128,14 @@ FLARE_API flare_group_t *flare_group_sub(flare_group_t *parent, const char *pref
 FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
                                 flare_handler_fn fn, void *ud);
 
-/* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port"), starts the workers and
+/* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port") or a unix socket
+ * ("unix:/run/app.sock", with options "?mode=0660&owner=www-data&group=
+ * www-data" for the file, names or numbers; "unix:@name" for the abstract
+ * namespace). A unix socket is one socket that every worker accepts from;
+ * a socket file left at the path by a process that died is replaced, one
+ * a live server answers on is refused (FLARE_EBIND, EADDRINUSE), and the
+ * file is removed when the run returns, except after an upgrade's hand-over
+ * (the new process serves on it). Starts the workers and
  * blocks until SIGTERM/SIGINT or flare_app_stop(), then drains: stops
  * accepting, lets in-flight requests finish (their last response says
  * Connection: close) for up to drain_timeout_ms, and closes a keep-alive
@@ -193,7 +200,8 @@ FLARE_API unsigned flare_app_workers(const flare_app_t *app);
  * from the thread that ran the app. */
 FLARE_API flare_worker_t *flare_app_worker(flare_app_t *app, unsigned i);
 
-/* The port actually bound (useful with port 0), valid once running. */
+/* The port actually bound (useful with port 0), valid once running; 0 when
+ * the first listener is a unix socket. */
 FLARE_API int flare_app_port(const flare_app_t *app);
 
 /* Frees the app and everything it owns. Not while running. */
@@ -303,7 +311,9 @@ FLARE_API bool flare_req_get_int(const flare_req_t *req, const char *key, int64_
 FLARE_API void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type);
 
 /* The client's address as text ("192.0.2.1", "2001:db8::1") in the request
- * arena, and its raw form: family AF_INET or AF_INET6, 4 or 16 bytes. */
+ * arena, and its raw form: family AF_INET or AF_INET6, 4 or 16 bytes. A
+ * client of a unix socket listener has no address: "unix:" (a static
+ * string), and AF_UNIX with 16 zero bytes. */
 FLARE_API flare_str_t flare_req_peer(flare_req_t *req);
 FLARE_API int flare_req_peer_raw(const flare_req_t *req, uint8_t addr[16]);
 

@@ -52,7 +52,7 @@ typedef struct flare_settings_cert {
 /* One listening address: plain, or TLS with its own certificate (and more
  * certificates chosen by SNI). */
 typedef struct flare_settings_listener {
-    char *addr;                 /* HOST:PORT, as flare_app_listen takes it */
+    char *addr;                 /* HOST:PORT or unix:..., as flare_app_listen takes it */
     char *tls_cert, *tls_key;   /* both or neither */
     flare_settings_cert_t *sni; /* more certificates, in the order given */
     size_t nsni;

@@ -52,8 +52,9 @@ typedef struct flare_tls_config {
     bool tls13_only;               /* refuse TLS 1.2 */
 } flare_tls_config_t;
 
-/* Adds a listening address (HOST:PORT, as for flare_app_run), plain when
- * tls is NULL. Before flare_app_run; call it once per address ("0.0.0.0:80"
+/* Adds a listening address (HOST:PORT or a unix socket, as for
+ * flare_app_run), plain when tls is NULL (TLS over a unix socket works
+ * too). Before flare_app_run; call it once per address ("0.0.0.0:80"
  * plain and "0.0.0.0:443" TLS in one app). The certificate files are read
  * here: a missing file, a key that does not match its certificate or a bad
  * cipher list fail now with FLARE_ETLS and flare_last_error() naming the
@@ -63,7 +64,7 @@ FLARE_API int flare_app_listen(flare_app_t *app, const char *addr, const flare_t
 
 /* The port listener i (in the order added; flare_app_run's own address, if
  * any, comes first) is bound to, once flare_app_run has bound them; 0 before,
- * or when there is no such listener. */
+ * for a unix socket, or when there is no such listener. */
 FLARE_API int flare_app_listener_port(const flare_app_t *app, unsigned i);
 
 /* Re-reads the certificate and key files of every TLS listener. New

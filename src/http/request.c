@@ -308,6 +308,8 @@ flare_str_t flare_req_peer(flare_req_t *req)
     int fam = flare_req_peer_raw(req, a);
     if (fam == 0)
         return FLARE_STR_NULL;
+    if (fam == AF_UNIX)
+        return FLARE_STR("unix:");
     char *out = flare__arena_alloc(&req->arena, INET6_ADDRSTRLEN);
     if (out == NULL || inet_ntop(fam, a, out, INET6_ADDRSTRLEN) == NULL)
         return FLARE_STR_NULL;

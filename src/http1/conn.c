@@ -58,6 +58,8 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
     } else if (sa != NULL && sa->sa_family == AF_INET6) {
         memcpy(c->peer, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
         c->peer_family = AF_INET6;
+    } else if (sa != NULL && sa->sa_family == AF_UNIX) {
+        c->peer_family = AF_UNIX; /* no address: the peer is "unix:" (peer stays zeroed) */
     }
     flare_transport_t *tr = NULL;
     if (l != NULL && flare__unlikely(l->tls != NULL)) {

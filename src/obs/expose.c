@@ -437,6 +437,27 @@ static void tls_series(flare_metrics_writer_t *mw, flare_app_t *app)
     }
 }
 
+/* One sample per listener of the run, value 1 (Prometheus's info idiom): what
+ * the app listens on, a unix socket's path included. Only from a worker:
+ * the list lives while they run. */
+static void listener_series(flare_metrics_writer_t *mw, flare_app_t *app, bool on_worker)
+{
+    if (!on_worker || app->nactive == 0)
+        return;
+    flare_metrics_family(mw, "flare_listener_info", "gauge",
+                         "A listening address of the app (1 per listener)");
+    for (unsigned i = 0; i < app->nactive; i++) {
+        const flare_listener_t *l = app->active[i];
+        const char *kind = flare__listen_is_unix(l->name) ? "unix" : "tcp";
+        const char *labels[] = { "address", l->name,
+                                 "kind",    kind,
+                                 "tls",     l->tls != NULL ? "true" : "false",
+                                 "admin",   l->admin ? "true" : "false",
+                                 NULL };
+        sample_u64(mw, "flare_listener_info", labels, 1);
+    }
+}
+
 static void user_series(flare_metrics_writer_t *mw, flare_metrics_app_t *ma)
 {
     static const char *const types[] = { "counter", "gauge", "histogram" };
@@ -599,6 +620,7 @@ static int render(flare_app_t *app, bool on_worker, flare_metrics_writer_t *mw)
                          "Log lines dropped because a worker's ring was full");
     sample_u64(mw, "flare_log_lines_dropped_total", NULL, flare_log_dropped(app));
     tls_series(mw, app);
+    listener_series(mw, app, on_worker);
     for (size_t i = 0; i < ma->ndbs; i++) {
         flare_db_stats_t st;
         if (flare_db_stats(ma->dbs[i], UINT32_MAX, &st) != 0)

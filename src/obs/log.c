@@ -692,6 +692,10 @@ static size_t peer_format(int fam, const uint8_t *a, char *out)
     }
     if (fam == AF_INET6 && inet_ntop(AF_INET6, a, out, INET6_ADDRSTRLEN) != NULL)
         return strlen(out);
+    if (fam == AF_UNIX) { /* a client of a unix socket listener (nginx writes the same) */
+        memcpy(out, "unix:", 5);
+        return 5;
+    }
     out[0] = '-';
     return 1;
 }

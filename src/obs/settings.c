@@ -22,7 +22,8 @@
 /* clang-format off */
 const settings_key_t flare__settings_keys[] = {
     { "listen", K_LISTEN, 0, 0, 0, 0, NULL,
-      "HOST:PORT to listen on (repeatable; in the file a list, entries may carry tls-cert/tls-key)",
+      "HOST:PORT, unix:PATH[?mode=0660&owner=U&group=G] or unix:@NAME to listen on (repeatable; "
+      "in the file a list, entries may carry tls-cert/tls-key)",
       true, true },
     { "listen-plain", K_LISTEN_PLAIN, 0, 0, 0, 0, NULL, "one more plain HTTP listener (repeatable)",
       true, false },
@@ -490,7 +491,8 @@ int flare__settings_set(flare_settings_t *s, int idx, const char *v, const setti
     case K_LISTEN:
     case K_LISTEN_PLAIN:
         if (*v == '\0')
-            return flare__settings_fail(s, src, k->name, "expected HOST:PORT, got \"\"");
+            return flare__settings_fail(s, src, k->name,
+                                        "expected HOST:PORT or unix:PATH, got \"\"");
         if (k->kind == K_LISTEN_PLAIN && listener0(s, src) == NULL)
             return FLARE_ENOMEM;
         l = flare__settings_add_listener(s, v, src, k->kind == K_LISTEN);

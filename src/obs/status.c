@@ -142,7 +142,18 @@ static int status_json(flare_app_t *app, flare_res_t *res)
          (unsigned long long)t.tx);
     putf(&b, &err, "\"connections\":{\"open\":%llu,\"active\":%llu,\"idle\":%llu},",
          (unsigned long long)t.open, (unsigned long long)t.active, (unsigned long long)idle);
-    putf(&b, &err, "\"ws_connections\":%llu,\"buckets\":[", (unsigned long long)t.ws_open);
+    putf(&b, &err, "\"ws_connections\":%llu,\"listeners\":[", (unsigned long long)t.ws_open);
+    /* app->active lives from before the workers start until after they are
+     * joined: a handler (on a worker) reads it safely */
+    for (unsigned i = 0; i < app->nactive; i++) {
+        const flare_listener_t *l = app->active[i];
+        const char *open = i ? ",{\"address\":" : "{\"address\":";
+        put(&b, &err, open, strlen(open));
+        put_json_str(&b, &err, l->name);
+        putf(&b, &err, ",\"port\":%d,\"tls\":%s,\"admin\":%s}", atomic_load(&l->port),
+             l->tls != NULL ? "true" : "false", l->admin ? "true" : "false");
+    }
+    put(&b, &err, "],\"buckets\":[", 13);
     for (unsigned i = 0; i < FLARE__HIST_NB; i++)
         putf(&b, &err, "%s%g", i ? "," : "", (double)flare__hist_bounds_ns[i] / 1e9);
     put(&b, &err, "],\"routes\":[", 12);
