@@ -341,12 +341,23 @@ static void gate_close(flare_app_t *app)
  * nothing it does (closing connections, running their callbacks) can keep
  * the next sweep from happening: a lost re-arm would end all timeouts. */
 /* After a burst the caches hold what its peak needed: each sweep frees
- * what none took since the one before (their low-water marks), down to a
- * small floor, and asks malloc to give the pages back when that was a lot
- * (it keeps freed memory of a thread's arena otherwise). */
-#define TRIM_KEEP_EX   16
-#define TRIM_KEEP_BUFS 16
-#define TRIM_RELEASE   (1u << 20)
+ * the free exchanges and connection buffers past what the connections
+ * still open may need at once (TRIM_EX_PER_CONN exchanges and
+ * TRIM_BUFS_PER_CONN buffers each, a small floor at the least), and asks
+ * malloc to give the pages back when that was a lot (it keeps freed memory
+ * of a thread's arena otherwise). The bound follows the open connections,
+ * not a low-water mark of the lists: such a mark costs a compare at every
+ * take, 12 instructions per HTTP/1.1 keep-alive request (1,246 -> 1,258 in
+ * bench/guard.sh), for a bound that differs only while more exchanges per
+ * connection are in flight than the per-connection allowance (HTTP/2
+ * streams, deep pipelining): those are freed at a sweep and allocated
+ * again when needed. The HTTP/2 block lists keep their low-water marks
+ * (src/http2/mem.c): HTTP/1.1 never takes from them. */
+#define TRIM_KEEP_EX       16
+#define TRIM_KEEP_BUFS     16
+#define TRIM_EX_PER_CONN   4
+#define TRIM_BUFS_PER_CONN 2
+#define TRIM_RELEASE       (1u << 20)
 
 static size_t ex_free(struct flare_req *ex)
 {
@@ -362,17 +373,19 @@ static size_t ex_free(struct flare_req *ex)
 static void worker_trim(flare_worker_t *w)
 {
     size_t freed = 0;
-    unsigned drop = w->nfree_ex > TRIM_KEEP_EX ? w->nfree_ex - TRIM_KEEP_EX : 0;
-    if (drop > w->ex_low)
-        drop = w->ex_low;
+    unsigned conns = w->nconns + w->nmodule_conns;
+    unsigned keep =
+        conns * TRIM_EX_PER_CONN > TRIM_KEEP_EX ? conns * TRIM_EX_PER_CONN : TRIM_KEEP_EX;
+    unsigned drop = w->nfree_ex > keep ? w->nfree_ex - keep : 0;
     for (unsigned i = 0; i < drop; i++) {
         struct flare_req *ex = w->free_ex;
         w->free_ex = ex->next;
         freed += ex_free(ex);
     }
     w->nfree_ex -= drop;
-    w->ex_low = w->nfree_ex;
-    freed += flare__bufpool_trim(&w->pool, TRIM_KEEP_BUFS);
+    keep =
+        conns * TRIM_BUFS_PER_CONN > TRIM_KEEP_BUFS ? conns * TRIM_BUFS_PER_CONN : TRIM_KEEP_BUFS;
+    freed += flare__bufpool_trim(&w->pool, keep);
     freed += flare__h2_mem_trim(w);
     w->trimmed += freed;
     if (w->trimmed >= TRIM_RELEASE) {
@@ -495,7 +508,7 @@ void flare__worker_free_memory(flare_worker_t *w)
         w->free_ex = ex->next;
         ex_free(ex);
     }
-    w->nfree_ex = w->ex_low = 0;
+    w->nfree_ex = 0;
     flare__h2_mem_dispose(w);
     flare__bufpool_dispose(&w->pool);
 }

@@ -113,7 +113,6 @@ struct flare_worker {
      * that would have completed them are cancelled then, not fired */
     struct flare_req *orphans;
     unsigned nfree_ex;
-    unsigned ex_low; /* the fewest free exchanges since the last sweep's trim */
     size_t trimmed;  /* bytes the sweeps freed since malloc last gave pages back */
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];

@@ -23,8 +23,7 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     struct flare_req *ex = w->free_ex;
     if (ex != NULL) {
         w->free_ex = ex->next;
-        if (--w->nfree_ex < w->ex_low)
-            w->ex_low = w->nfree_ex;
+        w->nfree_ex--;
     } else {
         ex = calloc(1, sizeof(*ex));
         if (ex == NULL)

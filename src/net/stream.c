@@ -36,15 +36,12 @@ void flare__bufpool_dispose(flare_bufpool_t *p)
 size_t flare__bufpool_trim(flare_bufpool_t *p, unsigned keep)
 {
     unsigned drop = p->n > keep ? p->n - keep : 0;
-    if (drop > p->low)
-        drop = p->low;
     for (unsigned i = 0; i < drop; i++) {
         flare_pool_buf_t *b = p->head;
         p->head = b->next;
         free(b);
     }
     p->n -= drop;
-    p->low = p->n;
     return (size_t)drop * FLARE_CONN_BUF;
 }
 

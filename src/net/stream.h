@@ -49,7 +49,6 @@ typedef struct flare_pool_buf {
 typedef struct flare_bufpool {
     flare_pool_buf_t *head;
     unsigned n;
-    unsigned low; /* the fewest free since the last trim: those nobody needed */
 } flare_bufpool_t;
 
 #define FLARE_BUFPOOL_KEEP 1024 /* free buffers kept; more go back to malloc */
@@ -60,8 +59,7 @@ static inline char *flare__bufpool_get(flare_bufpool_t *p)
     flare_pool_buf_t *b = p->head;
     if (flare__likely(b != NULL)) {
         p->head = b->next;
-        if (--p->n < p->low)
-            p->low = p->n;
+        p->n--;
         return (char *)b;
     }
     return malloc(FLARE_CONN_BUF);
@@ -80,8 +78,7 @@ static inline void flare__bufpool_put(flare_bufpool_t *p, char *buf)
 }
 
 void flare__bufpool_dispose(flare_bufpool_t *p);
-/* Frees the buffers no one took since the last call (the low-water mark),
- * down to keep at the least; returns the bytes freed. */
+/* Frees the free buffers past keep; returns the bytes freed. */
 size_t flare__bufpool_trim(flare_bufpool_t *p, unsigned keep);
 
 /* Output that is not in wbuf: borrowed memory (fd -1: ptr, len) or a file
