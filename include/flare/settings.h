@@ -182,10 +182,11 @@ typedef struct flare_settings_setup_opts {
 /* Wires into app everything the settings hold that needs no route, in
  * one call after flare_app_new (made from flare_settings_app_config) and
  * before flare_app_run; routes may come before or after it:
- *   - logging (flare/log.h), always: flare_log_setup with log (stderr when
- *     unset), log-level [error], log-format, access-log (none when unset)
- *     and access-log-format; the files are opened here, so an unwritable
- *     path fails now;
+ *   - logging (flare/log.h) when one of its keys is set: flare_log_setup
+ *     with log (stderr when unset), log-level [error], log-format,
+ *     access-log (none when unset) and access-log-format; the files are
+ *     opened here, so an unwritable path fails now (with none set there is
+ *     no logger, no writer thread: the library's own errors go to stderr);
  *   - a Redis session store when `sessions` is redis://... (flare_redis_open:
  *     the URL is checked here, the connections are made as the workers
  *     start), for flare_settings_sessions;
