@@ -891,12 +891,13 @@ static void test_setup_sessions(void **state)
     flare_settings_free(&s);
 }
 
-/* SIGHUP with the logger made by setup: a new log-level is set, new
- * formats are not applied (they keep their values: an upgrade takes them) */
+/* SIGHUP with the logger made by setup (a logging key is set: without one
+ * setup makes no logger): a new log-level is set, new formats are not
+ * applied (they keep their values: an upgrade takes them) */
 static void test_watch_logger(void **state)
 {
     (void)state;
-    const char *path = write_file("g.yaml", "listen: 127.0.0.1:0\nworkers: 1\n");
+    const char *path = write_file("g.yaml", "listen: 127.0.0.1:0\nworkers: 1\nlog-level: error\n");
     char file[128];
     snprintf(file, sizeof(file), "%s", path);
     flare_settings_t s;
