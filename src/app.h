@@ -113,7 +113,7 @@ struct flare_worker {
      * that would have completed them are cancelled then, not fired */
     struct flare_req *orphans;
     unsigned nfree_ex;
-    size_t trimmed;  /* bytes the sweeps freed since malloc last gave pages back */
+    size_t trimmed; /* bytes the sweeps freed since malloc last gave pages back */
     time_t date_sec;
     char date_line[FLARE_DATE_LINE_LEN];
     /* connections a module holds (flare__worker_conn_hold: an upgraded
