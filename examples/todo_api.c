@@ -109,37 +109,38 @@ static const flare_field_t error_fields[] = {
                     FLARE_DESCRIPTION("what went wrong")),
 };
 
-/* flare_req_bind's 400: {"errors":[{"field":..,"reason":..}]} when fields
- * fail validation, {"error":"invalid JSON","line":..,"column":..,
- * "position":..,"reason":..} when the body is not JSON */
-typedef struct field_error {
-    flare_str_t field, reason;
-} field_error_t;
-
-typedef struct bad_request_out {
-    field_error_t errors[FLARE_MAP_MAX_ERRORS];
-    size_t nerrors;
-    flare_str_t error, reason;
-    int64_t line, column, position;
-} bad_request_out_t;
-
-static const flare_field_t field_error_fields[] = {
-    FLARE_FIELD_STR(field_error_t, field, "field", FLARE_REQUIRED,
-                    FLARE_DESCRIPTION("path of the member: \"title\", \"tags[2]\"; \"\" for the "
-                                      "body itself")),
-    FLARE_FIELD_STR(field_error_t, reason, "reason", FLARE_REQUIRED),
-};
-
-static const flare_field_t bad_request_fields[] = {
-    FLARE_FIELD_ARRAY_OF(bad_request_out_t, errors, nerrors, "errors", field_error_fields,
-                         FLARE_ITEMS(1, 0), FLARE_DESCRIPTION("every field that failed")),
-    FLARE_FIELD_STR(bad_request_out_t, error, "error",
-                    FLARE_DESCRIPTION("\"invalid JSON\" when the body is not JSON")),
-    FLARE_FIELD_INT(bad_request_out_t, line, "line", FLARE_MIN(1)),
-    FLARE_FIELD_INT(bad_request_out_t, column, "column", FLARE_MIN(1)),
-    FLARE_FIELD_INT(bad_request_out_t, position, "position", FLARE_MIN(0)),
-    FLARE_FIELD_STR(bad_request_out_t, reason, "reason"),
-};
+/* flare_req_bind's 400, written by the library with the JSON writer:
+ * {"errors":[{"field":..,"reason":..}]} when fields fail validation,
+ * {"error":"invalid JSON","line":..,"column":..,"position":..,"reason":..}
+ * when the body is not JSON. No struct holds it, so its schema is written
+ * by hand (flare_op_content_t.schema_json) rather than by a mapping table. */
+static const char bad_request_schema[] =
+    "{\"oneOf\": ["
+    "  {\"type\": \"object\", \"description\": \"fields that failed validation\","
+    "   \"properties\": {"
+    "     \"errors\": {\"type\": \"array\", \"minItems\": 1,"
+    "                \"description\": \"every field that failed\","
+    "                \"items\": {\"type\": \"object\","
+    "                          \"properties\": {"
+    "                            \"field\": {\"type\": \"string\", \"description\":"
+    "                              \"path of the member: title, tags[2]; empty: the body\"},"
+    "                            \"reason\": {\"type\": \"string\"},"
+    "                            \"pattern\": {\"type\": \"string\", \"description\":"
+    "                                        \"the pattern the string did not match\"}},"
+    "                          \"required\": [\"field\", \"reason\"],"
+    "                          \"additionalProperties\": false}},"
+    "     \"more\": {\"type\": \"integer\", \"minimum\": 1,"
+    "              \"description\": \"failures left out of the list\"}},"
+    "   \"required\": [\"errors\"], \"additionalProperties\": false},"
+    "  {\"type\": \"object\", \"description\": \"the body is not JSON\","
+    "   \"properties\": {"
+    "     \"error\": {\"type\": \"string\", \"const\": \"invalid JSON\"},"
+    "     \"line\": {\"type\": \"integer\", \"minimum\": 1},"
+    "     \"column\": {\"type\": \"integer\", \"minimum\": 1},"
+    "     \"position\": {\"type\": \"integer\", \"minimum\": 0},"
+    "     \"reason\": {\"type\": \"string\"}},"
+    "   \"required\": [\"error\"], \"additionalProperties\": false}"
+    "]}";
 
 /* ---- helpers ---- */
 
@@ -365,7 +366,7 @@ static int delete_todo(flare_req_t *req, flare_res_t *res, void *ud)
         400,                                                                            \
             "the fields that failed validation (every one of them), or where the body " \
             "is not JSON",                                                              \
-            FLARE_OP_JSON("BadRequest", bad_request_fields)                             \
+            FLARE_OP_SCHEMA("BadRequest", bad_request_schema)                           \
     }
 #define R_NOT_JSON \
     R_ERROR(415, "the body is not labelled JSON (Content-Type application/json or +json)")

@@ -24,10 +24,13 @@
  *
  * Schemas come from the struct-mapping tables (flare/mapping.h), the same
  * ones that decode and validate the bodies, so the document cannot drift
- * from what the server accepts. Every call copies what it is given (strings,
- * and the schemas as JSON text): nothing passed in needs to outlive the call.
- * All calls here are for setup: before flare_app_run or between runs, never
- * while the app runs (FLARE_ESTATE). docs/openapi.md. */
+ * from what the server accepts; a body written by hand with the JSON
+ * writer is described by a JSON Schema text instead (FLARE_OP_SCHEMA,
+ * flare_op_content_t.schema_json), with no struct to declare. Every call
+ * copies what it is given (strings, and the schemas as JSON text): nothing
+ * passed in needs to outlive the call. All calls here are for setup: before
+ * flare_app_run or between runs, never while the app runs (FLARE_ESTATE).
+ * docs/openapi.md. */
 #ifndef FLARE_OPENAPI_H
 #define FLARE_OPENAPI_H
 
@@ -98,6 +101,15 @@ typedef struct flare_op_content {
     /* [application/json when fields is set]; e.g. "text/plain" without
      * fields describes a body of that type with no schema */
     const char *content_type;
+    /* A JSON Schema written by hand, in place of fields: for a body a
+     * handler writes (or reads) with the flare_json writer (or parser)
+     * rather than through a mapping table. It must parse as JSON and be an
+     * object or a boolean (FLARE_EINVAL otherwise, flare_last_error() says
+     * why); it is copied, re-serialised compactly and emitted as the
+     * schema (under components/schemas when name is set; array wraps it
+     * as with fields). Not with fields, partial or closed (FLARE_EINVAL).
+     * NULL: none. */
+    const char *schema_json;
 } flare_op_content_t;
 
 /* { .name = "Todo", .fields = table, .nfields = FLARE_MAP_N(table) } */
@@ -108,6 +120,14 @@ typedef struct flare_op_content {
 #define FLARE_OP_JSON_ARRAY(schema_name, table)                                                \
     {                                                                                          \
         .name = (schema_name), .fields = (table), .nfields = FLARE_MAP_N(table), .array = true \
+    }
+
+/* { .name = "Stats", .schema_json = "{\"type\":\"object\",...}" }: a body
+ * described by a JSON Schema text rather than a mapping table
+ * (flare_op_content_t.schema_json); name may be NULL (inline). */
+#define FLARE_OP_SCHEMA(schema_name, json)           \
+    {                                                \
+        .name = (schema_name), .schema_json = (json) \
     }
 
 /* One response of an operation. */
@@ -146,7 +166,9 @@ typedef struct flare_op {
  *                   a parameter without a name or not a scalar, a path
  *                   parameter that is not in the pattern, a parameter listed
  *                   twice, a body table that flare_map_check refuses, a
- *                   method OpenAPI cannot express (CONNECT);
+ *                   body's schema_json that is not JSON or not an object
+ *                   or boolean (or given with fields, partial or closed),
+ *                   a method OpenAPI cannot express (CONNECT);
  *   FLARE_EEXIST    operation_id already used, or a schema name already
  *                   used for a different schema;
  *   FLARE_ESTATE    the app is running;

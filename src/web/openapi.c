@@ -175,6 +175,91 @@ static int write_scalar(flare_json_t *w, const void *arg, unsigned flags)
     return flare__map_schema_scalar(arg, w);
 }
 
+/* Writes a parsed value back out (compact; the parser bounds the depth). */
+static int write_val(flare_json_t *w, const flare_json_val_t *v)
+{
+    switch (flare_json_val_type(v)) {
+    case FLARE_JSON_NULL:
+        return flare_json_null(w);
+    case FLARE_JSON_BOOL: {
+        bool b = false;
+        flare_json_val_bool(v, &b);
+        return flare_json_bool(w, b);
+    }
+    case FLARE_JSON_INT: {
+        int64_t i = 0;
+        flare_json_val_int(v, &i);
+        return flare_json_int(w, i);
+    }
+    case FLARE_JSON_DOUBLE: {
+        double d = 0;
+        flare_json_val_double(v, &d);
+        return flare_json_double(w, d);
+    }
+    case FLARE_JSON_STRING: {
+        flare_str_t str = FLARE_STR_NULL;
+        flare_json_val_str(v, &str);
+        return flare_json_str(w, str);
+    }
+    case FLARE_JSON_ARRAY:
+        flare_json_array_begin(w);
+        for (size_t i = 0, n = flare_json_val_len(v); i < n; i++)
+            write_val(w, flare_json_val_at(v, i));
+        return flare_json_array_end(w);
+    case FLARE_JSON_OBJECT: {
+        flare_json_object_begin(w);
+        void *it = NULL;
+        flare_str_t key;
+        const flare_json_val_t *m;
+        while (flare_json_val_next(v, &it, &key, &m)) {
+            flare_json_key(w, key);
+            write_val(w, m);
+        }
+        return flare_json_object_end(w);
+    }
+    default:
+        return FLARE_EINVAL;
+    }
+}
+
+static int write_json_val(flare_json_t *w, const void *arg, unsigned flags)
+{
+    (void)flags;
+    return write_val(w, arg);
+}
+
+/* A hand-written schema: checked to be JSON and an object or boolean (the
+ * two forms a JSON Schema takes), then re-serialised. */
+static char *hand_schema_text(oa_state_t *st, const char *json, const char *where, int *rc)
+{
+    flare_json_doc_t *doc = NULL;
+    flare_json_error_t err;
+    memset(&err, 0, sizeof(err));
+    *rc = flare_json_parse(json, strlen(json), &doc, &err);
+    if (*rc == FLARE_ENOMEM)
+        return NULL;
+    if (*rc != 0) {
+        *rc = flare__fail(FLARE_EINVAL, 0, "%s: schema_json is not JSON (line %d, column %d: %s)",
+                          where, err.line, err.column, err.reason);
+        return NULL;
+    }
+    const flare_json_val_t *root = flare_json_doc_root(doc);
+    flare_json_type_t t = flare_json_val_type(root);
+    char *s = NULL;
+    if (t != FLARE_JSON_OBJECT && t != FLARE_JSON_BOOL)
+        *rc = flare__fail(FLARE_EINVAL, 0,
+                          "%s: schema_json is %s %s, not a JSON Schema (an object or a boolean)",
+                          where, t == FLARE_JSON_ARRAY || t == FLARE_JSON_INT ? "an" : "a",
+                          flare_json_type_name(t));
+    else
+        s = schema_text(st, write_json_val, root, 0, rc);
+    flare_json_doc_free(doc);
+    return s;
+}
+
+static int register_schema(oa_state_t *st, const flare_op_content_t *c, char *text,
+                           oa_content_t *out, const char *where);
+
 /* Copies a body: its schema as JSON text, registered under its name. */
 static int copy_content(oa_state_t *st, const flare_op_content_t *c, oa_content_t *out,
                         const char *where)
@@ -182,6 +267,18 @@ static int copy_content(oa_state_t *st, const flare_op_content_t *c, oa_content_
     memset(out, 0, sizeof(*out));
     out->array = c->array;
     DUP_OR_FAIL(out->ctype, c->content_type);
+    int rc;
+    char *text;
+    if (c->schema_json != NULL) {
+        if (c->fields != NULL || c->nfields > 0 || c->partial || c->closed)
+            return flare__fail(FLARE_EINVAL, 0,
+                               "%s: schema_json with fields, partial or closed (those are "
+                               "for a field table)",
+                               where);
+        if ((text = hand_schema_text(st, c->schema_json, where, &rc)) == NULL)
+            return rc;
+        return register_schema(st, c, text, out, where);
+    }
     if (c->fields == NULL) {
         if (c->name != NULL || c->array || c->nfields > 0)
             return flare__fail(FLARE_EINVAL, 0, "%s: a schema name or array without fields", where);
@@ -189,15 +286,23 @@ static int copy_content(oa_state_t *st, const flare_op_content_t *c, oa_content_
             return flare__fail(FLARE_EINVAL, 0, "%s: neither fields nor a content type", where);
         return 0;
     }
-    int rc = flare_map_check(c->fields, c->nfields);
+    rc = flare_map_check(c->fields, c->nfields);
     if (rc != 0)
         return flare__fail(rc, 0, "%s: the field table fails flare_map_check (%s)", where,
                            flare_strerror(rc));
     unsigned flags = FLARE__SCHEMA_OPENAPI | (c->partial ? FLARE__SCHEMA_PARTIAL : 0) |
                      (c->closed ? FLARE__SCHEMA_CLOSED : 0);
-    char *text = schema_text(st, write_table, c, flags, &rc);
-    if (text == NULL)
+    if ((text = schema_text(st, write_table, c, flags, &rc)) == NULL)
         return rc;
+    return register_schema(st, c, text, out, where);
+}
+
+/* Puts a body's schema text inline, or under components/schemas by name
+ * (the same name twice must be the same text). */
+static int register_schema(oa_state_t *st, const flare_op_content_t *c, char *text,
+                           oa_content_t *out, const char *where)
+{
+    int rc;
     if (c->name == NULL) {
         out->schema = text;
         return 0;
@@ -420,7 +525,8 @@ static int copy_op(oa_state_t *st, flare_method_t method, const char *pattern, c
         q->status = r->status;
         DUP_OR_FAIL(q->description, r->description);
         const flare_op_content_t *b = &r->body;
-        q->has_body = b->fields != NULL || b->content_type != NULL || b->name != NULL;
+        q->has_body = b->fields != NULL || b->content_type != NULL || b->name != NULL ||
+                      b->schema_json != NULL;
         if (q->has_body && (rc = copy_content(st, b, &q->body, where)) != 0)
             return rc;
         o->nres++;

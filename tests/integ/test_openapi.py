@@ -164,6 +164,9 @@ class OpenApi(ServerTestCase):
                          {"type": "string", "minLength": 1, "maxLength": 200})
         self.assertFalse(todo_in["additionalProperties"])
         self.assertNotIn("required", doc["components"]["schemas"]["TodoPatch"])
+        # a schema written by hand (schema_json), as written: the two shapes of a 400
+        bad = doc["components"]["schemas"]["BadRequest"]
+        self.assertEqual([b["required"] for b in bad["oneOf"]], [["errors"], ["error"]])
 
     def test_etag_and_304(self):
         r = self.call("GET", "/openapi.json")

@@ -563,6 +563,114 @@ static void test_served_with_etag(void **state)
     flare_app_free(app);
 }
 
+/* Bodies written by hand with the JSON writer: a JSON Schema text, no
+ * struct; checked at registration, copied, re-serialised compactly. */
+static void test_hand_written_schema(void **state)
+{
+    (void)state;
+    flare_app_t *app = flare_app_new(&(flare_config_t){ .workers = 1 });
+    assert_int_equal(flare_openapi_route(app, "/openapi.json"), 0);
+    assert_int_equal(flare_get(app, "/stats", ok, NULL), 0);
+    assert_int_equal(flare_post(app, "/tags", ok, NULL), 0);
+    /* the caller's buffer: overwritten after the call, the copy stays */
+    char stats[] = "{ \"type\": \"object\",\n"
+                   "  \"properties\": { \"n\": { \"type\": \"integer\", \"minimum\": 0 },\n"
+                   "                  \"ratio\": { \"type\": [\"number\", \"null\"] } },\n"
+                   "  \"required\": [ \"n\" ], \"additionalProperties\": false }";
+    flare_op_response_t res[] = {
+        { 200, "counts", FLARE_OP_SCHEMA("Stats", stats) },
+        { 0, "anything", { .schema_json = "true" } },
+    };
+    flare_op_t op = { .responses = res, .nresponses = 2 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/stats", &op), 0);
+    memset(stats, ' ', sizeof(stats) - 1);
+    /* a request body too, inline, as an array of them */
+    static const flare_op_content_t tags = { .schema_json =
+                                                 "{\"type\":\"string\",\"maxLength\":32}",
+                                             .array = true };
+    /* the same name for the same schema, spelled with other spaces: one component */
+    static const flare_op_response_t tres[] = {
+        { 201, "counts after",
+          FLARE_OP_SCHEMA("Stats", "{\"type\":\"object\",\"properties\":"
+                                   "{\"n\":{\"type\":\"integer\",\"minimum\":0},"
+                                   "\"ratio\":{\"type\":[\"number\",\"null\"]}},"
+                                   "\"required\":[\"n\"],"
+                                   "\"additionalProperties\":false}") },
+    };
+    flare_op_t top = { .body = &tags, .responses = tres, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_POST, "/tags", &top), 0);
+
+    flare_json_doc_t *d = doc_of(app);
+    const flare_json_val_t *root = flare_json_doc_root(d);
+    const flare_json_val_t *s = at(root, "paths", "/stats", "get", "responses", "200", "content",
+                                   "application/json", "schema", NULL);
+    assert_string_equal(str_of(at(s, "$ref", NULL)), "#/components/schemas/Stats");
+    const flare_json_val_t *c = at(root, "components", "schemas", "Stats", NULL);
+    assert_string_equal(type_of(c), "object");
+    assert_int_equal(int_of(at(c, "properties", "n", "minimum", NULL)), 0);
+    assert_string_equal(type_of(at(c, "properties", "ratio", NULL)), "number|null");
+    assert_string_equal(str_of(at(c, "required", "#0", NULL)), "n");
+    assert_int_equal(flare_json_val_len(at(root, "components", "schemas", NULL)), 1);
+    bool b = false;
+    s = at(root, "paths", "/stats", "get", "responses", "default", "content", "application/json",
+           "schema", NULL);
+    assert_int_equal(flare_json_val_bool(s, &b), 0);
+    assert_true(b);
+    s = at(root, "paths", "/tags", "post", "requestBody", "content", "application/json", "schema",
+           NULL);
+    assert_string_equal(type_of(s), "array");
+    assert_int_equal(int_of(at(s, "items", "maxLength", NULL)), 32);
+    assert_string_equal(str_of(at(root, "paths", "/tags", "post", "responses", "201", "content",
+                                  "application/json", "schema", "$ref", NULL)),
+                        "#/components/schemas/Stats");
+    flare_json_doc_free(d);
+
+    /* refused, saying why: not JSON, not an object or boolean, with
+     * fields, a name taken by another schema */
+    static const flare_op_response_t broken[] = {
+        { 200, "x", { .schema_json = "{\"type\": \"object\",}" } },
+    };
+    flare_op_t bad = { .responses = broken, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/stats", &bad), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "schema_json is not JSON (line 1"));
+    static const flare_op_response_t arr[] = { { 200, "x", { .schema_json = "[1]" } } };
+    bad = (flare_op_t){ .responses = arr, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/stats", &bad), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "schema_json is an array, not a JSON Schema"));
+    static const flare_op_content_t num = { .schema_json = "42" };
+    bad = (flare_op_t){ .body = &num, .responses = tres, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_POST, "/tags", &bad), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "not a JSON Schema"));
+    static const flare_op_response_t both[] = {
+        { 200, "x", { .fields = point_fields, .nfields = 2, .schema_json = "{}" } },
+    };
+    bad = (flare_op_t){ .responses = both, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/stats", &bad), FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "schema_json with fields"));
+    static const flare_op_response_t other[] = {
+        { 200, "x", FLARE_OP_SCHEMA("Stats", "{\"type\":\"object\"}") },
+    };
+    bad = (flare_op_t){ .responses = other, .nresponses = 1 };
+    assert_int_equal(flare_route_doc(app, FLARE_METHOD_GET, "/stats", &bad), FLARE_EEXIST);
+    assert_non_null(strstr(flare_last_error(), "\"Stats\" is already used"));
+
+    /* served as written: compact, in the cached /openapi.json */
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    char *r = harness_roundtrip(&h, "GET /openapi.json HTTP/1.1\r\nHost: x\r\n"
+                                    "Connection: close\r\n\r\n");
+    assert_non_null(r);
+    assert_non_null(strstr(r, "HTTP/1.1 200 "));
+    assert_non_null(strstr(r, "\"Stats\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":"
+                              "\"integer\",\"minimum\":0},\"ratio\":{\"type\":[\"number\","
+                              "\"null\"]}},\"required\":[\"n\"],\"additionalProperties\":false}"));
+    assert_non_null(strstr(r, "\"default\":{\"description\":\"anything\",\"content\":{"
+                              "\"application/json\":{\"schema\":true}}}"));
+    free(r);
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(app);
+}
+
 /* A document that cannot be written fails the run, saying why. */
 static void test_undeclared_scheme_fails_the_run(void **state)
 {
@@ -592,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_params_security_info),
         cmocka_unit_test(test_registration_errors),
         cmocka_unit_test(test_served_with_etag),
+        cmocka_unit_test(test_hand_written_schema),
         cmocka_unit_test(test_undeclared_scheme_fails_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
