@@ -29,7 +29,7 @@ typedef struct flare_str {
 #define FLARE_STR(lit) ((flare_str_t){ (lit), sizeof(lit) - 1 })
 #define FLARE_STR_NULL ((flare_str_t){ NULL, 0 })
 
-/* A view of a NUL-terminated string (NULL: the empty view {NULL, 0}). */
+/* A view of cstr, a NUL-terminated string (NULL: the empty view {NULL, 0}). */
 static inline flare_str_t flare_str(const char *cstr)
 {
     flare_str_t s = { cstr, cstr != NULL ? strlen(cstr) : 0 };
@@ -42,7 +42,7 @@ static inline int flare_str_eq(flare_str_t a, flare_str_t b)
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
 
-/* ASCII case-insensitive comparison (header names, tokens). */
+/* ASCII case-insensitive comparison of a and b (header names, tokens). */
 FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
 
 /* Error codes: one table generates the enum and the messages.
@@ -106,7 +106,7 @@ typedef enum flare_method {
 } flare_method_t;
 /* clang-format on */
 
-/* Name of a method ("GET"), or "" for FLARE_METHOD_OTHER. */
+/* Name of method m ("GET"), or "" for FLARE_METHOD_OTHER. */
 FLARE_API flare_str_t flare_method_name(flare_method_t m);
 
 /* Status codes: X(code, NAME, reason phrase). */

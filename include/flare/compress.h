@@ -62,7 +62,8 @@ typedef struct flare_compress_config {
     const char *const *types;
 } flare_compress_config_t;
 
-/* Compresses the responses of the routes it is registered on:
+/* Fills *out with a middleware, configured by cfg (read here; NULL:
+ * defaults), that compresses the responses of the routes it is registered on:
  *   - buffered bodies (flare_res_send, flare_res_send_ref) of at least
  *     min_size bytes, compressed whole (the worker's zlib state is reused
  *     through deflateReset);

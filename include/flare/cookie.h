@@ -41,7 +41,8 @@ FLARE_API void flare_cookie_iter_init(flare_cookie_iter_t *it, flare_str_t heade
  * at the end. */
 FLARE_API bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value);
 
-/* The value of the first cookie with that name (case-sensitive, as
+/* The value in a Cookie header's value (header) of the first cookie with
+ * that name (case-sensitive, as
  * browsers send the most specific path first), or {NULL, 0} when absent;
  * an empty value is {"", 0}-like (ptr non-NULL, len 0). */
 FLARE_API flare_str_t flare_cookie_get(flare_str_t header, flare_str_t name);
@@ -132,7 +133,7 @@ typedef struct flare_res flare_res_t;
  * when absent. A view into the request, valid until the response completes. */
 FLARE_API flare_str_t flare_req_cookie(flare_req_t *req, const char *name);
 
-/* Adds a Set-Cookie header built by flare_cookie_format (validated: nothing
+/* Adds a Set-Cookie header for cookie c, built by flare_cookie_format (validated: nothing
  * can break out of the header). 0, FLARE_EINVAL, FLARE_ETOOBIG, FLARE_ESTATE
  * (response already sent) or FLARE_ENOMEM. */
 FLARE_API int flare_res_cookie(flare_res_t *res, const flare_cookie_t *c);

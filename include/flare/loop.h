@@ -93,7 +93,7 @@ typedef void (*flare_watch_fn)(flare_watch_t *wt, unsigned events, void *ud);
 FLARE_API int flare_watch_new(flare_worker_t *w, int fd, unsigned events, flare_watch_fn cb,
                               void *ud, flare_watch_t **out);
 
-/* Changes the interest (0 pauses: no callback at all until it is set
+/* Changes the interest to events (0 pauses: no callback at all until it is set
  * again). No system call when it is unchanged. 0, or FLARE_EINVAL (NULL,
  * unknown bits), FLARE_ESYS. */
 FLARE_API int flare_watch_set(flare_watch_t *wt, unsigned events);

@@ -152,7 +152,7 @@ typedef struct flare_multipart {
 FLARE_API int flare_multipart_init(flare_multipart_t *mp, flare_str_t content_type,
                                    const flare_multipart_limits_t *limits);
 
-/* Same with the boundary itself (1..70 bchars). */
+/* Same with the boundary itself (1..70 bchars) and limits. */
 FLARE_API int flare_multipart_init_boundary(flare_multipart_t *mp, flare_str_t boundary,
                                             const flare_multipart_limits_t *limits);
 
@@ -246,7 +246,7 @@ typedef struct flare_multipart_stream flare_multipart_stream_t;
 /* Starts parsing req's body (Content-Type from the request; from a
  * streaming route's on_start, or its first on_chunk). Lives in the
  * request's arena until the request ends. opts, sink may be NULL; *sink is
- * copied, ud is given to its callbacks. 0, or FLARE_EINVAL with *why
+ * copied, ud is given to its callbacks. *out is set on success. 0, or FLARE_EINVAL with *why
  * (NOT_FORM_DATA 415, BOUNDARY 400: answer flare_multipart_err_status), or
  * FLARE_ENOMEM. */
 FLARE_API int flare_multipart_stream_start(flare_req_t *req, const flare_multipart_opts_t *opts,
@@ -254,7 +254,7 @@ FLARE_API int flare_multipart_stream_start(flare_req_t *req, const flare_multipa
                                            flare_multipart_stream_t **out,
                                            flare_multipart_err_t *why);
 
-/* Feeds the next bytes of the body (any split). 0, or the first failure:
+/* Feeds data, the next bytes of the body (any split). 0, or the first failure:
  * FLARE_EINVAL / FLARE_ETOOBIG (bad input, a limit: flare_multipart_stream_err
  * says which, answer its status), FLARE_ENOMEM, FLARE_EIO, or what a sink
  * callback returned; once failed, every call returns the same. */

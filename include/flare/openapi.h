@@ -168,8 +168,8 @@ FLARE_API int flare_openapi_info(flare_app_t *app, const flare_openapi_info_t *i
 
 /* Declares a security scheme `name` (components/securitySchemes): an API key
  * carried in the cookie `cookie` (type apiKey, in cookie), the way
- * flare_sessions' cookie authenticates. Operations name it in
- * flare_op_t.security. 0, FLARE_EINVAL, FLARE_EEXIST, FLARE_ESTATE or
+ * flare_sessions' cookie authenticates; description is its text (copied, may be
+ * NULL). Operations name it in flare_op_t.security. 0, FLARE_EINVAL, FLARE_EEXIST, FLARE_ESTATE or
  * FLARE_ENOMEM. */
 FLARE_API int flare_openapi_cookie_auth(flare_app_t *app, const char *name, const char *cookie,
                                         const char *description);

@@ -49,7 +49,7 @@ typedef struct flare_session_store {
     void *self;
 } flare_session_store_t;
 
-/* The in-memory store: sharded, read-mostly locking, safe across workers.
+/* Fills *out with the in-memory store: sharded, read-mostly locking, safe across workers.
  * max_sessions bounds memory (0: 100,000; at most 16,777,216, else
  * FLARE_EINVAL). Expired sessions are swept a few at a time by each save;
  * a save into a full shard frees an expired session or, when the ones it
@@ -79,7 +79,7 @@ typedef struct flare_session_config {
     flare_session_store_t store;   /* .load == NULL: a new in-memory store */
 } flare_session_config_t;
 
-/* Fills *out with the session middleware; its state (and the store) belong
+/* Fills *out with the session middleware configured by cfg; its state (and the store) belong
  * to the app. FLARE_EINVAL for an invalid cookie name or path
  * (flare_last_error() says which).
  *

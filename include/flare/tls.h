@@ -52,7 +52,7 @@ typedef struct flare_tls_config {
     bool tls13_only;               /* refuse TLS 1.2 */
 } flare_tls_config_t;
 
-/* Adds a listening address (HOST:PORT or a unix socket, as for
+/* Adds a listening address addr (HOST:PORT or a unix socket, as for
  * flare_app_run), plain when tls is NULL (TLS over a unix socket works
  * too). Before flare_app_run; call it once per address ("0.0.0.0:80"
  * plain and "0.0.0.0:443" TLS in one app). The certificate files are read
