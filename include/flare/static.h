@@ -82,15 +82,17 @@ FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 FLARE_API int flare_static(flare_app_t *app, const char *prefix, const char *root,
                            const flare_static_opts_t *opts);
 
-/* The same under a route group's prefix (and its middlewares). */
+/* The same under route group g's prefix (and its middlewares): prefix,
+ * root and opts as above. */
 FLARE_API int flare_group_static(flare_group_t *g, const char *prefix, const char *root,
                                  const flare_static_opts_t *opts);
 
-/* The Content-Type Flare uses for a file name, by its extension
+/* The Content-Type Flare uses for a file name (filename), by its extension
  * ("application/octet-stream" when unknown). Static storage. */
 FLARE_API flare_str_t flare_mime_type(flare_str_t filename);
 
-/* Parses an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime
+/* Parses s as an HTTP-date into *out (seconds since the epoch; true on
+ * success) (IMF-fixdate, and the obsolete RFC 850 and asctime
  * forms, as RFC 9110 section 5.6.7 requires of recipients). */
 FLARE_API bool flare_http_date_parse(flare_str_t s, time_t *out);
 
