@@ -63,18 +63,22 @@ FLARE_API size_t flare_form_decode_into(flare_str_t raw, char *out);
  * and alloc is NULL). *out lives as long as raw or the allocator's memory. */
 FLARE_API int flare_form_decode(flare_str_t raw, flare_alloc_fn alloc, void *ctx, flare_str_t *out);
 
-/* Next pair, decoded (flare_form_next + flare_form_decode on both). Returns
+/* Next pair of it, decoded into *key and *value (flare_form_next +
+ * flare_form_decode on both, copies from alloc(ctx, ...)). Returns
  * 1, 0 at the end, FLARE_ETOOBIG or FLARE_ENOMEM. */
 FLARE_API int flare_form_next_decoded(flare_form_iter_t *it, flare_alloc_fn alloc, void *ctx,
                                       flare_str_t *key, flare_str_t *value);
 
-/* The decoded value of the first pair with that (decoded) key. Returns 0,
+/* The decoded value (in *value) of the first pair of input with that
+ * (decoded) key; copies come from alloc(ctx, ...) as for
+ * flare_form_decode. Returns 0,
  * FLARE_ENOTFOUND, FLARE_ETOOBIG (more than FLARE_FORM_MAX_PAIRS pairs
  * before it) or FLARE_ENOMEM. */
 FLARE_API int flare_form_get(flare_str_t input, flare_str_t key, flare_alloc_fn alloc, void *ctx,
                              flare_str_t *value);
 
-/* All decoded values of a key, in order: fills values[0..max) and sets
+/* All decoded values of a key in input, in order (copies from
+ * alloc(ctx, ...) as for flare_form_decode): fills values[0..max) and sets
  * *count to the number of values found (which may exceed max: the extra
  * ones are counted, not stored). Returns 0 (also when there is none),
  * FLARE_ETOOBIG or FLARE_ENOMEM. */

@@ -267,12 +267,13 @@ typedef struct flare_map_errors {
 FLARE_API int flare_map_decode(const flare_field_t *fields, size_t n, const char *json, size_t len,
                                void *obj, const flare_map_opts_t *opts, flare_map_errors_t *errs);
 
-/* The same from an already parsed value (which must be an object). */
+/* The same (fields, n, obj, opts, errs) from an already parsed value v
+ * (which must be an object). */
 FLARE_API int flare_map_decode_val(const flare_field_t *fields, size_t n, const flare_json_val_t *v,
                                    void *obj, const flare_map_opts_t *opts,
                                    flare_map_errors_t *errs);
 
-/* Writes the 400 body for a failed decode:
+/* Writes to w the 400 body for a failed decode (errs):
  *   {"errors":[{"field":"title","reason":"length must be 1..200"},...]}
  * An error from a pattern also has the pattern, for developers (clients
  * show "reason"):
@@ -282,20 +283,20 @@ FLARE_API int flare_map_errors_write(const flare_map_errors_t *errs, flare_json_
 
 /* ---- encoding, schema, checking ----------------------------------------- */
 
-/* Writes *obj as a JSON object (one value: at the root, as an array element
+/* Writes *obj, described by the table fields (n entries), to w as a JSON
+ * object (one value: at the root, as an array element
  * or after a key), members in table order. A flare_str_t with ptr NULL is
  * written as null; arrays write min(count, capacity) elements. Returns the
  * writer's state (FLARE_EINVAL for a NaN or infinite double). */
 FLARE_API int flare_map_encode(const flare_field_t *fields, size_t n, const void *obj,
                                flare_json_t *w);
 
-/* Writes a JSON Schema (draft 2020-12, as used by OpenAPI 3.1) of the
- * struct: type, properties with their constraints (minLength, maxLength,
- * minimum, maximum, pattern, minItems, maxItems, format, description) and
- * required. */
+/* Writes to w a JSON Schema (draft 2020-12, as used by OpenAPI 3.1) of
+ * the struct described by fields (n entries): type, properties with their constraints (minLength,
+ * maxLength, minimum, maximum, pattern, minItems, maxItems, format, description) and required. */
 FLARE_API int flare_map_schema(const flare_field_t *fields, size_t n, flare_json_t *w);
 
-/* Checks a table once at startup: names present and unique, types and
+/* Checks a table (fields, n entries) once at startup: names present and unique, types and
  * sizes coherent, min <= max, patterns compile (on this thread). Returns 0,
  * FLARE_EINVAL or FLARE_EPATTERN. Decoding works without it, but reports a
  * broken table only when a request reaches the broken field. */
