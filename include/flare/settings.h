@@ -116,8 +116,9 @@ FLARE_API void flare_settings_init(flare_settings_t *s);
 FLARE_API void flare_settings_free(flare_settings_t *s);
 
 /* Reads the configuration: finds `--config FILE` (else $FLARE_CONFIG) and
- * loads that file, then the FLARE_* variables, then every flag of argv (the
- * standard keys and the `extra` options, which must outlive *s). Then
+ * loads that file, then the FLARE_* variables, then every flag of argv (argc
+ * entries: the standard keys and the `extra` options, nextra of them,
+ * which must outlive *s). Then
  * checks the whole: a TLS listener needs both tls-cert and tls-key, the
  * limits their bounds (flare_config_t). argv is copied for
  * flare_settings_reload. Extra options' `where` is written once all passed.
@@ -133,7 +134,8 @@ FLARE_API int flare_settings_parse_args(flare_settings_t *s, int argc, char **ar
                                         const flare_settings_option_t *extra, size_t nextra);
 
 /* The start of every main: flare_settings_init(s), then
- * flare_settings_parse_args (argv, the `extra` options), and what a
+ * flare_settings_parse_args (argc, argv, the nextra `extra` options), and
+ * what a
  * program does with its result. Returns 0: run (*s holds the settings;
  * free it with flare_settings_free). Returns FLARE_SETTINGS_EXIT: main
  * returns *exit_code at once (*s is freed already):
@@ -164,7 +166,7 @@ FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config
  * 0.0.0.0:443: ..."). */
 FLARE_API int flare_settings_apply(flare_settings_t *s, flare_app_t *app,
                                    const flare_static_opts_t *opts);
-/* The two halves of flare_settings_apply. */
+/* The two halves of flare_settings_apply (s, app, opts as there). */
 FLARE_API int flare_settings_listen(flare_settings_t *s, flare_app_t *app);
 FLARE_API int flare_settings_static(flare_settings_t *s, flare_app_t *app,
                                     const flare_static_opts_t *opts);
@@ -202,7 +204,8 @@ typedef struct flare_settings_setup_opts {
 FLARE_API int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
                                    const flare_settings_setup_opts_t *opts);
 
-/* flare_app_new with flare_settings_app_config, then flare_settings_setup:
+/* flare_app_new with flare_settings_app_config, then flare_settings_setup
+ * (with opts):
  * the app of a main in one call. On success *out is the app (free it with
  * flare_app_free before *s); on failure *out is NULL, nothing is left
  * behind, and flare_settings_error says why (main exits 1). */
@@ -216,7 +219,7 @@ FLARE_API int flare_settings_app_new(flare_settings_t *s, const flare_settings_s
  * redis://... is a store on the Redis that flare_settings_setup opened
  * (opened here when setup was not called), keys prefixed with
  * redis_prefix (NULL: "flare:sess:"; flare_session_redis_store). Each call
- * makes its own middleware and store, owned by the app. 0, or FLARE_EINVAL,
+ * makes its own middleware (into *out) and store, owned by the app. 0, or FLARE_EINVAL,
  * FLARE_ENOMEM with flare_settings_error saying what failed. */
 FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
                                       const flare_session_config_t *cfg, const char *redis_prefix,
@@ -228,7 +231,7 @@ FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
  * copies them). */
 FLARE_API void flare_settings_ws_config(const flare_settings_t *s, flare_ws_config_t *cfg);
 
-/* Sets the fields of a session configuration that settings hold: secure
+/* Sets the fields of a session configuration (*cfg) that settings hold: secure
  * (session-secure; left as it is when not given). */
 FLARE_API void flare_settings_session_config(const flare_settings_t *s,
                                              flare_session_config_t *cfg);
@@ -246,7 +249,8 @@ FLARE_API int flare_settings_reload(const flare_settings_t *cur, flare_settings_
 FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b,
                                      const char **out, size_t max);
 
-/* Called after each successful reload with the settings in effect, whose
+/* fn is called (with ud) after each successful reload with the settings
+ * in effect, whose
  * logging fields (log, log-level, log-format, access-log,
  * access-log-format) are the ones in effect: set the level when the
  * program set up the logger itself (flare_settings_setup sets it before
@@ -276,7 +280,8 @@ FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn 
  * app does nothing. 0 or FLARE_E* from flare_app_on_reload. */
 FLARE_API int flare_settings_watch(flare_settings_t *s, flare_app_t *app);
 
-/* Prints the effective configuration as YAML (what --check-config shows). */
+/* Prints the effective configuration to out as YAML (what --check-config
+ * shows). */
 FLARE_API int flare_settings_print(const flare_settings_t *s, FILE *out);
 
 #ifdef __cplusplus
