@@ -157,7 +157,7 @@ typedef struct flare_db_config {
     unsigned busy_timeout_ms;
 } flare_db_config_t;
 
-/* Opens a database for every worker of app, from a URL:
+/* Opens a database for every worker of app, from a URL (url):
  *   postgresql://user:pass@host:port/dbname?param=value...  (libpq's URI;
  *       also postgres://; host may be a unix socket directory, given as
  *       ?host=/path). No name resolution happens on a worker: a host name is
@@ -308,7 +308,8 @@ typedef enum flare_db_errclass {
  * the error (FLARE_EUNAVAIL: CONNECTION; FLARE_ETIMEDOUT: OTHER). Valid
  * during the callback, as r. */
 FLARE_API flare_db_errclass_t flare_db_error_class(const flare_db_res_t *r);
-/* "unique", "foreign_key"... (the map above); "unknown" for a value not in
+/* The name of class c: "unique", "foreign_key"... (the map above);
+ * "unknown" for a value not in
  * it. Static storage. */
 FLARE_API const char *flare_db_error_class_name(flare_db_errclass_t c);
 
@@ -317,12 +318,12 @@ FLARE_API size_t flare_db_res_rows(const flare_db_res_t *r);
 FLARE_API size_t flare_db_res_cols(const flare_db_res_t *r);
 /* Rows changed by INSERT, UPDATE or DELETE. */
 FLARE_API uint64_t flare_db_res_affected(const flare_db_res_t *r);
-/* Column c's name, "" when out of range. Never NULL. */
+/* Column col's name, "" when out of range. Never NULL. */
 FLARE_API const char *flare_db_res_col_name(const flare_db_res_t *r, size_t col);
 /* Column index by name, or -1. */
 FLARE_API int flare_db_res_col_index(const flare_db_res_t *r, const char *name);
 
-/* Typed getters. Out of range or NULL: is_null is true and the others
+/* Typed getters of the value at row, col. Out of range or NULL: is_null is true and the others
  * return 0 / 0.0 / an empty view. A value of another type is converted the
  * way the database prints it (an integer read as text gives its digits;
  * text that is not a number read as int64 gives 0). Views are valid during
@@ -361,7 +362,8 @@ typedef void (*flare_db_tx_fn)(flare_db_tx_t *tx, flare_db_res_t *r, void *ud);
 FLARE_API int flare_db_begin(flare_db_t *db, flare_worker_t *w, flare_req_t *owner,
                              flare_db_tx_fn cb, void *ud);
 
-/* As flare_db_query, inside tx. After an error the transaction is aborted
+/* As flare_db_query (sql, params[0 .. nparams), then cb(..., ud)), inside
+ * tx. After an error the transaction is aborted
  * (PostgreSQL refuses further statements): roll it back. 0, or FLARE_EINVAL,
  * FLARE_ESTATE (tx already ended or ending). */
 FLARE_API int flare_db_tx_query(flare_db_tx_t *tx, const char *sql, const flare_db_val_t *params,
@@ -398,7 +400,8 @@ typedef struct flare_db_stats {
     uint64_t reconnects; /* connections remade after being lost */
 } flare_db_stats_t;
 
-/* Worker `worker`'s figures (worker == UINT32_MAX: summed over all). Safe
+/* Worker `worker`'s figures, into *out (worker == UINT32_MAX: summed over
+ * all). Safe
  * from any thread while the app runs (another worker's figures may be a
  * moment old); zero before. 0, or FLARE_EINVAL. */
 FLARE_API int flare_db_stats(const flare_db_t *db, unsigned worker, flare_db_stats_t *out);
