@@ -19,13 +19,25 @@ import sys
 import xml.etree.ElementTree as ET
 
 FATAL_KINDS = {"function"}
-# A first parameter that is a pointer to one of Flare's handles (flare_app_t
-# *app, flare_req_t *req, ...) is the object the function acts on, which its
-# name already says (flare_req_header: the request's header): not required.
 # Headers whose comments do not name every parameter yet: counted, not failed
 # on (none now; a header added here needs its reason in docs/api.md).
 PARAMS_PENDING = set()
-RECEIVER = re.compile(r"^(const\s+)?flare_\w+_t\s*\*$")
+# A first parameter that is a pointer to one of Flare's opaque handles
+# (flare_app_t *app, flare_req_t *req, ...: a type the headers declare but
+# never define) is the object the function acts on, which its name already
+# says (flare_req_header: the request's header): not required. A pointer to a
+# struct the headers define (options, an iterator, a table) must be named.
+RECEIVER = re.compile(r"^(?:const\s+)?(flare_\w+_t)\s*\*$")
+HEADERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "flare")
+
+
+def defined_types():
+    """The flare_*_t types whose definition is public (`} flare_x_t;`)."""
+    out = set()
+    for path in glob.glob(os.path.join(HEADERS, "*.h")):
+        with open(path, encoding="utf-8") as f:
+            out.update(re.findall(r"^\}\s*(flare_\w+_t)\s*;", f.read(), re.M))
+    return out
 
 
 def text_of(el):
@@ -36,6 +48,7 @@ def undescribed_params(xml_dir):
     """(file:line: message) for each named parameter of a public function in
     include/flare/ that its comment does not mention."""
     out = set()
+    public_structs = defined_types()
     for path in sorted(glob.glob(os.path.join(xml_dir, "*.xml"))):
         if os.path.basename(path) == "index.xml":
             continue
@@ -63,7 +76,8 @@ def undescribed_params(xml_dir):
                 ty = types[i]
                 if not pn or pn == "..." or ty == "...":
                     continue
-                if i == 0 and RECEIVER.match(ty):
+                rm = RECEIVER.match(ty)
+                if i == 0 and rm and rm.group(1) not in public_structs:
                     continue  # the handle the function acts on: its name says so
                 if pn in ("ud", "userdata", "user_data") and has_cb:
                     continue  # the callback's own argument

@@ -37,7 +37,7 @@ typedef struct flare_cookie_iter {
  * iterator returns point into it. */
 FLARE_API void flare_cookie_iter_init(flare_cookie_iter_t *it, flare_str_t header);
 
-/* Next pair: true with *name and *value set (views into the header), false
+/* Next pair of it: true with *name and *value set (views into the header), false
  * at the end. */
 FLARE_API bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value);
 
@@ -80,7 +80,7 @@ FLARE_API void flare_cookie_init(flare_cookie_t *c, flare_str_t name, flare_str_
 /* Longest Path or Domain value accepted (RFC 6265bis). */
 #define FLARE_COOKIE_MAX_ATTR 1024
 
-/* Writes the Set-Cookie header value (without "Set-Cookie: ", not
+/* Writes cookie c as the Set-Cookie header value (without "Set-Cookie: ", not
  * NUL-terminated) into buf[0..cap) and its length into *len:
  *   name=value; Path=/; Domain=d; Max-Age=n; Expires=<IMF-fixdate>;
  *   Secure; HttpOnly; SameSite=Lax; Partitioned

@@ -39,16 +39,16 @@ typedef struct flare_form_iter {
     size_t max_pairs; /* bound (FLARE_FORM_MAX_PAIRS unless changed) */
 } flare_form_iter_t;
 
-/* Starts iterating over input (a query string without the '?', or a body).
+/* Starts it iterating over input (a query string without the '?', or a body).
  * max_pairs may be changed afterwards (0 means no bound). */
 FLARE_API void flare_form_iter_init(flare_form_iter_t *it, flare_str_t input);
 
-/* Next pair as raw views: returns 1 with *key and *value set, 0 at the end,
+/* Next pair of it as raw views: returns 1 with *key and *value set, 0 at the end,
  * FLARE_ETOOBIG when the input has more than max_pairs pairs (the caller
  * should answer 400, or 413/414). */
 FLARE_API int flare_form_next(flare_form_iter_t *it, flare_str_t *key, flare_str_t *value);
 
-/* Advances to the next pair whose decoded key equals `key` (compared
+/* Advances it to the next pair whose decoded key equals `key` (compared
  * without allocating): 1 with *raw_value set, 0 when there is none left,
  * FLARE_ETOOBIG as above. Repeated calls walk all values of a key. */
 FLARE_API int flare_form_find(flare_form_iter_t *it, flare_str_t key, flare_str_t *raw_value);

@@ -152,7 +152,7 @@ typedef struct flare_multipart {
 FLARE_API int flare_multipart_init(flare_multipart_t *mp, flare_str_t content_type,
                                    const flare_multipart_limits_t *limits);
 
-/* Same with the boundary itself (1..70 bchars) and limits. */
+/* Same (mp, limits) with the boundary itself (1..70 bchars). */
 FLARE_API int flare_multipart_init_boundary(flare_multipart_t *mp, flare_str_t boundary,
                                             const flare_multipart_limits_t *limits);
 
@@ -209,7 +209,7 @@ typedef struct flare_multipart_form {
 FLARE_API int flare_multipart_parse_req(flare_req_t *req, const flare_multipart_opts_t *opts,
                                         flare_multipart_form_t *form);
 
-/* The first field named name, or NULL. */
+/* The first field of form named name, or NULL. */
 FLARE_API const flare_multipart_field_t *flare_multipart_field(const flare_multipart_form_t *form,
                                                                flare_str_t name);
 

@@ -153,8 +153,8 @@ FLARE_API int flare_settings_main(flare_settings_t *s, int argc, char **argv,
  * the next call on *s. */
 FLARE_API const char *flare_settings_error(const flare_settings_t *s);
 
-/* *out = the app configuration (limits, timeouts, workers...) for
- * flare_app_new. */
+/* *out = the app configuration (limits, timeouts, workers...) that s
+ * holds, for flare_app_new. */
 FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config_t *out);
 
 /* Adds every listener to app with flare_app_listen (TLS ones with their
@@ -212,7 +212,7 @@ FLARE_API int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
 FLARE_API int flare_settings_app_new(flare_settings_t *s, const flare_settings_setup_opts_t *opts,
                                      flare_app_t **out);
 
-/* The session middleware as the settings configure it (flare_sessions):
+/* The session middleware as the settings s configure it (flare_sessions):
  * *cfg (NULL: all defaults) with `secure` from session-secure
  * (flare_settings_session_config) and the store from `sessions`: "memory"
  * or unset keeps cfg->store (.load NULL: a new in-memory store);
@@ -231,12 +231,12 @@ FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
  * copies them). */
 FLARE_API void flare_settings_ws_config(const flare_settings_t *s, flare_ws_config_t *cfg);
 
-/* Sets the fields of a session configuration (*cfg) that settings hold: secure
- * (session-secure; left as it is when not given). */
+/* Sets the fields of a session configuration (*cfg) that settings s hold:
+ * secure (session-secure; left as it is when not given). */
 FLARE_API void flare_settings_session_config(const flare_settings_t *s,
                                              flare_session_config_t *cfg);
 
-/* Reads the configuration again as parse_args did (the same file, the
+/* Reads the configuration of cur again as parse_args did (the same file, the
  * environment as it is now, the same flags and extra options) into *next
  * (initialized here; free it with flare_settings_free). Extra options'
  * `where` is not written. 0, or an error in flare_settings_error(next), for
@@ -249,10 +249,9 @@ FLARE_API int flare_settings_reload(const flare_settings_t *cur, flare_settings_
 FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b,
                                      const char **out, size_t max);
 
-/* fn is called (with ud) after each successful reload with the settings
- * in effect, whose
- * logging fields (log, log-level, log-format, access-log,
- * access-log-format) are the ones in effect: set the level when the
+/* Sets on s the callback fn, called (with ud) after each successful reload
+ * with the settings in effect, whose logging fields (log, log-level,
+ * log-format, access-log, access-log-format) are the ones in effect: set the level when the
  * program set up the logger itself (flare_settings_setup sets it before
  * this runs; new log and access-log names were applied already,
  * flare_log_reopen_as; a name that could not be opened, and a format
@@ -280,7 +279,7 @@ FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn 
  * app does nothing. 0 or FLARE_E* from flare_app_on_reload. */
 FLARE_API int flare_settings_watch(flare_settings_t *s, flare_app_t *app);
 
-/* Prints the effective configuration to out as YAML (what --check-config
+/* Prints the effective configuration of s to out as YAML (what --check-config
  * shows). */
 FLARE_API int flare_settings_print(const flare_settings_t *s, FILE *out);
 

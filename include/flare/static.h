@@ -69,7 +69,7 @@ typedef struct flare_static_opts {
     bool no_cache; /* no small-file cache: every request opens its file [false] */
 } flare_static_opts_t;
 
-/* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
+/* Sets *o to the defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
  * small-file cache revalidated every 1000 ms. */
 FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 
