@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Reads Doxygen's warning log for include/flare/ (make docs) and fails on
-  - a public function without its comment (WARN_IF_UNDOCUMENTED, "(function)");
+  - a public function, struct, typedef or enum without its comment
+    (WARN_IF_UNDOCUMENTED);
   - any other warning than "is not documented" (a malformed comment);
   - a public function whose comment does not name one of its parameters (read
     from Doxygen's XML, next to the log: docs/api/xml). A parameter counts as
     described when its name appears as a word in the function's comment, which
     for a group of adjacent declarations under one comment is that shared
-    comment (DISTRIBUTE_GROUP_DOC). Unnamed parameters and `...` are not
-    required.
-Undocumented types, macros, struct fields and enum values are counted, not
+    comment (DISTRIBUTE_GROUP_DOC). Not required: unnamed parameters, `...`,
+    a `ud` beside a callback, and a first parameter that points to an opaque
+    handle (RECEIVER below).
+Undocumented macros, struct fields and enum values are counted, not
 failed on yet (docs/api.md says what is left). Only warnings about
 include/flare/ are read: that is all Doxygen is given.
 Usage: doxy-check.py WARNINGS_LOG [XML_DIR]"""
@@ -18,7 +20,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-FATAL_KINDS = {"function"}
+FATAL_KINDS = {"function", "compound", "typedef", "enumeration"}
 # Headers whose comments do not name every parameter yet: counted, not failed
 # on (none now; a header added here needs its reason in docs/api.md).
 PARAMS_PENDING = set()
@@ -119,11 +121,12 @@ def main():
         print("doxy-check: not checked yet, undocumented: " +
               ", ".join("%d %s" % (n, k) for k, n in sorted(later.items())))
     if fatal:
-        print("doxy-check: %d problem(s) in include/flare/: document each public function in a "
+        print("doxy-check: %d problem(s) in include/flare/: document each public function and "
+              "type in a "
               "comment right above it that names each of its parameters (docs/api.md)" % len(fatal))
         return 1
-    print("doxy-check: every public function in include/flare/ is documented and names "
-          "its parameters")
+    print("doxy-check: every public function and type in include/flare/ is documented, "
+          "every function's comment names its parameters")
     return 0
 
 

@@ -62,6 +62,7 @@ typedef int (*flare_body_start_fn)(flare_req_t *req, flare_res_t *res, void *ud)
 typedef int (*flare_body_chunk_fn)(flare_req_t *req, flare_res_t *res, flare_str_t data, void *ud);
 typedef int (*flare_body_end_fn)(flare_req_t *req, flare_res_t *res, int err, void *ud);
 
+/* A streaming route's callbacks and body limit (flare_route_stream copies it). */
 typedef struct flare_body_route {
     flare_body_start_fn on_start; /* may be NULL */
     flare_body_chunk_fn on_chunk; /* required */

@@ -97,6 +97,7 @@ FLARE_API int flare_last_errno(void);
     X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS) X(TRACE) X(PATCH)
 
 /* clang-format off */
+/* The request methods Flare knows (FLARE_METHOD_OTHER: any other). */
 typedef enum flare_method {
     FLARE_METHOD_OTHER = 0,
 #define FLARE_METHOD_ENUM(m) FLARE_METHOD_##m,

@@ -48,6 +48,7 @@ typedef enum flare_coding {
  * allocation, any thread. */
 FLARE_API int flare_accept_encoding(flare_str_t value, unsigned offered);
 
+/* flare_compress's options; a zeroed struct means the defaults. */
 typedef struct flare_compress_config {
     int gzip_level;  /* zlib level 1..9 [6] */
     int br_quality;  /* brotli quality 1..11 [4] */

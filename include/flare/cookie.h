@@ -49,6 +49,7 @@ FLARE_API flare_str_t flare_cookie_get(flare_str_t header, flare_str_t name);
 
 /* ---- building Set-Cookie ------------------------------------------------- */
 
+/* The SameSite attribute of a Set-Cookie. */
 typedef enum flare_same_site {
     FLARE_SAME_SITE_LAX = 0, /* the default */
     FLARE_SAME_SITE_STRICT,
@@ -126,6 +127,7 @@ FLARE_API int flare_cookie_verify(flare_str_t name, flare_str_t signed_value,
 
 /* ---- on requests and responses ------------------------------------------ */
 
+/* The request and response handles (flare/flare.h). */
 typedef struct flare_req flare_req_t;
 typedef struct flare_res flare_res_t;
 

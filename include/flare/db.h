@@ -119,6 +119,8 @@
 extern "C" {
 #endif
 
+/* Opaque handles: a database opened for the app's workers, a query's
+ * result (valid during its callback) and an open transaction. */
 typedef struct flare_db flare_db_t;
 typedef struct flare_db_res flare_db_res_t;
 typedef struct flare_db_tx flare_db_tx_t;
@@ -196,6 +198,7 @@ FLARE_API int flare_db_exec_setup(flare_db_t *db, const char *sql);
 
 /* ---- parameters ------------------------------------------------------------- */
 
+/* The type of a query parameter (flare_db_val_t.type). */
 typedef enum flare_db_type {
     FLARE_DB_NULL = 0,
     FLARE_DB_INT64,
@@ -204,6 +207,7 @@ typedef enum flare_db_type {
     FLARE_DB_BYTES, /* binary (PostgreSQL bytea, SQLite blob) */
 } flare_db_type_t;
 
+/* A query parameter: its type and value. */
 typedef struct flare_db_val {
     flare_db_type_t type;
     union {
@@ -296,6 +300,7 @@ FLARE_API const char *flare_db_res_message(const flare_db_res_t *r);
     X(CONNECTION, "connection")           \
     X(OTHER, "other")
 
+/* What kind of error a failed query had (the map above). */
 typedef enum flare_db_errclass {
 #define FLARE_DB_ERRCLASS_ENUM(name, text) FLARE_DB_ERR_##name,
     FLARE_DB_ERRCLASS_MAP(FLARE_DB_ERRCLASS_ENUM)
@@ -377,6 +382,8 @@ FLARE_API int flare_db_tx_rollback(flare_db_tx_t *tx, flare_db_fn cb, void *ud);
 
 /* ---- LISTEN / NOTIFY (PostgreSQL) ---------------------------------------------- */
 
+/* Called on the worker for each NOTIFY on a channel listened to with
+ * flare_db_listen, with its payload. */
 typedef void (*flare_db_notify_fn)(flare_str_t channel, flare_str_t payload, void *ud);
 
 /* Delivers every NOTIFY on `channel` to cb(channel, payload, ud) on worker
@@ -389,6 +396,7 @@ FLARE_API int flare_db_listen(flare_db_t *db, unsigned worker, const char *chann
 
 /* ---- statistics ------------------------------------------------------------------ */
 
+/* A database's figures (flare_db_stats). */
 typedef struct flare_db_stats {
     uint64_t conns_open; /* connections up now */
     uint64_t conns_busy; /* of those, with a query in flight or in a transaction */

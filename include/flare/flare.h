@@ -24,6 +24,8 @@
 extern "C" {
 #endif
 
+/* Opaque handles: the app, a route group, a worker (one thread with its
+ * event loop) and a request. */
 typedef struct flare_app flare_app_t;
 typedef struct flare_group flare_group_t;
 typedef struct flare_worker flare_worker_t;
@@ -226,6 +228,7 @@ FLARE_API flare_str_t flare_req_query(const flare_req_t *req);  /* raw, without 
 #define FLARE_PROTO_MAP(X) X(HTTP10, "HTTP/1.0") X(HTTP11, "HTTP/1.1") X(HTTP2, "HTTP/2")
 
 /* clang-format off */
+/* The protocol a request came over (the map above). */
 typedef enum flare_proto {
 #define FLARE_PROTO_ENUM(name, text) FLARE_PROTO_##name,
     FLARE_PROTO_MAP(FLARE_PROTO_ENUM)
@@ -395,6 +398,7 @@ typedef int (*flare_before_fn)(flare_req_t *req, flare_res_t *res, void *ud);
  * middleware last), only for middlewares whose `before` ran. */
 typedef void (*flare_after_fn)(flare_req_t *req, flare_res_t *res, void *ud);
 
+/* A middleware: its name and hooks, and the ud they are given. */
 typedef struct flare_middleware {
     const char *name;       /* for statistics; copied */
     flare_before_fn before; /* may be NULL */

@@ -32,6 +32,8 @@ extern "C" {
  * a lookup walk a million pairs. */
 #define FLARE_FORM_MAX_PAIRS 1000
 
+/* An iterator over the pairs of a query string or form body
+ * (flare_form_iter_init). */
 typedef struct flare_form_iter {
     const char *p;
     const char *end;

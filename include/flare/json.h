@@ -169,6 +169,7 @@ FLARE_API int flare_json_kv_array(flare_json_t *w, const char *key);
 typedef struct flare_json_doc flare_json_doc_t;
 typedef struct flare_json_val flare_json_val_t;
 
+/* The type of a parsed JSON value. */
 typedef enum flare_json_type {
     FLARE_JSON_NONE = 0, /* a NULL value handle (absent member, index out of range) */
     FLARE_JSON_NULL,
@@ -180,6 +181,7 @@ typedef enum flare_json_type {
     FLARE_JSON_OBJECT
 } flare_json_type_t;
 
+/* Where and why JSON parsing failed. */
 typedef struct flare_json_error {
     int line;         /* 1-based; 0 when not about a place in the input */
     int column;       /* 1-based, in characters (UTF-8 code points) on that line */

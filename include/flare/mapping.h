@@ -51,6 +51,7 @@
 extern "C" {
 #endif
 
+/* The type of a struct member in a field table (flare_field_t). */
 typedef enum flare_field_type {
     FLARE_FIELD_STRING = 1,
     FLARE_FIELD_INT,
@@ -221,6 +222,7 @@ enum {
     FLARE_MAP_PARTIAL = 1u << 1
 };
 
+/* Options of flare_map_decode; a zeroed struct means the defaults. */
 typedef struct flare_map_opts {
     unsigned flags;       /* FLARE_MAP_* */
     flare_alloc_fn alloc; /* for flare_str_t members (NULL: such members fail
@@ -230,6 +232,7 @@ typedef struct flare_map_opts {
 
 #define FLARE_MAP_MAX_ERRORS 16
 
+/* One validation error: which field and why. */
 typedef struct flare_map_error {
     char field[64];   /* path: "title", "address.zip", "tags[2]"; "" is the body
                          itself; truncated to fit */
@@ -241,6 +244,7 @@ typedef struct flare_map_error {
     const char *pattern;
 } flare_map_error_t;
 
+/* The errors of a failed decode (flare_map_errors_write writes them). */
 typedef struct flare_map_errors {
     size_t count;      /* entries in items[] */
     size_t total;      /* errors found; > count when some did not fit */

@@ -50,6 +50,7 @@ FLARE_API int flare_metrics_render(flare_app_t *app, char **out, size_t *len);
 
 /* ---- collectors: extra series written at scrape time ------------------- */
 
+/* What a collector writes its series through (opaque). */
 typedef struct flare_metrics_writer flare_metrics_writer_t;
 
 /* Called at every scrape (on the scraping thread: a worker, or the caller

@@ -17,6 +17,7 @@ extern "C" {
 
 /* ---- CORS ---- */
 
+/* flare_cors's options. */
 typedef struct flare_cors_config {
     /* Allowed origins, exact ("https://app.example.com"), NULL-terminated.
      * A single "*" allows any origin (then credentials must be false). */
@@ -44,6 +45,7 @@ FLARE_API int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare
 
 /* ---- security headers ---- */
 
+/* flare_security_headers's options; a zeroed struct means the defaults. */
 typedef struct flare_security_config {
     const char *frame_options;   /* default "DENY"; "" to omit */
     const char *referrer_policy; /* default "no-referrer"; "" to omit */
@@ -65,6 +67,7 @@ FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_conf
 
 /* ---- rate limiting ---- */
 
+/* flare_ratelimit's options. */
 typedef struct flare_ratelimit_config {
     double rate;          /* tokens added per second, > 0 (required: no default) */
     unsigned burst;       /* bucket size [0: rate rounded up, at least 1] */

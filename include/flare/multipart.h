@@ -65,6 +65,7 @@ extern "C" {
     X(NOMEM, 500, "multipart: out of memory")                                                   \
     X(IO, 500, "multipart: cannot write a temporary file")
 
+/* Why a multipart body was refused (the map above: status and message). */
 typedef enum flare_multipart_err {
 #define FLARE_MULTIPART_ERR_ENUM(name, status, msg) FLARE_MULTIPART_ERR_##name,
     FLARE_MULTIPART_ERR_MAP(FLARE_MULTIPART_ERR_ENUM)
@@ -120,6 +121,7 @@ typedef struct flare_multipart_part {
     flare_header_t headers[FLARE_MULTIPART_HEADERS_MAX]; /* raw fields, names and values */
 } flare_multipart_part_t;
 
+/* One event of the parser: its type, the data and the current part. */
 typedef struct flare_multipart_event {
     flare_multipart_event_type_t type;
     flare_str_t data;                   /* DATA */
@@ -172,6 +174,7 @@ FLARE_API int flare_multipart_finish(flare_multipart_t *mp);
 
 /* ---- the buffered helper ---------------------------------------------- */
 
+/* The request handle (flare/flare.h). */
 typedef struct flare_req flare_req_t;
 
 /* Options; a zeroed struct means the defaults. */
@@ -192,6 +195,7 @@ typedef struct flare_multipart_field {
     char *path_;              /* private: the mkstemp path, or NULL */
 } flare_multipart_field_t;
 
+/* A buffered multipart body: its fields, or why it failed. */
 typedef struct flare_multipart_form {
     flare_multipart_field_t *fields; /* in the request's arena */
     size_t count;
@@ -241,6 +245,7 @@ typedef struct flare_multipart_sink {
     bool discard;
 } flare_multipart_sink_t;
 
+/* A streaming parse of a request's multipart body (opaque). */
 typedef struct flare_multipart_stream flare_multipart_stream_t;
 
 /* Starts parsing req's body (Content-Type from the request; from a

@@ -72,6 +72,7 @@
 extern "C" {
 #endif
 
+/* Redis opened for the app's workers (opaque; the app owns it). */
 typedef struct flare_redis flare_redis_t;
 
 /* ---- opening ---------------------------------------------------------------- */
@@ -184,6 +185,7 @@ FLARE_API int flare_redis_subscribe(flare_redis_t *r, unsigned worker, flare_str
 
 /* ---- statistics ----------------------------------------------------------------- */
 
+/* A Redis handle's figures (flare_redis_stats). */
 typedef struct flare_redis_stats {
     uint64_t conns_open; /* connections up now (command and pub/sub ones) */
     uint64_t in_flight;  /* commands sent and awaiting their reply now */

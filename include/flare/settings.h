@@ -68,6 +68,8 @@ typedef enum flare_settings_type {
     FLARE_SETTING_SIZE      /* size_t *where, bytes, within min..max */
 } flare_settings_type_t;
 
+/* An option a program adds to the standard keys: its key and flag, type,
+ * help and where its value goes. */
 typedef struct flare_settings_option {
     const char *name; /* the key and the flag without "--": "pool" */
     flare_settings_type_t type;

@@ -54,6 +54,7 @@
 extern "C" {
 #endif
 
+/* An event stream to one client (opaque). */
 typedef struct flare_sse flare_sse_t;
 
 /* One event. A field whose .ptr is NULL is left out; a zeroed struct is an
@@ -82,6 +83,8 @@ FLARE_API int flare_sse_format_comment(flare_str_t text, char *out, size_t cap, 
 /* flare_sse_config_t.heartbeat_ms: no heartbeat. */
 #define FLARE_SSE_HEARTBEAT_OFF UINT_MAX
 
+/* on_close: called exactly once per stream, when it has ended (reason:
+ * see above). */
 typedef void (*flare_sse_close_fn)(flare_sse_t *s, int reason, void *ud);
 
 /* Per stream. Zero fields take their defaults. */

@@ -39,8 +39,10 @@
 extern "C" {
 #endif
 
+/* A WebSocket connection (opaque). */
 typedef struct flare_ws flare_ws_t;
 
+/* The type of a message. */
 typedef enum flare_ws_opcode {
     FLARE_WS_TEXT = 1,  /* UTF-8 text (validated on receipt and on send) */
     FLARE_WS_BINARY = 2 /* bytes */
