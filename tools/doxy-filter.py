@@ -14,6 +14,8 @@ same line after it (struct fields). So:
     member group, whose first member's comment DISTRIBUTE_GROUP_DOC gives to
     the others;
   - the header's first comment becomes its @file description;
+  - a /* clang-format off */ line between a comment and its code is looked
+    past;
   - a comment followed by a blank line (section banners, notes) stays plain,
     so a declaration under it counts as undocumented.
 Comments already in Doxygen's syntax (/**, /*!, ///) are left alone."""
@@ -99,6 +101,12 @@ def filter_header(text, name):
             continue
         _, nxt_e = line_bounds(text, nxt_s)
         nxt = text[nxt_s:nxt_e].strip()
+        # a /* clang-format off */ line between a comment and its code
+        # (a table kept as written) is looked past
+        if SKIP.match(nxt) and nxt.endswith("*/") and nxt_e + 1 < len(text):
+            nxt_s = nxt_e + 1
+            _, nxt_e = line_bounds(text, nxt_s)
+            nxt = text[nxt_s:nxt_e].strip()
         if not nxt or nxt.startswith("}") or nxt.startswith("/*") or nxt.startswith("//"):
             continue
         if nxt.startswith("#") and not re.match(r"#\s*define\b", nxt):

@@ -15,8 +15,10 @@ extern "C" {
 #endif
 
 #if defined(FLARE_BUILDING) && defined(__GNUC__)
+/* Marks a public function: exported from the library when it is built. */
 #define FLARE_API __attribute__((visibility("default")))
 #else
+/* Marks a public function (nothing to do outside the library's build). */
 #define FLARE_API
 #endif
 
@@ -26,6 +28,8 @@ typedef struct flare_str {
     size_t len;
 } flare_str_t;
 
+/* A view of a string literal (its length without the NUL), and the empty
+ * view {NULL, 0}. */
 #define FLARE_STR(lit) ((flare_str_t){ (lit), sizeof(lit) - 1 })
 #define FLARE_STR_NULL ((flare_str_t){ NULL, 0 })
 

@@ -95,6 +95,7 @@ FLARE_API void flare_cookie_init(flare_cookie_t *c, flare_str_t name, flare_str_
  * the header. FLARE_COOKIE_FORMAT_MAX bytes always suffice. */
 FLARE_API int flare_cookie_format(const flare_cookie_t *c, char *buf, size_t cap, size_t *len);
 
+/* Bytes that always suffice for flare_cookie_format's output. */
 #define FLARE_COOKIE_FORMAT_MAX (FLARE_COOKIE_MAX_PAIR + 2 * FLARE_COOKIE_MAX_ATTR + 160)
 
 /* ---- signed cookies ------------------------------------------------------ */

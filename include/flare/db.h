@@ -217,6 +217,8 @@ typedef struct flare_db_val {
     };
 } flare_db_val_t;
 
+/* Query parameters: NULL, an int64, a double, text or bytes (p, n: a
+ * pointer and its length, read during the call). */
 #define FLARE_DB_NULLV        ((flare_db_val_t){ .type = FLARE_DB_NULL })
 #define FLARE_DB_INT(v)       ((flare_db_val_t){ .type = FLARE_DB_INT64, .i = (v) })
 #define FLARE_DB_DBL(v)       ((flare_db_val_t){ .type = FLARE_DB_DOUBLE, .d = (v) })

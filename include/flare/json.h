@@ -35,6 +35,7 @@ extern "C" {
 
 /* ==== writer ============================================================== */
 
+/* The deepest nesting a writer accepts (objects and arrays). */
 #define FLARE_JSON_MAX_DEPTH 32
 
 typedef struct flare_json flare_json_t;

@@ -105,6 +105,7 @@ typedef struct flare_field {
     const char *message;
 } flare_field_t;
 
+/* The number of entries of a field table (an array, not a pointer). */
 #define FLARE_MAP_N(table) (sizeof(table) / sizeof((table)[0]))
 
 /* ---- validators (extra arguments of FLARE_FIELD_*) ---------------------- */
@@ -230,6 +231,7 @@ typedef struct flare_map_opts {
     void *alloc_ctx;
 } flare_map_opts_t;
 
+/* How many errors a flare_map_errors_t holds (more are counted in total). */
 #define FLARE_MAP_MAX_ERRORS 16
 
 /* One validation error: which field and why. */

@@ -90,6 +90,7 @@ FLARE_API int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *
  */
 FLARE_API int flare_request_id(flare_app_t *app, flare_middleware_t *out);
 
+/* The request attribute flare_request_id stores the id under. */
 #define FLARE_REQUEST_ID_ATTR "request_id"
 
 #ifdef __cplusplus
