@@ -24,8 +24,8 @@ extern "C" {
 
 /* A view of bytes owned by someone else. */
 typedef struct flare_str {
-    const char *ptr;
-    size_t len;
+    const char *ptr; /* the first byte; may be NULL when len is 0 */
+    size_t len;      /* bytes, no NUL counted */
 } flare_str_t;
 
 /* A view of a string literal (its length without the NUL), and the empty
@@ -174,8 +174,8 @@ typedef void *(*flare_alloc_fn)(void *ctx, size_t n);
 
 /* One header field: views. */
 typedef struct flare_header {
-    flare_str_t name;
-    flare_str_t value;
+    flare_str_t name;  /* the field's name */
+    flare_str_t value; /* the field's value */
 } flare_header_t;
 
 #ifdef __cplusplus

@@ -29,8 +29,8 @@ extern "C" {
  * otherwise validated (the HTTP parser has already refused CR, LF and NUL):
  * check a value before trusting it (flare_cookie_verify does). */
 typedef struct flare_cookie_iter {
-    const char *p;
-    const char *end;
+    const char *p;   /* the next byte to read */
+    const char *end; /* just past the header's last byte */
 } flare_cookie_iter_t;
 
 /* Starts iterating over header, a Cookie field's value; the views the

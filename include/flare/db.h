@@ -209,7 +209,7 @@ typedef enum flare_db_type {
 
 /* A query parameter: its type and value. */
 typedef struct flare_db_val {
-    flare_db_type_t type;
+    flare_db_type_t type; /* which member of the union holds the value */
     union {
         int64_t i;
         double d;

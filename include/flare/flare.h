@@ -403,7 +403,7 @@ typedef struct flare_middleware {
     const char *name;       /* for statistics; copied */
     flare_before_fn before; /* may be NULL */
     flare_after_fn after;   /* may be NULL */
-    void *ud;
+    void *ud;               /* given to both hooks */
 } flare_middleware_t;
 
 /* Adds a middleware to every request of the app (also to 404/405 and
@@ -434,10 +434,10 @@ FLARE_API int flare_res_set_status(flare_res_t *res, int status);
  * flare_config_t.mw_stats is set (two clock reads per hook otherwise
  * saved). */
 typedef struct flare_mw_stats {
-    const char *name;
-    uint64_t count;
-    uint64_t total_ns;
-    uint64_t max_ns;
+    const char *name;  /* the middleware's name */
+    uint64_t count;    /* hooks run */
+    uint64_t total_ns; /* nanoseconds spent in them */
+    uint64_t max_ns;   /* the longest run, nanoseconds */
 } flare_mw_stats_t;
 
 /* Fills out with up to `max` entries (one per registered middleware, in registration

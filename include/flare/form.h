@@ -35,8 +35,8 @@ extern "C" {
 /* An iterator over the pairs of a query string or form body
  * (flare_form_iter_init). */
 typedef struct flare_form_iter {
-    const char *p;
-    const char *end;
+    const char *p;    /* the next byte to read */
+    const char *end;  /* just past the input's last byte */
     size_t count;     /* pairs returned so far */
     size_t max_pairs; /* bound (FLARE_FORM_MAX_PAIRS unless changed) */
 } flare_form_iter_t;

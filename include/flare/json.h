@@ -55,20 +55,20 @@ typedef int (*flare_json_grow_fn)(flare_json_t *w, size_t need, void *ctx);
  * request arena with no allocation; read buf/len/cap (or use
  * flare_json_output), change them only from a grow callback. */
 struct flare_json {
-    char *buf; /* output so far: buf[0..len), not NUL-terminated */
-    size_t len;
-    size_t cap;
+    char *buf;               /* output so far: buf[0..len), not NUL-terminated */
+    size_t len;              /* bytes written */
+    size_t cap;              /* bytes buf holds */
     flare_json_grow_fn grow; /* NULL: fixed buffer, FLARE_ETOOBIG when full */
-    void *grow_ctx;
-    flare_alloc_fn alloc; /* for flare_json_init_alloc */
-    int err;              /* first error, sticky; 0 if none */
-    uint32_t stack;       /* bit d: the container at depth d+1 is an object */
-    uint8_t depth;        /* open containers */
-    uint8_t flags;        /* internal state */
-    uint8_t kind;         /* internal: which constructor made it (0 for the
-                             flare_json_init* family), so that flare_json_end
-                             can tell a flare_res_json writer without reading
-                             past a plain one */
+    void *grow_ctx;          /* given to grow */
+    flare_alloc_fn alloc;    /* for flare_json_init_alloc */
+    int err;                 /* first error, sticky; 0 if none */
+    uint32_t stack;          /* bit d: the container at depth d+1 is an object */
+    uint8_t depth;           /* open containers */
+    uint8_t flags;           /* internal state */
+    uint8_t kind;            /* internal: which constructor made it (0 for the
+                                flare_json_init* family), so that flare_json_end
+                                can tell a flare_res_json writer without reading
+                                past a plain one */
 };
 
 /* Writes into buf[0..cap) and never allocates; when the document does not

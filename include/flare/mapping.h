@@ -65,8 +65,8 @@ typedef enum flare_field_type {
  * the validator macros (FLARE_REQUIRED, FLARE_MIN, ...) as extra arguments;
  * unused validators stay zero, which means "no constraint". */
 typedef struct flare_field {
-    const char *name; /* JSON member name */
-    flare_field_type_t type;
+    const char *name;        /* JSON member name */
+    flare_field_type_t type; /* the member's type */
     flare_field_type_t elem; /* ARRAY: element type (any but ARRAY) */
     size_t offset;           /* offsetof the member */
     /* Storage size of one value (for ARRAY: of one element): STRING 0 for a
@@ -228,7 +228,7 @@ typedef struct flare_map_opts {
     unsigned flags;       /* FLARE_MAP_* */
     flare_alloc_fn alloc; /* for flare_str_t members (NULL: such members fail
                              with FLARE_ESTATE) */
-    void *alloc_ctx;
+    void *alloc_ctx;      /* given to alloc */
 } flare_map_opts_t;
 
 /* How many errors a flare_map_errors_t holds (more are counted in total). */
@@ -248,12 +248,12 @@ typedef struct flare_map_error {
 
 /* The errors of a failed decode (flare_map_errors_write writes them). */
 typedef struct flare_map_errors {
-    size_t count;      /* entries in items[] */
-    size_t total;      /* errors found; > count when some did not fit */
-    bool invalid_json; /* the body is not JSON: see json, items is empty */
-    flare_json_error_t json;
-    uint64_t present; /* bit i: top-level fields[i] (i < 64) was present */
-    flare_map_error_t items[FLARE_MAP_MAX_ERRORS];
+    size_t count;            /* entries in items[] */
+    size_t total;            /* errors found; > count when some did not fit */
+    bool invalid_json;       /* the body is not JSON: see json, items is empty */
+    flare_json_error_t json; /* where and why the body is not JSON (invalid_json) */
+    uint64_t present;        /* bit i: top-level fields[i] (i < 64) was present */
+    flare_map_error_t items[FLARE_MAP_MAX_ERRORS]; /* the first errors found, in table order */
 } flare_map_errors_t;
 
 /* Parses json[0..len) and decodes it into *obj (a struct described by

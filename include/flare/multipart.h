@@ -117,32 +117,33 @@ typedef struct flare_multipart_part {
     flare_str_t name;         /* Content-Disposition name */
     flare_str_t filename;     /* filename* decoded (to UTF-8) or filename; NULL if none */
     flare_str_t content_type; /* as sent, trimmed; NULL if none (RFC 7578: text/plain) */
-    size_t header_count;
+    size_t header_count;      /* entries in headers[] */
     flare_header_t headers[FLARE_MULTIPART_HEADERS_MAX]; /* raw fields, names and values */
 } flare_multipart_part_t;
 
 /* One event of the parser: its type, the data and the current part. */
 typedef struct flare_multipart_event {
-    flare_multipart_event_type_t type;
+    flare_multipart_event_type_t type;  /* what happened */
     flare_str_t data;                   /* DATA */
     const flare_multipart_part_t *part; /* PART_BEGIN, DATA, PART_END: the current part */
 } flare_multipart_event_t;
 
 /* Parser state. Fields are private except `work` and `err`. */
 typedef struct flare_multipart {
-    uint8_t state;
-    flare_multipart_err_t err; /* why the parser stopped, NONE while it goes on */
-    uint16_t dlen;             /* delimiter length: 4 + boundary length */
-    uint16_t match;            /* how much of the delimiter the last bytes matched */
-    uint16_t hdr_len;
-    uint64_t work;  /* scan steps so far: linear in the input, for tests */
-    uint64_t total; /* bytes consumed */
-    uint64_t part_size;
-    size_t parts;
-    flare_multipart_limits_t limits;
+    uint8_t state;                   /* private: where the parser is */
+    flare_multipart_err_t err;       /* why the parser stopped, NONE while it goes on */
+    uint16_t dlen;                   /* delimiter length: 4 + boundary length */
+    uint16_t match;                  /* how much of the delimiter the last bytes matched */
+    uint16_t hdr_len;                /* private: header bytes buffered */
+    uint64_t work;                   /* scan steps so far: linear in the input, for tests */
+    uint64_t total;                  /* bytes consumed */
+    uint64_t part_size;              /* private: bytes of the current part */
+    size_t parts;                    /* private: parts so far */
+    flare_multipart_limits_t limits; /* private: the limits in effect */
     char delim[4 + FLARE_MULTIPART_BOUNDARY_MAX]; /* "\r\n--" boundary */
-    uint8_t fail[4 + FLARE_MULTIPART_BOUNDARY_MAX + 1];
-    flare_multipart_part_t part;
+    uint8_t fail[4 + FLARE_MULTIPART_BOUNDARY_MAX +
+                 1];             /* private: the delimiter's KMP failure function */
+    flare_multipart_part_t part; /* private: the current part */
     /* the raw header block, then the decoded parameters */
     char hdr[2 * FLARE_MULTIPART_HEADER_MAX];
 } flare_multipart_t;
@@ -179,9 +180,9 @@ typedef struct flare_req flare_req_t;
 
 /* Options; a zeroed struct means the defaults. */
 typedef struct flare_multipart_opts {
-    flare_multipart_limits_t limits;
-    size_t file_threshold; /* parts larger than this go to a file; 0: 64 KiB */
-    const char *tmpdir;    /* NULL: $TMPDIR, else /tmp */
+    flare_multipart_limits_t limits; /* zeroed: the defaults */
+    size_t file_threshold;           /* parts larger than this go to a file; 0: 64 KiB */
+    const char *tmpdir;              /* NULL: $TMPDIR, else /tmp */
 } flare_multipart_opts_t;
 
 /* One part of a parsed form. */
@@ -198,8 +199,8 @@ typedef struct flare_multipart_field {
 /* A buffered multipart body: its fields, or why it failed. */
 typedef struct flare_multipart_form {
     flare_multipart_field_t *fields; /* in the request's arena */
-    size_t count;
-    flare_multipart_err_t err; /* on failure: why (its status and message, see above) */
+    size_t count;                    /* entries in fields[] */
+    flare_multipart_err_t err;       /* on failure: why (its status and message, see above) */
 } flare_multipart_form_t;
 
 /* Parses req's buffered body (Content-Type from the request) into *form.

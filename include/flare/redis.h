@@ -129,12 +129,12 @@ typedef enum flare_redis_type {
  * it is given to (copy what you keep). Fields that do not apply to .type are
  * zero (.str {NULL, 0}, .elem NULL). */
 typedef struct flare_redis_reply {
-    flare_redis_type_t type;
-    int64_t integer;
-    double dval;
-    flare_str_t str;
-    size_t n;
-    const struct flare_redis_reply *elem;
+    flare_redis_type_t type;              /* which fields apply (flare_redis_type_t says) */
+    int64_t integer;                      /* INT; BOOL: 0 or 1 */
+    double dval;                          /* DOUBLE */
+    flare_str_t str;                      /* STRING, STATUS, ERROR, DOUBLE, BIGNUM, VERB */
+    size_t n;                             /* ARRAY, MAP, SET, PUSH: entries in elem[] */
+    const struct flare_redis_reply *elem; /* ARRAY, MAP, SET, PUSH: the elements */
 } flare_redis_reply_t;
 
 /* err 0 and reply non-NULL, or err FLARE_EUNAVAIL / FLARE_ETIMEDOUT and

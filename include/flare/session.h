@@ -39,14 +39,17 @@ typedef void (*flare_session_done_fn)(void *ctx, int rc);
  * saves or removes a session leaves only once the store has answered, and
  * is replaced by a 503 when it failed (see flare_sessions). */
 typedef struct flare_session_store {
+    /* Looks up session id, then done(ctx, rc, data) (see above). */
     void (*load)(void *self, flare_worker_t *w, flare_str_t id, unsigned ttl_seconds,
                  void (*done)(void *ctx, int rc, flare_str_t data), void *ctx);
+    /* Stores data under id for ttl_seconds, then done(ctx, rc). */
     void (*save)(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data,
                  unsigned ttl_seconds, flare_session_done_fn done, void *ctx);
+    /* Deletes id, then done(ctx, rc). */
     void (*remove)(void *self, flare_worker_t *w, flare_str_t id, flare_session_done_fn done,
                    void *ctx);
     void (*destroy)(void *self); /* called by flare_app_free */
-    void *self;
+    void *self;                  /* given to every callback as self */
 } flare_session_store_t;
 
 /* Fills *out with the in-memory store: sharded, read-mostly locking, safe across workers.

@@ -45,8 +45,8 @@ extern "C" {
 
 /* One certificate chosen by SNI (paths). */
 typedef struct flare_settings_cert {
-    char *cert;
-    char *key;
+    char *cert; /* certificate file path */
+    char *key;  /* private key file path */
 } flare_settings_cert_t;
 
 /* One listening address: plain, or TLS with its own certificate (and more
@@ -55,8 +55,8 @@ typedef struct flare_settings_listener {
     char *addr;                 /* HOST:PORT or unix:..., as flare_app_listen takes it */
     char *tls_cert, *tls_key;   /* both or neither */
     flare_settings_cert_t *sni; /* more certificates, in the order given */
-    size_t nsni;
-    char *origin; /* where it was set ("hello.yaml:4", "--listen"), for errors */
+    size_t nsni;                /* entries in sni[] */
+    char *origin;               /* where it was set ("hello.yaml:4", "--listen"), for errors */
 } flare_settings_listener_t;
 
 /* What an example adds through the same code: its own keys and flags. */
@@ -71,8 +71,8 @@ typedef enum flare_settings_type {
 /* An option a program adds to the standard keys: its key and flag, type,
  * help and where its value goes. */
 typedef struct flare_settings_option {
-    const char *name; /* the key and the flag without "--": "pool" */
-    flare_settings_type_t type;
+    const char *name;            /* the key and the flag without "--": "pool" */
+    flare_settings_type_t type;  /* what where points to */
     const char *help;            /* one line, for --help */
     void *where;                 /* holds the default before parsing, the value after */
     unsigned long long min, max; /* bounds (UINT, DURATION in ms, SIZE); max 0: the type's */
@@ -85,26 +85,26 @@ typedef struct flare_settings {
     flare_config_t app; /* workers, max-conns, the timeouts and limits, job-threads,
                            backlog, mw-stats */
     flare_settings_listener_t *listeners; /* [one: 127.0.0.1:8080] */
-    size_t nlisteners;
-    unsigned tls_handshake_timeout_ms; /* every TLS listener [the TLS layer's 10 s] */
-    char **statics;                    /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
-    size_t nstatics;
-    char *log;               /* "-" (stderr) or a file [stderr] */
-    char *log_level;         /* error|warn|info|debug [error] */
-    char *log_format;        /* text|json [text] */
-    char *access_log;        /* "-" or a file [off] */
-    char *access_log_format; /* combined|json [combined] */
-    char *db;                /* database URL (flare/db.h) */
-    char *sessions;          /* session store: memory or redis://HOST:PORT [memory]:
-                                flare_settings_sessions */
-    char *session_secure;    /* auto|always|never [auto]: flare_settings_session_config */
-    char *admin_listen;      /* HOST:PORT of the admin listener [none]: flare_settings_listen */
-    char **ws_origins;       /* Origins allowed on WebSocket routes, NULL-terminated
-                                [none: same origin only]: flare_settings_ws_config */
-    size_t nws_origins;
-    char *config_file; /* --config FILE or FLARE_CONFIG, NULL: none */
-    bool check_config; /* --check-config was given */
-    struct flare__settings_priv *priv;
+    size_t nlisteners;                    /* entries in listeners[] */
+    unsigned tls_handshake_timeout_ms;    /* every TLS listener [the TLS layer's 10 s] */
+    char **statics;                       /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
+    size_t nstatics;                      /* entries in statics[] */
+    char *log;                            /* "-" (stderr) or a file [stderr] */
+    char *log_level;                      /* error|warn|info|debug [error] */
+    char *log_format;                     /* text|json [text] */
+    char *access_log;                     /* "-" or a file [off] */
+    char *access_log_format;              /* combined|json [combined] */
+    char *db;                             /* database URL (flare/db.h) */
+    char *sessions;                       /* session store: memory or redis://HOST:PORT [memory]:
+                                             flare_settings_sessions */
+    char *session_secure; /* auto|always|never [auto]: flare_settings_session_config */
+    char *admin_listen;   /* HOST:PORT of the admin listener [none]: flare_settings_listen */
+    char **ws_origins;    /* Origins allowed on WebSocket routes, NULL-terminated
+                             [none: same origin only]: flare_settings_ws_config */
+    size_t nws_origins;   /* entries in ws_origins[] (its NULL not counted) */
+    char *config_file;    /* --config FILE or FLARE_CONFIG, NULL: none */
+    bool check_config;    /* --check-config was given */
+    struct flare__settings_priv *priv; /* private */
 } flare_settings_t;
 
 /* Returned by flare_settings_parse_args when the work is done (--help or

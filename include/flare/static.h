@@ -50,8 +50,8 @@ extern "C" {
 
 /* An extension and its Content-Type ("webc", "application/x-webc"). */
 typedef struct flare_mime {
-    const char *ext; /* without the dot; compared case-insensitively */
-    const char *type;
+    const char *ext;  /* without the dot; compared case-insensitively */
+    const char *type; /* the Content-Type */
 } flare_mime_t;
 
 /* Options. A zero field means its default (in brackets): a zeroed struct is
