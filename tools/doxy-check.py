@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Reads Doxygen's warning log for include/flare/ (make docs) and fails on
-  - a public function, struct, typedef, enum or macro without its comment
-    (WARN_IF_UNDOCUMENTED; FLARE__* and FLARE_*_ENUM macros are internal);
+  - a public function, struct, typedef, enum, macro, struct field or enum
+    value without its comment (WARN_IF_UNDOCUMENTED; FLARE__* and
+    FLARE_*_ENUM macros are internal);
   - any other warning than "is not documented" (a malformed comment);
   - a public function whose comment does not name one of its parameters (read
     from Doxygen's XML, next to the log: docs/api/xml). A parameter counts as
@@ -10,8 +11,7 @@
     comment (DISTRIBUTE_GROUP_DOC). Not required: unnamed parameters, `...`,
     a `ud` beside a callback, and a first parameter that points to an opaque
     handle (RECEIVER below).
-Undocumented struct fields and enum values are counted, not
-failed on yet (docs/api.md says what is left). Only warnings about
+Only warnings about
 include/flare/ are read: that is all Doxygen is given.
 Usage: doxy-check.py WARNINGS_LOG [XML_DIR]"""
 import glob
@@ -20,7 +20,8 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-FATAL_KINDS = {"function", "compound", "typedef", "enumeration", "macro definition"}
+FATAL_KINDS = {"function", "compound", "typedef", "enumeration", "macro definition",
+               "variable", "enumvalue", "other"}
 # Macros that are not API: FLARE__* (the mapping header's internals) and the
 # X-macro expanders (FLARE_*_ENUM) that build an enum from its map.
 INTERNAL_MACRO = re.compile(r"Member (FLARE__\w+|FLARE_\w+_ENUM)\b")
@@ -130,7 +131,8 @@ def main():
               "type in a "
               "comment right above it that names each of its parameters (docs/api.md)" % len(fatal))
         return 1
-    print("doxy-check: every public function, type and macro in include/flare/ is documented, "
+    print("doxy-check: every public function, type, macro and field in include/flare/ is "
+          "documented, "
           "every function's comment names its parameters")
     return 0
 
