@@ -127,9 +127,9 @@ def main():
         print("doxy-check: not checked yet, undocumented: " +
               ", ".join("%d %s" % (n, k) for k, n in sorted(later.items())))
     if fatal:
-        print("doxy-check: %d problem(s) in include/flare/: document each public function and "
-              "type in a "
-              "comment right above it that names each of its parameters (docs/api.md)" % len(fatal))
+        print("doxy-check: %d problem(s) in include/flare/: document each public declaration "
+              "in a comment right above it (a field: or after it on its line), and name each "
+              "parameter of a function in its comment (docs/api.md)" % len(fatal))
         return 1
     print("doxy-check: every public function, type, macro and field in include/flare/ is "
           "documented, "
