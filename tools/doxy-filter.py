@@ -14,6 +14,10 @@ same line after it (struct fields). So:
     member group, whose first member's comment DISTRIBUTE_GROUP_DOC gives to
     the others;
   - the header's first comment becomes its @file description;
+  - a /* clang-format off */ line between a comment and its code is looked
+    past;
+  - a struct field declaration that names two (size_t a, b;) is a member
+    group as well, so that its comment documents both;
   - a comment followed by a blank line (section banners, notes) stays plain,
     so a declaration under it counts as undocumented.
 Comments already in Doxygen's syntax (/**, /*!, ///) are left alone."""
@@ -68,6 +72,18 @@ def strip_comments(s, comments, base):
     return "".join(out)
 
 
+def top_level_comma(code):
+    par = 0
+    for ch in code:
+        if ch == "(":
+            par += 1
+        elif ch == ")":
+            par -= 1
+        elif ch == "," and par == 0:
+            return True
+    return False
+
+
 def filter_header(text, name):
     comments = scan(text)
     edits = []  # (offset, replace_len, new_text)
@@ -89,6 +105,13 @@ def filter_header(text, name):
         before = strip_comments(text[ls:a], comments, ls)
         if before.strip():
             edits.append((a, 2, "/**<"))
+            if depth > 0 and before.rstrip().endswith(";") and top_level_comma(before):
+                # a field declaration naming two (char *a, *b; /* c */):
+                # a member group gives the comment to both
+                _, le = line_bounds(text, b)
+                if le < len(text):
+                    edits.append((ls, 0, "/**@{*/ "))
+                    edits.append((le + 1, 0, "/**@}*/ "))
             continue
         # leading: the rest of its last line empty, the next line code
         _, le = line_bounds(text, b)
@@ -99,6 +122,12 @@ def filter_header(text, name):
             continue
         _, nxt_e = line_bounds(text, nxt_s)
         nxt = text[nxt_s:nxt_e].strip()
+        # a /* clang-format off */ line between a comment and its code
+        # (a table kept as written) is looked past
+        if SKIP.match(nxt) and nxt.endswith("*/") and nxt_e + 1 < len(text):
+            nxt_s = nxt_e + 1
+            _, nxt_e = line_bounds(text, nxt_s)
+            nxt = text[nxt_s:nxt_e].strip()
         if not nxt or nxt.startswith("}") or nxt.startswith("/*") or nxt.startswith("//"):
             continue
         if nxt.startswith("#") and not re.match(r"#\s*define\b", nxt):
@@ -108,7 +137,7 @@ def filter_header(text, name):
         edits.append((a, 2, "/**"))
         # the run of declarations it documents: until a blank line, a comment
         # line, or the end of the enclosing braces
-        pos, decls, last_end, d = nxt_s, 0, None, depth
+        pos, decls, last_end, d, par = nxt_s, 0, None, depth, 0
         while pos < len(text):
             _, e = line_bounds(text, pos)
             raw = text[pos:e]
@@ -127,8 +156,15 @@ def filter_header(text, name):
                 pos = e + 1
                 continue
             stop = False
+            field = depth > 0 and code.rstrip().endswith(";")
             for ch in code:
-                if ch == "{":
+                if ch == "(":
+                    par += 1
+                elif ch == ")":
+                    par -= 1
+                elif ch == "," and par == 0 and d == depth and field:
+                    decls += 1  # a field declaration naming two: size_t a, b;
+                elif ch == "{":
                     d += 1
                 elif ch == "}":
                     d -= 1

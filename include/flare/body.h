@@ -62,6 +62,7 @@ typedef int (*flare_body_start_fn)(flare_req_t *req, flare_res_t *res, void *ud)
 typedef int (*flare_body_chunk_fn)(flare_req_t *req, flare_res_t *res, flare_str_t data, void *ud);
 typedef int (*flare_body_end_fn)(flare_req_t *req, flare_res_t *res, int err, void *ud);
 
+/* A streaming route's callbacks and body limit (flare_route_stream copies it). */
 typedef struct flare_body_route {
     flare_body_start_fn on_start; /* may be NULL */
     flare_body_chunk_fn on_chunk; /* required */
@@ -69,13 +70,15 @@ typedef struct flare_body_route {
     uint64_t max_body;            /* bytes; 0: the app's max_body; <= 2^62 */
 } flare_body_route_t;
 
-/* Registers a streaming route (the app copies *r). Before flare_app_run.
+/* Registers a streaming route for method and pattern (as for flare_route;
+ * the app copies *r, whose callbacks get ud). Before flare_app_run.
  * Returns 0 or what flare_route returns, FLARE_EINVAL (r NULL, on_chunk or
  * on_end NULL, max_body out of range). The app's middlewares run before
  * on_start, as for any route. */
 FLARE_API int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
                                  const flare_body_route_t *r, void *ud);
-/* The same in a group (its prefix and middlewares, as flare_group_route). */
+/* The same in group g (its prefix and middlewares, as flare_group_route),
+ * with method, pattern, r and ud as above. */
 FLARE_API int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
                                        const flare_body_route_t *r, void *ud);
 

@@ -15,21 +15,25 @@ extern "C" {
 #endif
 
 #if defined(FLARE_BUILDING) && defined(__GNUC__)
+/* Marks a public function: exported from the library when it is built. */
 #define FLARE_API __attribute__((visibility("default")))
 #else
+/* Marks a public function (nothing to do outside the library's build). */
 #define FLARE_API
 #endif
 
 /* A view of bytes owned by someone else. */
 typedef struct flare_str {
-    const char *ptr;
-    size_t len;
+    const char *ptr; /* the first byte; may be NULL when len is 0 */
+    size_t len;      /* bytes, no NUL counted */
 } flare_str_t;
 
+/* A view of a string literal (its length without the NUL), and the empty
+ * view {NULL, 0}. */
 #define FLARE_STR(lit) ((flare_str_t){ (lit), sizeof(lit) - 1 })
 #define FLARE_STR_NULL ((flare_str_t){ NULL, 0 })
 
-/* A view of a NUL-terminated string (NULL: the empty view {NULL, 0}). */
+/* A view of cstr, a NUL-terminated string (NULL: the empty view {NULL, 0}). */
 static inline flare_str_t flare_str(const char *cstr)
 {
     flare_str_t s = { cstr, cstr != NULL ? strlen(cstr) : 0 };
@@ -42,7 +46,7 @@ static inline int flare_str_eq(flare_str_t a, flare_str_t b)
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
 
-/* ASCII case-insensitive comparison (header names, tokens). */
+/* ASCII case-insensitive comparison of a and b (header names, tokens). */
 FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
 
 /* Error codes: one table generates the enum and the messages.
@@ -97,6 +101,7 @@ FLARE_API int flare_last_errno(void);
     X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(CONNECT) X(OPTIONS) X(TRACE) X(PATCH)
 
 /* clang-format off */
+/* The request methods Flare knows (FLARE_METHOD_OTHER: any other). */
 typedef enum flare_method {
     FLARE_METHOD_OTHER = 0,
 #define FLARE_METHOD_ENUM(m) FLARE_METHOD_##m,
@@ -106,7 +111,7 @@ typedef enum flare_method {
 } flare_method_t;
 /* clang-format on */
 
-/* Name of a method ("GET"), or "" for FLARE_METHOD_OTHER. */
+/* Name of method m ("GET"), or "" for FLARE_METHOD_OTHER. */
 FLARE_API flare_str_t flare_method_name(flare_method_t m);
 
 /* Status codes: X(code, NAME, reason phrase). */
@@ -169,8 +174,8 @@ typedef void *(*flare_alloc_fn)(void *ctx, size_t n);
 
 /* One header field: views. */
 typedef struct flare_header {
-    flare_str_t name;
-    flare_str_t value;
+    flare_str_t name;  /* the field's name */
+    flare_str_t value; /* the field's value */
 } flare_header_t;
 
 #ifdef __cplusplus

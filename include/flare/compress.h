@@ -48,6 +48,7 @@ typedef enum flare_coding {
  * allocation, any thread. */
 FLARE_API int flare_accept_encoding(flare_str_t value, unsigned offered);
 
+/* flare_compress's options; a zeroed struct means the defaults. */
 typedef struct flare_compress_config {
     int gzip_level;  /* zlib level 1..9 [6] */
     int br_quality;  /* brotli quality 1..11 [4] */
@@ -62,7 +63,8 @@ typedef struct flare_compress_config {
     const char *const *types;
 } flare_compress_config_t;
 
-/* Compresses the responses of the routes it is registered on:
+/* Fills *out with a middleware, configured by cfg (read here; NULL:
+ * defaults), that compresses the responses of the routes it is registered on:
  *   - buffered bodies (flare_res_send, flare_res_send_ref) of at least
  *     min_size bytes, compressed whole (the worker's zlib state is reused
  *     through deflateReset);

@@ -29,25 +29,27 @@ extern "C" {
  * otherwise validated (the HTTP parser has already refused CR, LF and NUL):
  * check a value before trusting it (flare_cookie_verify does). */
 typedef struct flare_cookie_iter {
-    const char *p;
-    const char *end;
+    const char *p;   /* the next byte to read */
+    const char *end; /* just past the header's last byte */
 } flare_cookie_iter_t;
 
 /* Starts iterating over header, a Cookie field's value; the views the
  * iterator returns point into it. */
 FLARE_API void flare_cookie_iter_init(flare_cookie_iter_t *it, flare_str_t header);
 
-/* Next pair: true with *name and *value set (views into the header), false
+/* Next pair of it: true with *name and *value set (views into the header), false
  * at the end. */
 FLARE_API bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value);
 
-/* The value of the first cookie with that name (case-sensitive, as
+/* The value in a Cookie header's value (header) of the first cookie with
+ * that name (case-sensitive, as
  * browsers send the most specific path first), or {NULL, 0} when absent;
  * an empty value is {"", 0}-like (ptr non-NULL, len 0). */
 FLARE_API flare_str_t flare_cookie_get(flare_str_t header, flare_str_t name);
 
 /* ---- building Set-Cookie ------------------------------------------------- */
 
+/* The SameSite attribute of a Set-Cookie. */
 typedef enum flare_same_site {
     FLARE_SAME_SITE_LAX = 0, /* the default */
     FLARE_SAME_SITE_STRICT,
@@ -79,7 +81,7 @@ FLARE_API void flare_cookie_init(flare_cookie_t *c, flare_str_t name, flare_str_
 /* Longest Path or Domain value accepted (RFC 6265bis). */
 #define FLARE_COOKIE_MAX_ATTR 1024
 
-/* Writes the Set-Cookie header value (without "Set-Cookie: ", not
+/* Writes cookie c as the Set-Cookie header value (without "Set-Cookie: ", not
  * NUL-terminated) into buf[0..cap) and its length into *len:
  *   name=value; Path=/; Domain=d; Max-Age=n; Expires=<IMF-fixdate>;
  *   Secure; HttpOnly; SameSite=Lax; Partitioned
@@ -93,6 +95,7 @@ FLARE_API void flare_cookie_init(flare_cookie_t *c, flare_str_t name, flare_str_
  * the header. FLARE_COOKIE_FORMAT_MAX bytes always suffice. */
 FLARE_API int flare_cookie_format(const flare_cookie_t *c, char *buf, size_t cap, size_t *len);
 
+/* Bytes that always suffice for flare_cookie_format's output. */
 #define FLARE_COOKIE_FORMAT_MAX (FLARE_COOKIE_MAX_PAIR + 2 * FLARE_COOKIE_MAX_ATTR + 160)
 
 /* ---- signed cookies ------------------------------------------------------ */
@@ -125,6 +128,7 @@ FLARE_API int flare_cookie_verify(flare_str_t name, flare_str_t signed_value,
 
 /* ---- on requests and responses ------------------------------------------ */
 
+/* The request and response handles (flare/flare.h). */
 typedef struct flare_req flare_req_t;
 typedef struct flare_res flare_res_t;
 
@@ -132,7 +136,7 @@ typedef struct flare_res flare_res_t;
  * when absent. A view into the request, valid until the response completes. */
 FLARE_API flare_str_t flare_req_cookie(flare_req_t *req, const char *name);
 
-/* Adds a Set-Cookie header built by flare_cookie_format (validated: nothing
+/* Adds a Set-Cookie header for cookie c, built by flare_cookie_format (validated: nothing
  * can break out of the header). 0, FLARE_EINVAL, FLARE_ETOOBIG, FLARE_ESTATE
  * (response already sent) or FLARE_ENOMEM. */
 FLARE_API int flare_res_cookie(flare_res_t *res, const flare_cookie_t *c);

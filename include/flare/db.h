@@ -119,6 +119,8 @@
 extern "C" {
 #endif
 
+/* Opaque handles: a database opened for the app's workers, a query's
+ * result (valid during its callback) and an open transaction. */
 typedef struct flare_db flare_db_t;
 typedef struct flare_db_res flare_db_res_t;
 typedef struct flare_db_tx flare_db_tx_t;
@@ -157,7 +159,7 @@ typedef struct flare_db_config {
     unsigned busy_timeout_ms;
 } flare_db_config_t;
 
-/* Opens a database for every worker of app, from a URL:
+/* Opens a database for every worker of app, from a URL (url):
  *   postgresql://user:pass@host:port/dbname?param=value...  (libpq's URI;
  *       also postgres://; host may be a unix socket directory, given as
  *       ?host=/path). No name resolution happens on a worker: a host name is
@@ -196,6 +198,7 @@ FLARE_API int flare_db_exec_setup(flare_db_t *db, const char *sql);
 
 /* ---- parameters ------------------------------------------------------------- */
 
+/* The type of a query parameter (flare_db_val_t.type). */
 typedef enum flare_db_type {
     FLARE_DB_NULL = 0,
     FLARE_DB_INT64,
@@ -204,8 +207,9 @@ typedef enum flare_db_type {
     FLARE_DB_BYTES, /* binary (PostgreSQL bytea, SQLite blob) */
 } flare_db_type_t;
 
+/* A query parameter: its type and value. */
 typedef struct flare_db_val {
-    flare_db_type_t type;
+    flare_db_type_t type; /* which member of the union holds the value */
     union {
         int64_t i;
         double d;
@@ -213,6 +217,8 @@ typedef struct flare_db_val {
     };
 } flare_db_val_t;
 
+/* Query parameters: NULL, an int64, a double, text or bytes (p, n: a
+ * pointer and its length, read during the call). */
 #define FLARE_DB_NULLV        ((flare_db_val_t){ .type = FLARE_DB_NULL })
 #define FLARE_DB_INT(v)       ((flare_db_val_t){ .type = FLARE_DB_INT64, .i = (v) })
 #define FLARE_DB_DBL(v)       ((flare_db_val_t){ .type = FLARE_DB_DOUBLE, .d = (v) })
@@ -296,6 +302,7 @@ FLARE_API const char *flare_db_res_message(const flare_db_res_t *r);
     X(CONNECTION, "connection")           \
     X(OTHER, "other")
 
+/* What kind of error a failed query had (the map above). */
 typedef enum flare_db_errclass {
 #define FLARE_DB_ERRCLASS_ENUM(name, text) FLARE_DB_ERR_##name,
     FLARE_DB_ERRCLASS_MAP(FLARE_DB_ERRCLASS_ENUM)
@@ -308,7 +315,8 @@ typedef enum flare_db_errclass {
  * the error (FLARE_EUNAVAIL: CONNECTION; FLARE_ETIMEDOUT: OTHER). Valid
  * during the callback, as r. */
 FLARE_API flare_db_errclass_t flare_db_error_class(const flare_db_res_t *r);
-/* "unique", "foreign_key"... (the map above); "unknown" for a value not in
+/* The name of class c: "unique", "foreign_key"... (the map above);
+ * "unknown" for a value not in
  * it. Static storage. */
 FLARE_API const char *flare_db_error_class_name(flare_db_errclass_t c);
 
@@ -317,12 +325,12 @@ FLARE_API size_t flare_db_res_rows(const flare_db_res_t *r);
 FLARE_API size_t flare_db_res_cols(const flare_db_res_t *r);
 /* Rows changed by INSERT, UPDATE or DELETE. */
 FLARE_API uint64_t flare_db_res_affected(const flare_db_res_t *r);
-/* Column c's name, "" when out of range. Never NULL. */
+/* Column col's name, "" when out of range. Never NULL. */
 FLARE_API const char *flare_db_res_col_name(const flare_db_res_t *r, size_t col);
 /* Column index by name, or -1. */
 FLARE_API int flare_db_res_col_index(const flare_db_res_t *r, const char *name);
 
-/* Typed getters. Out of range or NULL: is_null is true and the others
+/* Typed getters of the value at row, col. Out of range or NULL: is_null is true and the others
  * return 0 / 0.0 / an empty view. A value of another type is converted the
  * way the database prints it (an integer read as text gives its digits;
  * text that is not a number read as int64 gives 0). Views are valid during
@@ -361,7 +369,8 @@ typedef void (*flare_db_tx_fn)(flare_db_tx_t *tx, flare_db_res_t *r, void *ud);
 FLARE_API int flare_db_begin(flare_db_t *db, flare_worker_t *w, flare_req_t *owner,
                              flare_db_tx_fn cb, void *ud);
 
-/* As flare_db_query, inside tx. After an error the transaction is aborted
+/* As flare_db_query (sql, params[0 .. nparams), then cb(..., ud)), inside
+ * tx. After an error the transaction is aborted
  * (PostgreSQL refuses further statements): roll it back. 0, or FLARE_EINVAL,
  * FLARE_ESTATE (tx already ended or ending). */
 FLARE_API int flare_db_tx_query(flare_db_tx_t *tx, const char *sql, const flare_db_val_t *params,
@@ -375,6 +384,8 @@ FLARE_API int flare_db_tx_rollback(flare_db_tx_t *tx, flare_db_fn cb, void *ud);
 
 /* ---- LISTEN / NOTIFY (PostgreSQL) ---------------------------------------------- */
 
+/* Called on the worker for each NOTIFY on a channel listened to with
+ * flare_db_listen, with its payload. */
 typedef void (*flare_db_notify_fn)(flare_str_t channel, flare_str_t payload, void *ud);
 
 /* Delivers every NOTIFY on `channel` to cb(channel, payload, ud) on worker
@@ -387,6 +398,7 @@ FLARE_API int flare_db_listen(flare_db_t *db, unsigned worker, const char *chann
 
 /* ---- statistics ------------------------------------------------------------------ */
 
+/* A database's figures (flare_db_stats). */
 typedef struct flare_db_stats {
     uint64_t conns_open; /* connections up now */
     uint64_t conns_busy; /* of those, with a query in flight or in a transaction */
@@ -398,7 +410,8 @@ typedef struct flare_db_stats {
     uint64_t reconnects; /* connections remade after being lost */
 } flare_db_stats_t;
 
-/* Worker `worker`'s figures (worker == UINT32_MAX: summed over all). Safe
+/* Worker `worker`'s figures, into *out (worker == UINT32_MAX: summed over
+ * all). Safe
  * from any thread while the app runs (another worker's figures may be a
  * moment old); zero before. 0, or FLARE_EINVAL. */
 FLARE_API int flare_db_stats(const flare_db_t *db, unsigned worker, flare_db_stats_t *out);

@@ -24,6 +24,8 @@
 extern "C" {
 #endif
 
+/* Opaque handles: the app, a route group, a worker (one thread with its
+ * event loop) and a request. */
 typedef struct flare_app flare_app_t;
 typedef struct flare_group flare_group_t;
 typedef struct flare_worker flare_worker_t;
@@ -91,7 +93,8 @@ FLARE_API void flare_config_init(flare_config_t *cfg);
  * naming the field: "flare_config_t.max_headers: 100000 is more than 65535". */
 FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
 
-/* Registers a route. The pattern is copied: literal segments, `{name}`
+/* Registers a route: requests with this method whose path matches pattern
+ * go to fn (given ud). The pattern is copied: literal segments, `{name}`
  * parameters and a final `{*name}` wildcard ("/users/{id}", "/static/{*path}").
  * Must be called before flare_app_run. Returns 0 or FLARE_EPATTERN,
  * FLARE_EEXIST, FLARE_EINVAL, FLARE_ENOMEM, FLARE_ESTATE (app running);
@@ -103,7 +106,8 @@ FLARE_API flare_app_t *flare_app_new(const flare_config_t *cfg);
  * holds for flare_get and for GET routes added through a group. */
 FLARE_API int flare_route(flare_app_t *app, flare_method_t method, const char *pattern,
                           flare_handler_fn fn, void *ud);
-/* flare_route for one method. flare_get's handler also answers HEAD (see
+/* flare_route for one method (pattern, fn and ud as there). flare_get's
+ * handler also answers HEAD (see
  * flare_route): check the method before a side effect. */
 FLARE_API int flare_get(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 FLARE_API int flare_post(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
@@ -118,7 +122,7 @@ FLARE_API int flare_delete(flare_app_t *app, const char *pattern, flare_handler_
  * out of memory). */
 FLARE_API flare_group_t *flare_group_new(flare_app_t *app, const char *prefix);
 FLARE_API flare_group_t *flare_group_sub(flare_group_t *parent, const char *prefix);
-/* As flare_route, for the group's prefix + pattern. pattern starts with '/'
+/* As flare_route (method, fn, ud), for the group's prefix + pattern. pattern starts with '/'
  * ("/{id}" in group "/api/todos" is "/api/todos/{id}"), or is "" or "/" for
  * the group's root: the prefix itself ("/api/todos"; "/" for a group whose
  * prefix is "/"). "" and "/" are one route: "/api/todos/" (with the slash)
@@ -128,7 +132,7 @@ FLARE_API flare_group_t *flare_group_sub(flare_group_t *parent, const char *pref
 FLARE_API int flare_group_route(flare_group_t *g, flare_method_t method, const char *pattern,
                                 flare_handler_fn fn, void *ud);
 
-/* Binds HOST:PORT (IPv4, "[v6]:port" or "*:port") or a unix socket
+/* Binds listen, HOST:PORT (IPv4, "[v6]:port" or "*:port") or a unix socket
  * ("unix:/run/app.sock", with options "?mode=0660&owner=www-data&group=
  * www-data" for the file, names or numbers; "unix:@name" for the abstract
  * namespace). A unix socket is one socket that every worker accepts from;
@@ -224,6 +228,7 @@ FLARE_API flare_str_t flare_req_query(const flare_req_t *req);  /* raw, without 
 #define FLARE_PROTO_MAP(X) X(HTTP10, "HTTP/1.0") X(HTTP11, "HTTP/1.1") X(HTTP2, "HTTP/2")
 
 /* clang-format off */
+/* The protocol a request came over (the map above). */
 typedef enum flare_proto {
 #define FLARE_PROTO_ENUM(name, text) FLARE_PROTO_##name,
     FLARE_PROTO_MAP(FLARE_PROTO_ENUM)
@@ -244,7 +249,8 @@ FLARE_API flare_str_t flare_req_protocol_name(const flare_req_t *req);
 FLARE_API bool flare_req_secure(const flare_req_t *req);
 
 /* Header value by name, case-insensitive; the first field if repeated.
- * .ptr == NULL when absent. */
+ * .ptr == NULL when absent. _count / _at: all fields, field i of them
+ * (NULL past the end). */
 FLARE_API flare_str_t flare_req_header(const flare_req_t *req, const char *name);
 FLARE_API size_t flare_req_header_count(const flare_req_t *req);
 FLARE_API const flare_header_t *flare_req_header_at(const flare_req_t *req, size_t i);
@@ -259,8 +265,8 @@ FLARE_API const flare_header_t *flare_req_header_at(const flare_req_t *req, size
  * body was sent, say).
  *
  * flare_req_trailer: the value of the first trailer with that name
- * (case-insensitive); .ptr == NULL when there is none. _count / _at: all
- * of them in the order sent (NULL past the end). Empty until the body has
+ * (case-insensitive); .ptr == NULL when there is none. _count / _at (trailer
+ * i): all of them in the order sent (NULL past the end). Empty until the body has
  * ended: a buffered route's handler sees them at once (the body is read
  * whole first), a streaming route's (flare/body.h) from on_end with err 0
  * on. Names and values live in the request's arena: valid until the
@@ -273,12 +279,12 @@ FLARE_API flare_str_t flare_req_trailer(const flare_req_t *req, const char *name
 FLARE_API size_t flare_req_trailer_count(const flare_req_t *req);
 FLARE_API const flare_header_t *flare_req_trailer_at(const flare_req_t *req, size_t i);
 
-/* Path parameter of the matched route, percent-decoded (decoding happens in
+/* Path parameter `name` of the matched route, percent-decoded (decoding happens in
  * the request arena only when the raw value contains '%'). .ptr == NULL when
  * the route has no such parameter. */
 FLARE_API flare_str_t flare_req_param(flare_req_t *req, const char *name);
 
-/* First query parameter with that key, percent-decoded ('+' is a space):
+/* First query parameter with that key (name), percent-decoded ('+' is a space):
  * flare_form_get (flare/form.h) on the query, decoding into the request
  * arena, so the same rules hold (empty pieces skipped, "=v" has the key "",
  * "k" alone has the value "", at most FLARE_FORM_MAX_PAIRS pairs looked at).
@@ -289,7 +295,8 @@ FLARE_API flare_str_t flare_req_query_param(flare_req_t *req, const char *name);
  * completely, up to max_body, before calling the handler. */
 FLARE_API flare_str_t flare_req_body(const flare_req_t *req);
 
-/* Request-scoped memory from the request's arena, 16-byte aligned; freed
+/* size bytes of request-scoped memory from the request's arena, 16-byte
+ * aligned; freed
  * when the response completes. NULL on out of memory. */
 FLARE_API void *flare_req_alloc(flare_req_t *req, size_t size);
 
@@ -300,9 +307,10 @@ FLARE_API int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud)
 /* Per-request attributes: a middleware sets, a handler reads. Typed: a
  * missing key or a value of another type is a plain "not found" (false /
  * NULL), never an error path. Keys and string values are copied into the
- * request arena; pointers are stored as given, tagged with `type` (compared
+ * request arena; pointers (ptr) are stored as given, tagged with `type` (compared
  * by address, so use a static string per type). Setting a key again
- * replaces it. Valid until the response completes. */
+ * replaces it. The getters set *out when found. Valid until the response
+ * completes. */
 FLARE_API int flare_req_set_str(flare_req_t *req, const char *key, flare_str_t value);
 FLARE_API int flare_req_set_int(flare_req_t *req, const char *key, int64_t value);
 FLARE_API int flare_req_set_ptr(flare_req_t *req, const char *key, const char *type, void *ptr);
@@ -311,7 +319,8 @@ FLARE_API bool flare_req_get_int(const flare_req_t *req, const char *key, int64_
 FLARE_API void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type);
 
 /* The client's address as text ("192.0.2.1", "2001:db8::1") in the request
- * arena, and its raw form: family AF_INET or AF_INET6, 4 or 16 bytes. A
+ * arena, and its raw form: family AF_INET or AF_INET6 returned, 4 or 16 bytes
+ * in addr. A
  * client of a unix socket listener has no address: "unix:" (a static
  * string), and AF_UNIX with 16 zero bytes. */
 FLARE_API flare_str_t flare_req_peer(flare_req_t *req);
@@ -331,7 +340,7 @@ FLARE_API bool flare_req_connected(const flare_req_t *req);
  * Date and Connection are managed by Flare (FLARE_EINVAL). */
 FLARE_API int flare_res_header(flare_res_t *res, flare_str_t name, flare_str_t value);
 
-/* Sends a complete response: status, Content-Type (len 0: none) and a body
+/* Sends a complete response: status, content_type (len 0: none) and a body
  * that is copied. For HEAD requests only the headers go out. Returns 0, or
  * FLARE_ESTATE if a response was already sent; when the client has gone
  * this is a no-op that returns 0 and releases the exchange. */
@@ -350,23 +359,23 @@ FLARE_API int flare_res_send(flare_res_t *res, int status, flare_str_t content_t
  * so the handler can still answer. */
 FLARE_API int flare_res_redirect(flare_res_t *res, int status, flare_str_t location);
 
-/* Like flare_res_send, but the body is referenced, not copied: it must stay
+/* Like flare_res_send (status, content_type), but the body is referenced, not copied: it must stay
  * valid until release(ud) is called (after it has been written or the
  * connection dropped). release may be NULL for static data. */
 FLARE_API int flare_res_send_ref(flare_res_t *res, int status, flare_str_t content_type,
                                  flare_str_t body, flare_task_fn release, void *ud);
 
-/* Sends len bytes of the open file fd from offset off as the body (HEAD:
- * headers only). Takes fd in every case: it is closed once the bytes are
- * written, the connection drops, or on error. Small files are read into the
- * response (one write with the head); larger ones go out with sendfile(2),
- * after the responses queued before them. FLARE_EIO when the file is
- * shorter than promised. See flare/static.h for serving a directory. */
+/* Sends len bytes of the open file fd from offset off as the body, with
+ * status and content_type as for flare_res_send (HEAD: headers only). Takes fd in every case: it is
+ * closed once the bytes are written, the connection drops, or on error. Small files are read into
+ * the response (one write with the head); larger ones go out with sendfile(2), after the responses
+ * queued before them. FLARE_EIO when the file is shorter than promised. See flare/static.h for
+ * serving a directory. */
 FLARE_API int flare_res_sendfile(flare_res_t *res, int status, flare_str_t content_type, int fd,
                                  uint64_t off, uint64_t len);
 
 /* Streaming with chunked transfer coding for bodies of unknown length:
- * begin, write any number of times, end. */
+ * begin (status, content_type), write data any number of times, end. */
 FLARE_API int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type);
 FLARE_API int flare_res_write(flare_res_t *res, flare_str_t data);
 FLARE_API int flare_res_end(flare_res_t *res);
@@ -389,17 +398,20 @@ typedef int (*flare_before_fn)(flare_req_t *req, flare_res_t *res, void *ud);
  * middleware last), only for middlewares whose `before` ran. */
 typedef void (*flare_after_fn)(flare_req_t *req, flare_res_t *res, void *ud);
 
+/* A middleware: its name and hooks, and the ud they are given. */
 typedef struct flare_middleware {
     const char *name;       /* for statistics; copied */
     flare_before_fn before; /* may be NULL */
     flare_after_fn after;   /* may be NULL */
-    void *ud;
+    void *ud;               /* given to both hooks */
 } flare_middleware_t;
 
 /* Adds a middleware to every request of the app (also to 404/405 and
  * automatic OPTIONS answers), to every route of a group (and its
  * sub-groups), or to one route. Order: app, then outer group to inner
- * group, then route, each in registration order. *mw is copied. Before
+ * group, then route, each in registration order. *mw is copied.
+ * flare_route_mw registers a route as flare_route (method, pattern, fn,
+ * ud) with its own middlewares mws[0 .. nmws). Before
  * flare_app_run only. 0 or FLARE_EINVAL (NULL argument, a middleware with
  * neither hook) / FLARE_ENOMEM / FLARE_ESTATE, with the reason in
  * flare_last_error(). */
@@ -422,13 +434,13 @@ FLARE_API int flare_res_set_status(flare_res_t *res, int status);
  * flare_config_t.mw_stats is set (two clock reads per hook otherwise
  * saved). */
 typedef struct flare_mw_stats {
-    const char *name;
-    uint64_t count;
-    uint64_t total_ns;
-    uint64_t max_ns;
+    const char *name;  /* the middleware's name */
+    uint64_t count;    /* hooks run */
+    uint64_t total_ns; /* nanoseconds spent in them */
+    uint64_t max_ns;   /* the longest run, nanoseconds */
 } flare_mw_stats_t;
 
-/* Fills up to `max` entries (one per registered middleware, in registration
+/* Fills out with up to `max` entries (one per registered middleware, in registration
  * order), returns how many middlewares exist. Safe from any thread; counts
  * are summed while the workers are up (figures from other workers may be a
  * moment old) and are zero outside that window. */

@@ -32,23 +32,25 @@ extern "C" {
  * a lookup walk a million pairs. */
 #define FLARE_FORM_MAX_PAIRS 1000
 
+/* An iterator over the pairs of a query string or form body
+ * (flare_form_iter_init). */
 typedef struct flare_form_iter {
-    const char *p;
-    const char *end;
+    const char *p;    /* the next byte to read */
+    const char *end;  /* just past the input's last byte */
     size_t count;     /* pairs returned so far */
     size_t max_pairs; /* bound (FLARE_FORM_MAX_PAIRS unless changed) */
 } flare_form_iter_t;
 
-/* Starts iterating over input (a query string without the '?', or a body).
+/* Starts it iterating over input (a query string without the '?', or a body).
  * max_pairs may be changed afterwards (0 means no bound). */
 FLARE_API void flare_form_iter_init(flare_form_iter_t *it, flare_str_t input);
 
-/* Next pair as raw views: returns 1 with *key and *value set, 0 at the end,
+/* Next pair of it as raw views: returns 1 with *key and *value set, 0 at the end,
  * FLARE_ETOOBIG when the input has more than max_pairs pairs (the caller
  * should answer 400, or 413/414). */
 FLARE_API int flare_form_next(flare_form_iter_t *it, flare_str_t *key, flare_str_t *value);
 
-/* Advances to the next pair whose decoded key equals `key` (compared
+/* Advances it to the next pair whose decoded key equals `key` (compared
  * without allocating): 1 with *raw_value set, 0 when there is none left,
  * FLARE_ETOOBIG as above. Repeated calls walk all values of a key. */
 FLARE_API int flare_form_find(flare_form_iter_t *it, flare_str_t key, flare_str_t *raw_value);
@@ -63,18 +65,22 @@ FLARE_API size_t flare_form_decode_into(flare_str_t raw, char *out);
  * and alloc is NULL). *out lives as long as raw or the allocator's memory. */
 FLARE_API int flare_form_decode(flare_str_t raw, flare_alloc_fn alloc, void *ctx, flare_str_t *out);
 
-/* Next pair, decoded (flare_form_next + flare_form_decode on both). Returns
+/* Next pair of it, decoded into *key and *value (flare_form_next +
+ * flare_form_decode on both, copies from alloc(ctx, ...)). Returns
  * 1, 0 at the end, FLARE_ETOOBIG or FLARE_ENOMEM. */
 FLARE_API int flare_form_next_decoded(flare_form_iter_t *it, flare_alloc_fn alloc, void *ctx,
                                       flare_str_t *key, flare_str_t *value);
 
-/* The decoded value of the first pair with that (decoded) key. Returns 0,
+/* The decoded value (in *value) of the first pair of input with that
+ * (decoded) key; copies come from alloc(ctx, ...) as for
+ * flare_form_decode. Returns 0,
  * FLARE_ENOTFOUND, FLARE_ETOOBIG (more than FLARE_FORM_MAX_PAIRS pairs
  * before it) or FLARE_ENOMEM. */
 FLARE_API int flare_form_get(flare_str_t input, flare_str_t key, flare_alloc_fn alloc, void *ctx,
                              flare_str_t *value);
 
-/* All decoded values of a key, in order: fills values[0..max) and sets
+/* All decoded values of a key in input, in order (copies from
+ * alloc(ctx, ...) as for flare_form_decode): fills values[0..max) and sets
  * *count to the number of values found (which may exceed max: the extra
  * ones are counted, not stored). Returns 0 (also when there is none),
  * FLARE_ETOOBIG or FLARE_ENOMEM. */

@@ -35,6 +35,7 @@ extern "C" {
 
 /* ==== writer ============================================================== */
 
+/* The deepest nesting a writer accepts (objects and arrays). */
 #define FLARE_JSON_MAX_DEPTH 32
 
 typedef struct flare_json flare_json_t;
@@ -54,20 +55,20 @@ typedef int (*flare_json_grow_fn)(flare_json_t *w, size_t need, void *ctx);
  * request arena with no allocation; read buf/len/cap (or use
  * flare_json_output), change them only from a grow callback. */
 struct flare_json {
-    char *buf; /* output so far: buf[0..len), not NUL-terminated */
-    size_t len;
-    size_t cap;
+    char *buf;               /* output so far: buf[0..len), not NUL-terminated */
+    size_t len;              /* bytes written */
+    size_t cap;              /* bytes buf holds */
     flare_json_grow_fn grow; /* NULL: fixed buffer, FLARE_ETOOBIG when full */
-    void *grow_ctx;
-    flare_alloc_fn alloc; /* for flare_json_init_alloc */
-    int err;              /* first error, sticky; 0 if none */
-    uint32_t stack;       /* bit d: the container at depth d+1 is an object */
-    uint8_t depth;        /* open containers */
-    uint8_t flags;        /* internal state */
-    uint8_t kind;         /* internal: which constructor made it (0 for the
-                             flare_json_init* family), so that flare_json_end
-                             can tell a flare_res_json writer without reading
-                             past a plain one */
+    void *grow_ctx;          /* given to grow */
+    flare_alloc_fn alloc;    /* for flare_json_init_alloc */
+    int err;                 /* first error, sticky; 0 if none */
+    uint32_t stack;          /* bit d: the container at depth d+1 is an object */
+    uint8_t depth;           /* open containers */
+    uint8_t flags;           /* internal state */
+    uint8_t kind;            /* internal: which constructor made it (0 for the
+                                flare_json_init* family), so that flare_json_end
+                                can tell a flare_res_json writer without reading
+                                past a plain one */
 };
 
 /* Writes into buf[0..cap) and never allocates; when the document does not
@@ -135,23 +136,23 @@ FLARE_API int flare_json_key(flare_json_t *w, flare_str_t key);
  * recommends, so the output is always valid UTF-8. s.ptr may be NULL when
  * s.len is 0. */
 FLARE_API int flare_json_str(flare_json_t *w, flare_str_t s);
-/* Same for a NUL-terminated string; NULL writes null. */
+/* Same for s, a NUL-terminated string; NULL writes null. */
 FLARE_API int flare_json_cstr(flare_json_t *w, const char *s);
-/* Exact decimal integers. */
+/* v as an exact decimal integer. */
 FLARE_API int flare_json_int(flare_json_t *w, int64_t v);
 FLARE_API int flare_json_uint(flare_json_t *w, uint64_t v);
-/* The shortest of %.15g, %.16g, %.17g that reads back as the same double
+/* v: the shortest of %.15g, %.16g, %.17g that reads back as the same double
  * (so 0.1 is "0.1", 1e21 is "1e+21"; integral values print without a
  * fraction: 2.0 is "2"). NaN and infinities have no JSON form: FLARE_EINVAL.
  * Independent of the locale's decimal separator. */
 FLARE_API int flare_json_double(flare_json_t *w, double v);
 FLARE_API int flare_json_bool(flare_json_t *w, bool v);
 FLARE_API int flare_json_null(flare_json_t *w);
-/* Pre-encoded JSON copied as one value, unchecked: the caller guarantees it
+/* Pre-encoded JSON (json) copied as one value, unchecked: the caller guarantees it
  * is exactly one valid JSON value. */
 FLARE_API int flare_json_raw(flare_json_t *w, flare_str_t json);
 
-/* Key and value in one call; key is a NUL-terminated string (usually a
+/* Key and value (v) in one call; key is a NUL-terminated string (usually a
  * literal). kv_object / kv_array write the key and open the container. */
 FLARE_API int flare_json_kv_str(flare_json_t *w, const char *key, flare_str_t v);
 FLARE_API int flare_json_kv_cstr(flare_json_t *w, const char *key, const char *v);
@@ -169,6 +170,7 @@ FLARE_API int flare_json_kv_array(flare_json_t *w, const char *key);
 typedef struct flare_json_doc flare_json_doc_t;
 typedef struct flare_json_val flare_json_val_t;
 
+/* The type of a parsed JSON value. */
 typedef enum flare_json_type {
     FLARE_JSON_NONE = 0, /* a NULL value handle (absent member, index out of range) */
     FLARE_JSON_NULL,
@@ -180,6 +182,7 @@ typedef enum flare_json_type {
     FLARE_JSON_OBJECT
 } flare_json_type_t;
 
+/* Where and why JSON parsing failed. */
 typedef struct flare_json_error {
     int line;         /* 1-based; 0 when not about a place in the input */
     int column;       /* 1-based, in characters (UTF-8 code points) on that line */
@@ -205,14 +208,14 @@ FLARE_API void flare_json_doc_free(flare_json_doc_t *doc);
 /* The root value. */
 FLARE_API const flare_json_val_t *flare_json_doc_root(const flare_json_doc_t *doc);
 
-/* Writes the body of a 400 answer for a parse error:
+/* Writes to w the body of a 400 answer for a parse error (err):
  *   {"error":"invalid JSON","line":L,"column":C,"position":P,"reason":"..."} */
 FLARE_API int flare_json_error_write(const flare_json_error_t *err, flare_json_t *w);
 
 /* Accessors. Every one accepts NULL (the result of a failed lookup) and
  * then returns FLARE_JSON_NONE / NULL / 0 / an error, so lookups chain. */
 FLARE_API flare_json_type_t flare_json_val_type(const flare_json_val_t *v);
-/* Name of a type ("object", "integer", ...); static storage. */
+/* Name of type t ("object", "integer", ...); static storage. */
 FLARE_API const char *flare_json_type_name(flare_json_type_t t);
 
 /* Member of an object by key; NULL if v is not an object or has no such key. */

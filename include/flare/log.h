@@ -47,7 +47,7 @@ enum {
 /* "error", "warn", "info", "debug" -> *out: 0, or FLARE_EINVAL (s NULL or
  * another word; *out unchanged). */
 FLARE_API int flare_log_level_parse(const char *s, flare_log_level_t *out);
-/* "error", ... for a level; "?" for a value outside the enum. */
+/* "error", ... for a level lvl; "?" for a value outside the enum. */
 FLARE_API const char *flare_log_level_name(flare_log_level_t lvl);
 
 /* What flare_log_setup takes. A zeroed struct is the default: error log to
@@ -63,15 +63,15 @@ typedef struct flare_log_config {
     void *reserved[4];       /* zero: room to grow without changing the struct's size */
 } flare_log_config_t;
 
-/* Sets up logging for app, before flare_app_run (or between runs): the
- * strings are copied, the files are opened now (so an unwritable path fails
+/* Sets up logging for app as cfg says, before flare_app_run (or between
+ * runs): the strings are copied, the files are opened now (so an unwritable path fails
  * here, with flare_last_error() naming it). Calling it again replaces the
  * configuration. 0, FLARE_EINVAL (a field out of range), FLARE_ESYS (a file
  * cannot be opened), FLARE_ESTATE (the app is running), FLARE_ENOMEM. The
  * state is freed with the app. */
 FLARE_API int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg);
 
-/* Logs one line (printf format; a message longer than about 4 KiB is cut).
+/* Logs one line at level lvl (fmt: a printf format; a message longer than about 4 KiB is cut).
  * w is the calling worker (on its own thread, lock-free, never blocks) or
  * NULL from any other thread (a mutex-protected shared ring; before the
  * run starts or after it ends, written at once). Control bytes in the
@@ -79,11 +79,13 @@ FLARE_API int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg);
  * logging is not set up or lvl is above the current level. */
 FLARE_API void flare_log(flare_worker_t *w, flare_log_level_t lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The same for app, from any thread that is not a worker (w == NULL). */
+/* The same (lvl, fmt) for app, from any thread that is not a worker
+ * (w == NULL). */
 FLARE_API void flare_app_log(flare_app_t *app, flare_log_level_t lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* flare_log on the request's worker, with the request's id in the line.
+/* flare_log (lvl, fmt) on the request's worker, with the request's id in
+ * the line.
  * Call on the request's worker while the request is valid. */
 FLARE_API void flare_req_log(flare_req_t *req, flare_log_level_t lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -108,7 +110,7 @@ FLARE_API int flare_log_reopen(flare_app_t *app);
  * nothing changes. */
 FLARE_API int flare_log_reopen_as(flare_app_t *app, const char *path, const char *access_path);
 
-/* Changes the level, from any thread (takes effect at once on every worker). */
+/* Changes the level to lvl, from any thread (takes effect at once on every worker). */
 FLARE_API void flare_log_set_level(flare_app_t *app, flare_log_level_t lvl);
 FLARE_API flare_log_level_t flare_log_get_level(const flare_app_t *app);
 

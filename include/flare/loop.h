@@ -39,6 +39,7 @@ extern "C" {
 
 /* ---- timers ---- */
 
+/* A timer on a worker (opaque). */
 typedef struct flare_timer flare_timer_t;
 
 /* Makes a stopped timer on worker w that will run fn(ud) each time it
@@ -73,6 +74,7 @@ FLARE_API void flare_timer_free(flare_timer_t *t);
 #define FLARE_WATCH_ERROR 0x008u
 #define FLARE_WATCH_HUP   0x010u
 
+/* A watcher of a file descriptor on a worker (opaque). */
 typedef struct flare_watch flare_watch_t;
 
 /* Called on the worker's thread while fd is ready: `events` holds the
@@ -93,7 +95,7 @@ typedef void (*flare_watch_fn)(flare_watch_t *wt, unsigned events, void *ud);
 FLARE_API int flare_watch_new(flare_worker_t *w, int fd, unsigned events, flare_watch_fn cb,
                               void *ud, flare_watch_t **out);
 
-/* Changes the interest (0 pauses: no callback at all until it is set
+/* Changes the interest to events (0 pauses: no callback at all until it is set
  * again). No system call when it is unchanged. 0, or FLARE_EINVAL (NULL,
  * unknown bits), FLARE_ESYS. */
 FLARE_API int flare_watch_set(flare_watch_t *wt, unsigned events);

@@ -51,6 +51,7 @@
 extern "C" {
 #endif
 
+/* The type of a struct member in a field table (flare_field_t). */
 typedef enum flare_field_type {
     FLARE_FIELD_STRING = 1,
     FLARE_FIELD_INT,
@@ -64,8 +65,8 @@ typedef enum flare_field_type {
  * the validator macros (FLARE_REQUIRED, FLARE_MIN, ...) as extra arguments;
  * unused validators stay zero, which means "no constraint". */
 typedef struct flare_field {
-    const char *name; /* JSON member name */
-    flare_field_type_t type;
+    const char *name;        /* JSON member name */
+    flare_field_type_t type; /* the member's type */
     flare_field_type_t elem; /* ARRAY: element type (any but ARRAY) */
     size_t offset;           /* offsetof the member */
     /* Storage size of one value (for ARRAY: of one element): STRING 0 for a
@@ -104,6 +105,7 @@ typedef struct flare_field {
     const char *message;
 } flare_field_t;
 
+/* The number of entries of a field table (an array, not a pointer). */
 #define FLARE_MAP_N(table) (sizeof(table) / sizeof((table)[0]))
 
 /* ---- validators (extra arguments of FLARE_FIELD_*) ---------------------- */
@@ -221,15 +223,18 @@ enum {
     FLARE_MAP_PARTIAL = 1u << 1
 };
 
+/* Options of flare_map_decode; a zeroed struct means the defaults. */
 typedef struct flare_map_opts {
     unsigned flags;       /* FLARE_MAP_* */
     flare_alloc_fn alloc; /* for flare_str_t members (NULL: such members fail
                              with FLARE_ESTATE) */
-    void *alloc_ctx;
+    void *alloc_ctx;      /* given to alloc */
 } flare_map_opts_t;
 
+/* How many errors a flare_map_errors_t holds (more are counted in total). */
 #define FLARE_MAP_MAX_ERRORS 16
 
+/* One validation error: which field and why. */
 typedef struct flare_map_error {
     char field[64];   /* path: "title", "address.zip", "tags[2]"; "" is the body
                          itself; truncated to fit */
@@ -241,13 +246,14 @@ typedef struct flare_map_error {
     const char *pattern;
 } flare_map_error_t;
 
+/* The errors of a failed decode (flare_map_errors_write writes them). */
 typedef struct flare_map_errors {
-    size_t count;      /* entries in items[] */
-    size_t total;      /* errors found; > count when some did not fit */
-    bool invalid_json; /* the body is not JSON: see json, items is empty */
-    flare_json_error_t json;
-    uint64_t present; /* bit i: top-level fields[i] (i < 64) was present */
-    flare_map_error_t items[FLARE_MAP_MAX_ERRORS];
+    size_t count;            /* entries in items[] */
+    size_t total;            /* errors found; > count when some did not fit */
+    bool invalid_json;       /* the body is not JSON: see json, items is empty */
+    flare_json_error_t json; /* where and why the body is not JSON (invalid_json) */
+    uint64_t present;        /* bit i: top-level fields[i] (i < 64) was present */
+    flare_map_error_t items[FLARE_MAP_MAX_ERRORS]; /* the first errors found, in table order */
 } flare_map_errors_t;
 
 /* Parses json[0..len) and decodes it into *obj (a struct described by
@@ -267,12 +273,13 @@ typedef struct flare_map_errors {
 FLARE_API int flare_map_decode(const flare_field_t *fields, size_t n, const char *json, size_t len,
                                void *obj, const flare_map_opts_t *opts, flare_map_errors_t *errs);
 
-/* The same from an already parsed value (which must be an object). */
+/* The same (fields, n, obj, opts, errs) from an already parsed value v
+ * (which must be an object). */
 FLARE_API int flare_map_decode_val(const flare_field_t *fields, size_t n, const flare_json_val_t *v,
                                    void *obj, const flare_map_opts_t *opts,
                                    flare_map_errors_t *errs);
 
-/* Writes the 400 body for a failed decode:
+/* Writes to w the 400 body for a failed decode (errs):
  *   {"errors":[{"field":"title","reason":"length must be 1..200"},...]}
  * An error from a pattern also has the pattern, for developers (clients
  * show "reason"):
@@ -282,20 +289,20 @@ FLARE_API int flare_map_errors_write(const flare_map_errors_t *errs, flare_json_
 
 /* ---- encoding, schema, checking ----------------------------------------- */
 
-/* Writes *obj as a JSON object (one value: at the root, as an array element
+/* Writes *obj, described by the table fields (n entries), to w as a JSON
+ * object (one value: at the root, as an array element
  * or after a key), members in table order. A flare_str_t with ptr NULL is
  * written as null; arrays write min(count, capacity) elements. Returns the
  * writer's state (FLARE_EINVAL for a NaN or infinite double). */
 FLARE_API int flare_map_encode(const flare_field_t *fields, size_t n, const void *obj,
                                flare_json_t *w);
 
-/* Writes a JSON Schema (draft 2020-12, as used by OpenAPI 3.1) of the
- * struct: type, properties with their constraints (minLength, maxLength,
- * minimum, maximum, pattern, minItems, maxItems, format, description) and
- * required. */
+/* Writes to w a JSON Schema (draft 2020-12, as used by OpenAPI 3.1) of
+ * the struct described by fields (n entries): type, properties with their constraints (minLength,
+ * maxLength, minimum, maximum, pattern, minItems, maxItems, format, description) and required. */
 FLARE_API int flare_map_schema(const flare_field_t *fields, size_t n, flare_json_t *w);
 
-/* Checks a table once at startup: names present and unique, types and
+/* Checks a table (fields, n entries) once at startup: names present and unique, types and
  * sizes coherent, min <= max, patterns compile (on this thread). Returns 0,
  * FLARE_EINVAL or FLARE_EPATTERN. Decoding works without it, but reports a
  * broken table only when a request reaches the broken field. */

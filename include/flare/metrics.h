@@ -50,6 +50,7 @@ FLARE_API int flare_metrics_render(flare_app_t *app, char **out, size_t *len);
 
 /* ---- collectors: extra series written at scrape time ------------------- */
 
+/* What a collector writes its series through (opaque). */
 typedef struct flare_metrics_writer flare_metrics_writer_t;
 
 /* Called at every scrape (on the scraping thread: a worker, or the caller
@@ -97,7 +98,8 @@ FLARE_API int flare_metrics_histogram(flare_app_t *app, const char *name, const 
                                       const char *const *labels, const double *bounds,
                                       size_t nbounds, flare_metric_t **out);
 
-/* On worker w's thread (a handler: flare_req_worker(req)): adds to w's
+/* On worker w's thread (a handler: flare_req_worker(req)): adds n to
+ * counter m, delta to gauge m, or observes v in histogram m, in w's
  * share, summed at scrape. No lock, no shared write. A NULL or wrong-type
  * handle, or a NULL worker, is ignored. A gauge's value is the sum of every
  * worker's adds (a connection count: +1 on open, -1 on close). */
@@ -150,14 +152,14 @@ typedef struct flare_status_opts {
     const char *head_html;
 } flare_status_opts_t;
 
-/* flare_status_route with options (copied; opts may be NULL). Same
- * errors. */
+/* flare_status_route at path with options (copied; opts may be NULL).
+ * Same errors. */
 FLARE_API int flare_status_route_opts(flare_app_t *app, const char *path,
                                       const flare_status_opts_t *opts);
 
 /* ---- the admin listener -------------------------------------------------- */
 
-/* Adds a plain listening address (HOST:PORT, as flare_app_listen) for the
+/* Adds a plain listening address addr (HOST:PORT, as flare_app_listen) for the
  * operational routes: once an app has one, the routes of
  * flare_metrics_route, flare_health_routes and flare_status_route answer
  * only on it, and 404 on every other listener (a load balancer or a

@@ -17,6 +17,7 @@ extern "C" {
 
 /* ---- CORS ---- */
 
+/* flare_cors's options. */
 typedef struct flare_cors_config {
     /* Allowed origins, exact ("https://app.example.com"), NULL-terminated.
      * A single "*" allows any origin (then credentials must be false). */
@@ -31,7 +32,8 @@ typedef struct flare_cors_config {
     unsigned max_age;           /* preflight cache seconds; 0: not sent */
 } flare_cors_config_t;
 
-/* Preflights (OPTIONS with Origin and Access-Control-Request-Method) are
+/* The CORS middleware, configured by cfg, written to out.
+ * Preflights (OPTIONS with Origin and Access-Control-Request-Method) are
  * answered 204 by the middleware itself when the origin and method are
  * allowed, 403 otherwise. Other requests from an allowed origin get
  * Access-Control-Allow-Origin (the origin itself unless "*"), credentials and
@@ -43,6 +45,7 @@ FLARE_API int flare_cors(flare_app_t *app, const flare_cors_config_t *cfg, flare
 
 /* ---- security headers ---- */
 
+/* flare_security_headers's options; a zeroed struct means the defaults. */
 typedef struct flare_security_config {
     const char *frame_options;   /* default "DENY"; "" to omit */
     const char *referrer_policy; /* default "no-referrer"; "" to omit */
@@ -55,7 +58,8 @@ typedef struct flare_security_config {
     void *csp_ud;
 } flare_security_config_t;
 
-/* Adds X-Content-Type-Options: nosniff, X-Frame-Options, Referrer-Policy,
+/* Fills *out with a middleware, configured by cfg, that adds
+ * X-Content-Type-Options: nosniff, X-Frame-Options, Referrer-Policy,
  * Strict-Transport-Security (when configured) and Content-Security-Policy
  * (when configured) to every response. */
 FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_config_t *cfg,
@@ -63,13 +67,15 @@ FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_conf
 
 /* ---- rate limiting ---- */
 
+/* flare_ratelimit's options. */
 typedef struct flare_ratelimit_config {
     double rate;          /* tokens added per second, > 0 (required: no default) */
     unsigned burst;       /* bucket size [0: rate rounded up, at least 1] */
     unsigned max_clients; /* addresses tracked [65536], <= 16777216 (least recent evicted) */
 } flare_ratelimit_config_t;
 
-/* A token bucket per client address, shared by all workers (sharded, one
+/* Fills *out with a rate limiter configured by cfg: a token bucket per
+ * client address, shared by all workers (sharded, one
  * short lock per request). Past the limit: 429 with Retry-After (seconds,
  * rounded up) and a text body. FLARE_EINVAL (flare_last_error() names the
  * field) when rate is not positive or max_clients is out of range. */
@@ -78,12 +84,13 @@ FLARE_API int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *
 
 /* ---- request ids ---- */
 
-/* Takes a valid incoming X-Request-Id (1-128 characters of A-Z a-z 0-9 - _ .
- * : / + =) or generates 16 hex digits (thread-local PRNG, no lock), echoes it
- * in the response's X-Request-Id and stores it as the string attribute
- * "request_id" (flare_req_get_str). */
+/* Fills *out with a middleware that takes a valid incoming X-Request-Id (1-128 characters of A-Z
+ * a-z 0-9 - _ . : / + =) or generates 16 hex digits (thread-local PRNG, no lock), echoes it in the
+ * response's X-Request-Id and stores it as the string attribute "request_id" (flare_req_get_str).
+ */
 FLARE_API int flare_request_id(flare_app_t *app, flare_middleware_t *out);
 
+/* The request attribute flare_request_id stores the id under. */
 #define FLARE_REQUEST_ID_ATTR "request_id"
 
 #ifdef __cplusplus

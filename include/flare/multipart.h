@@ -65,6 +65,7 @@ extern "C" {
     X(NOMEM, 500, "multipart: out of memory")                                                   \
     X(IO, 500, "multipart: cannot write a temporary file")
 
+/* Why a multipart body was refused (the map above: status and message). */
 typedef enum flare_multipart_err {
 #define FLARE_MULTIPART_ERR_ENUM(name, status, msg) FLARE_MULTIPART_ERR_##name,
     FLARE_MULTIPART_ERR_MAP(FLARE_MULTIPART_ERR_ENUM)
@@ -116,31 +117,33 @@ typedef struct flare_multipart_part {
     flare_str_t name;         /* Content-Disposition name */
     flare_str_t filename;     /* filename* decoded (to UTF-8) or filename; NULL if none */
     flare_str_t content_type; /* as sent, trimmed; NULL if none (RFC 7578: text/plain) */
-    size_t header_count;
+    size_t header_count;      /* entries in headers[] */
     flare_header_t headers[FLARE_MULTIPART_HEADERS_MAX]; /* raw fields, names and values */
 } flare_multipart_part_t;
 
+/* One event of the parser: its type, the data and the current part. */
 typedef struct flare_multipart_event {
-    flare_multipart_event_type_t type;
+    flare_multipart_event_type_t type;  /* what happened */
     flare_str_t data;                   /* DATA */
     const flare_multipart_part_t *part; /* PART_BEGIN, DATA, PART_END: the current part */
 } flare_multipart_event_t;
 
 /* Parser state. Fields are private except `work` and `err`. */
 typedef struct flare_multipart {
-    uint8_t state;
-    flare_multipart_err_t err; /* why the parser stopped, NONE while it goes on */
-    uint16_t dlen;             /* delimiter length: 4 + boundary length */
-    uint16_t match;            /* how much of the delimiter the last bytes matched */
-    uint16_t hdr_len;
-    uint64_t work;  /* scan steps so far: linear in the input, for tests */
-    uint64_t total; /* bytes consumed */
-    uint64_t part_size;
-    size_t parts;
-    flare_multipart_limits_t limits;
+    uint8_t state;                   /* private: where the parser is */
+    flare_multipart_err_t err;       /* why the parser stopped, NONE while it goes on */
+    uint16_t dlen;                   /* delimiter length: 4 + boundary length */
+    uint16_t match;                  /* how much of the delimiter the last bytes matched */
+    uint16_t hdr_len;                /* private: header bytes buffered */
+    uint64_t work;                   /* scan steps so far: linear in the input, for tests */
+    uint64_t total;                  /* bytes consumed */
+    uint64_t part_size;              /* private: bytes of the current part */
+    size_t parts;                    /* private: parts so far */
+    flare_multipart_limits_t limits; /* private: the limits in effect */
     char delim[4 + FLARE_MULTIPART_BOUNDARY_MAX]; /* "\r\n--" boundary */
-    uint8_t fail[4 + FLARE_MULTIPART_BOUNDARY_MAX + 1];
-    flare_multipart_part_t part;
+    uint8_t fail[4 + FLARE_MULTIPART_BOUNDARY_MAX +
+                 1];             /* private: the delimiter's KMP failure function */
+    flare_multipart_part_t part; /* private: the current part */
     /* the raw header block, then the decoded parameters */
     char hdr[2 * FLARE_MULTIPART_HEADER_MAX];
 } flare_multipart_t;
@@ -152,7 +155,7 @@ typedef struct flare_multipart {
 FLARE_API int flare_multipart_init(flare_multipart_t *mp, flare_str_t content_type,
                                    const flare_multipart_limits_t *limits);
 
-/* Same with the boundary itself (1..70 bchars). */
+/* Same (mp, limits) with the boundary itself (1..70 bchars). */
 FLARE_API int flare_multipart_init_boundary(flare_multipart_t *mp, flare_str_t boundary,
                                             const flare_multipart_limits_t *limits);
 
@@ -172,13 +175,14 @@ FLARE_API int flare_multipart_finish(flare_multipart_t *mp);
 
 /* ---- the buffered helper ---------------------------------------------- */
 
+/* The request handle (flare/flare.h). */
 typedef struct flare_req flare_req_t;
 
 /* Options; a zeroed struct means the defaults. */
 typedef struct flare_multipart_opts {
-    flare_multipart_limits_t limits;
-    size_t file_threshold; /* parts larger than this go to a file; 0: 64 KiB */
-    const char *tmpdir;    /* NULL: $TMPDIR, else /tmp */
+    flare_multipart_limits_t limits; /* zeroed: the defaults */
+    size_t file_threshold;           /* parts larger than this go to a file; 0: 64 KiB */
+    const char *tmpdir;              /* NULL: $TMPDIR, else /tmp */
 } flare_multipart_opts_t;
 
 /* One part of a parsed form. */
@@ -192,10 +196,11 @@ typedef struct flare_multipart_field {
     char *path_;              /* private: the mkstemp path, or NULL */
 } flare_multipart_field_t;
 
+/* A buffered multipart body: its fields, or why it failed. */
 typedef struct flare_multipart_form {
     flare_multipart_field_t *fields; /* in the request's arena */
-    size_t count;
-    flare_multipart_err_t err; /* on failure: why (its status and message, see above) */
+    size_t count;                    /* entries in fields[] */
+    flare_multipart_err_t err;       /* on failure: why (its status and message, see above) */
 } flare_multipart_form_t;
 
 /* Parses req's buffered body (Content-Type from the request) into *form.
@@ -209,7 +214,7 @@ typedef struct flare_multipart_form {
 FLARE_API int flare_multipart_parse_req(flare_req_t *req, const flare_multipart_opts_t *opts,
                                         flare_multipart_form_t *form);
 
-/* The first field named name, or NULL. */
+/* The first field of form named name, or NULL. */
 FLARE_API const flare_multipart_field_t *flare_multipart_field(const flare_multipart_form_t *form,
                                                                flare_str_t name);
 
@@ -241,12 +246,13 @@ typedef struct flare_multipart_sink {
     bool discard;
 } flare_multipart_sink_t;
 
+/* A streaming parse of a request's multipart body (opaque). */
 typedef struct flare_multipart_stream flare_multipart_stream_t;
 
 /* Starts parsing req's body (Content-Type from the request; from a
  * streaming route's on_start, or its first on_chunk). Lives in the
  * request's arena until the request ends. opts, sink may be NULL; *sink is
- * copied, ud is given to its callbacks. 0, or FLARE_EINVAL with *why
+ * copied, ud is given to its callbacks. *out is set on success. 0, or FLARE_EINVAL with *why
  * (NOT_FORM_DATA 415, BOUNDARY 400: answer flare_multipart_err_status), or
  * FLARE_ENOMEM. */
 FLARE_API int flare_multipart_stream_start(flare_req_t *req, const flare_multipart_opts_t *opts,
@@ -254,7 +260,7 @@ FLARE_API int flare_multipart_stream_start(flare_req_t *req, const flare_multipa
                                            flare_multipart_stream_t **out,
                                            flare_multipart_err_t *why);
 
-/* Feeds the next bytes of the body (any split). 0, or the first failure:
+/* Feeds data, the next bytes of the body (any split). 0, or the first failure:
  * FLARE_EINVAL / FLARE_ETOOBIG (bad input, a limit: flare_multipart_stream_err
  * says which, answer its status), FLARE_ENOMEM, FLARE_EIO, or what a sink
  * callback returned; once failed, every call returns the same. */

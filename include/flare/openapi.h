@@ -59,7 +59,7 @@ typedef enum flare_param_in {
  * (FLARE_REQUIRED, FLARE_MIN, FLARE_LEN, FLARE_PATTERN, FLARE_DESCRIPTION).
  * Path parameters are always required. */
 typedef struct flare_op_param {
-    flare_param_in_t in;
+    flare_param_in_t in; /* where the parameter is */
     flare_field_t field; /* .offset and the ARRAY members are not used */
 } flare_op_param_t;
 
@@ -140,17 +140,17 @@ typedef struct flare_op_response {
 /* An operation: one method of one route. Zero fields are left out of the
  * document. */
 typedef struct flare_op {
-    const char *summary;
-    const char *description;
-    const char *operation_id;       /* unique in the app (FLARE_EEXIST) */
-    const char *const *tags;        /* NULL-terminated, or NULL */
-    const flare_op_param_t *params; /* path parameters not listed here are
-                                       documented as required strings */
-    size_t nparams;
+    const char *summary;                  /* a one-line summary */
+    const char *description;              /* longer text */
+    const char *operation_id;             /* unique in the app (FLARE_EEXIST) */
+    const char *const *tags;              /* NULL-terminated, or NULL */
+    const flare_op_param_t *params;       /* path parameters not listed here are
+                                             documented as required strings */
+    size_t nparams;                       /* entries in params[] */
     const flare_op_content_t *body;       /* request body, or NULL */
     bool body_optional;                   /* requestBody.required is true unless set */
     const flare_op_response_t *responses; /* at least one (OpenAPI requires it) */
-    size_t nresponses;
+    size_t nresponses;                    /* entries in responses[] */
     /* The name of a scheme from flare_openapi_cookie_auth the operation
      * needs, or NULL for none. */
     const char *security;
@@ -190,8 +190,8 @@ FLARE_API int flare_openapi_info(flare_app_t *app, const flare_openapi_info_t *i
 
 /* Declares a security scheme `name` (components/securitySchemes): an API key
  * carried in the cookie `cookie` (type apiKey, in cookie), the way
- * flare_sessions' cookie authenticates. Operations name it in
- * flare_op_t.security. 0, FLARE_EINVAL, FLARE_EEXIST, FLARE_ESTATE or
+ * flare_sessions' cookie authenticates; description is its text (copied, may be
+ * NULL). Operations name it in flare_op_t.security. 0, FLARE_EINVAL, FLARE_EEXIST, FLARE_ESTATE or
  * FLARE_ENOMEM. */
 FLARE_API int flare_openapi_cookie_auth(flare_app_t *app, const char *name, const char *cookie,
                                         const char *description);

@@ -72,6 +72,7 @@
 extern "C" {
 #endif
 
+/* Redis opened for the app's workers (opaque; the app owns it). */
 typedef struct flare_redis flare_redis_t;
 
 /* ---- opening ---------------------------------------------------------------- */
@@ -87,7 +88,7 @@ typedef struct flare_redis_config {
     unsigned reconnect_max_ms;   /* the doubling stops there [5000], <= INT_MAX */
 } flare_redis_config_t;
 
-/* Opens Redis for every worker of app, from a URL:
+/* Opens Redis for every worker of app, from a URL (url):
  *   redis://HOST:PORT[/DB]        PORT defaults to 6379, DB to 0
  *   redis://:PASSWORD@HOST:PORT   AUTH PASSWORD on each connection
  *   redis://USER:PASSWORD@...     AUTH USER PASSWORD (Redis 6 ACLs)
@@ -128,19 +129,19 @@ typedef enum flare_redis_type {
  * it is given to (copy what you keep). Fields that do not apply to .type are
  * zero (.str {NULL, 0}, .elem NULL). */
 typedef struct flare_redis_reply {
-    flare_redis_type_t type;
-    int64_t integer;
-    double dval;
-    flare_str_t str;
-    size_t n;
-    const struct flare_redis_reply *elem;
+    flare_redis_type_t type;              /* which fields apply (flare_redis_type_t says) */
+    int64_t integer;                      /* INT; BOOL: 0 or 1 */
+    double dval;                          /* DOUBLE */
+    flare_str_t str;                      /* STRING, STATUS, ERROR, DOUBLE, BIGNUM, VERB */
+    size_t n;                             /* ARRAY, MAP, SET, PUSH: entries in elem[] */
+    const struct flare_redis_reply *elem; /* ARRAY, MAP, SET, PUSH: the elements */
 } flare_redis_reply_t;
 
 /* err 0 and reply non-NULL, or err FLARE_EUNAVAIL / FLARE_ETIMEDOUT and
  * reply NULL (see the top of this file). */
 typedef void (*flare_redis_fn)(int err, const flare_redis_reply_t *reply, void *ud);
 
-/* The type's name ("nil", "int", "string", ...), static. */
+/* The name of type t ("nil", "int", "string", ...), static. */
 FLARE_API const char *flare_redis_type_name(flare_redis_type_t t);
 
 /* ---- commands ------------------------------------------------------------------ */
@@ -159,7 +160,8 @@ FLARE_API int flare_redis_cmd(flare_redis_t *r, flare_worker_t *w, int argc,
                               const char *const *argv, const size_t *argvlen, flare_redis_fn cb,
                               void *ud);
 
-/* The same with flare_str_t arguments: args[0 .. nargs), nargs <= 4096. */
+/* The same (on worker w, then cb(err, reply, ud)) with flare_str_t
+ * arguments: args[0 .. nargs), nargs <= 4096. */
 FLARE_API int flare_redis_cmd_str(flare_redis_t *r, flare_worker_t *w, const flare_str_t *args,
                                   size_t nargs, flare_redis_fn cb, void *ud);
 
@@ -183,6 +185,7 @@ FLARE_API int flare_redis_subscribe(flare_redis_t *r, unsigned worker, flare_str
 
 /* ---- statistics ----------------------------------------------------------------- */
 
+/* A Redis handle's figures (flare_redis_stats). */
 typedef struct flare_redis_stats {
     uint64_t conns_open; /* connections up now (command and pub/sub ones) */
     uint64_t in_flight;  /* commands sent and awaiting their reply now */
@@ -194,7 +197,7 @@ typedef struct flare_redis_stats {
     uint64_t messages;   /* pub/sub messages delivered */
 } flare_redis_stats_t;
 
-/* Worker `worker`'s figures (UINT32_MAX: summed over all). Safe from any
+/* Worker `worker`'s figures, into *out (UINT32_MAX: summed over all). Safe from any
  * thread (another worker's figures may be a moment old); zero before the
  * first run. 0, or FLARE_EINVAL. */
 FLARE_API int flare_redis_stats(const flare_redis_t *r, unsigned worker, flare_redis_stats_t *out);
@@ -207,7 +210,7 @@ FLARE_API int flare_redis_stats(const flare_redis_t *r, unsigned worker, flare_r
  * later), deleted with DEL. Every call completes later on the worker, so the
  * session middleware holds the response until Redis has acknowledged a
  * save (and answers 503 when it could not). Session ids never appear in
- * errors or statistics. r must outlive the store (both belong to the app:
+ * errors or statistics. *out is set on success. r must outlive the store (both belong to the app:
  * fine). 0, or FLARE_EINVAL, FLARE_ENOMEM. */
 FLARE_API int flare_session_redis_store(flare_redis_t *r, const char *prefix,
                                         flare_session_store_t *out);

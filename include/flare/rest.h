@@ -11,7 +11,8 @@
 extern "C" {
 #endif
 
-/* A JSON writer whose output becomes the response body: write the document,
+/* A JSON writer whose output becomes the response body (sent with
+ * status): write the document,
  * then call flare_json_end. Memory comes from the request arena (nothing to
  * free). NULL on out of memory. */
 FLARE_API flare_json_t *flare_res_json(flare_res_t *res, int status);
@@ -23,7 +24,7 @@ FLARE_API flare_json_t *flare_res_json(flare_res_t *res, int status);
  * flare_res_json (flare_json_init and the like) or one already ended. */
 FLARE_API int flare_json_end(flare_json_t *w);
 
-/* Parses the request body as JSON. The body must be labelled as JSON:
+/* Parses the request body as JSON; res answers a bad one. The body must be labelled as JSON:
  * Content-Type application/json or TYPE/SUBTYPE+json, with any parameters
  * (charset...). Another type, or a body without Content-Type, is answered
  * 415 {"error":"..."} before anything is parsed (a browser sends text/plain
@@ -35,7 +36,8 @@ FLARE_API int flare_json_end(flare_json_t *w);
  * returns NULL: the handler just returns 0. */
 FLARE_API const flare_json_val_t *flare_req_json(flare_req_t *req, flare_res_t *res);
 
-/* Decodes and validates the body into *obj per the field table (strings in
+/* Decodes and validates the body into *obj per the field table (fields,
+ * n entries), answering through res on failure (strings in
  * the request arena). The Content-Type must say JSON, as for flare_req_json
  * (415 otherwise, FLARE_EINVAL). Returns 0, or answers 400 with every
  * validation error ({"errors":[{"field":..,"reason":..}]}) / 415 / 500 and

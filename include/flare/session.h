@@ -39,17 +39,20 @@ typedef void (*flare_session_done_fn)(void *ctx, int rc);
  * saves or removes a session leaves only once the store has answered, and
  * is replaced by a 503 when it failed (see flare_sessions). */
 typedef struct flare_session_store {
+    /* Looks up session id, then done(ctx, rc, data) (see above). */
     void (*load)(void *self, flare_worker_t *w, flare_str_t id, unsigned ttl_seconds,
                  void (*done)(void *ctx, int rc, flare_str_t data), void *ctx);
+    /* Stores data under id for ttl_seconds, then done(ctx, rc). */
     void (*save)(void *self, flare_worker_t *w, flare_str_t id, flare_str_t data,
                  unsigned ttl_seconds, flare_session_done_fn done, void *ctx);
+    /* Deletes id, then done(ctx, rc). */
     void (*remove)(void *self, flare_worker_t *w, flare_str_t id, flare_session_done_fn done,
                    void *ctx);
     void (*destroy)(void *self); /* called by flare_app_free */
-    void *self;
+    void *self;                  /* given to every callback as self */
 } flare_session_store_t;
 
-/* The in-memory store: sharded, read-mostly locking, safe across workers.
+/* Fills *out with the in-memory store: sharded, read-mostly locking, safe across workers.
  * max_sessions bounds memory (0: 100,000; at most 16,777,216, else
  * FLARE_EINVAL). Expired sessions are swept a few at a time by each save;
  * a save into a full shard frees an expired session or, when the ones it
@@ -79,7 +82,7 @@ typedef struct flare_session_config {
     flare_session_store_t store;   /* .load == NULL: a new in-memory store */
 } flare_session_config_t;
 
-/* Fills *out with the session middleware; its state (and the store) belong
+/* Fills *out with the session middleware configured by cfg; its state (and the store) belong
  * to the app. FLARE_EINVAL for an invalid cookie name or path
  * (flare_last_error() says which).
  *

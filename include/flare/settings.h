@@ -45,8 +45,8 @@ extern "C" {
 
 /* One certificate chosen by SNI (paths). */
 typedef struct flare_settings_cert {
-    char *cert;
-    char *key;
+    char *cert; /* certificate file path */
+    char *key;  /* private key file path */
 } flare_settings_cert_t;
 
 /* One listening address: plain, or TLS with its own certificate (and more
@@ -55,8 +55,8 @@ typedef struct flare_settings_listener {
     char *addr;                 /* HOST:PORT or unix:..., as flare_app_listen takes it */
     char *tls_cert, *tls_key;   /* both or neither */
     flare_settings_cert_t *sni; /* more certificates, in the order given */
-    size_t nsni;
-    char *origin; /* where it was set ("hello.yaml:4", "--listen"), for errors */
+    size_t nsni;                /* entries in sni[] */
+    char *origin;               /* where it was set ("hello.yaml:4", "--listen"), for errors */
 } flare_settings_listener_t;
 
 /* What an example adds through the same code: its own keys and flags. */
@@ -68,9 +68,11 @@ typedef enum flare_settings_type {
     FLARE_SETTING_SIZE      /* size_t *where, bytes, within min..max */
 } flare_settings_type_t;
 
+/* An option a program adds to the standard keys: its key and flag, type,
+ * help and where its value goes. */
 typedef struct flare_settings_option {
-    const char *name; /* the key and the flag without "--": "pool" */
-    flare_settings_type_t type;
+    const char *name;            /* the key and the flag without "--": "pool" */
+    flare_settings_type_t type;  /* what where points to */
     const char *help;            /* one line, for --help */
     void *where;                 /* holds the default before parsing, the value after */
     unsigned long long min, max; /* bounds (UINT, DURATION in ms, SIZE); max 0: the type's */
@@ -83,26 +85,26 @@ typedef struct flare_settings {
     flare_config_t app; /* workers, max-conns, the timeouts and limits, job-threads,
                            backlog, mw-stats */
     flare_settings_listener_t *listeners; /* [one: 127.0.0.1:8080] */
-    size_t nlisteners;
-    unsigned tls_handshake_timeout_ms; /* every TLS listener [the TLS layer's 10 s] */
-    char **statics;                    /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
-    size_t nstatics;
-    char *log;               /* "-" (stderr) or a file [stderr] */
-    char *log_level;         /* error|warn|info|debug [error] */
-    char *log_format;        /* text|json [text] */
-    char *access_log;        /* "-" or a file [off] */
-    char *access_log_format; /* combined|json [combined] */
-    char *db;                /* database URL (flare/db.h) */
-    char *sessions;          /* session store: memory or redis://HOST:PORT [memory]:
-                                flare_settings_sessions */
-    char *session_secure;    /* auto|always|never [auto]: flare_settings_session_config */
-    char *admin_listen;      /* HOST:PORT of the admin listener [none]: flare_settings_listen */
-    char **ws_origins;       /* Origins allowed on WebSocket routes, NULL-terminated
-                                [none: same origin only]: flare_settings_ws_config */
-    size_t nws_origins;
-    char *config_file; /* --config FILE or FLARE_CONFIG, NULL: none */
-    bool check_config; /* --check-config was given */
-    struct flare__settings_priv *priv;
+    size_t nlisteners;                    /* entries in listeners[] */
+    unsigned tls_handshake_timeout_ms;    /* every TLS listener [the TLS layer's 10 s] */
+    char **statics;                       /* "DIR" (mounted at /static) or "/PREFIX=DIR" */
+    size_t nstatics;                      /* entries in statics[] */
+    char *log;                            /* "-" (stderr) or a file [stderr] */
+    char *log_level;                      /* error|warn|info|debug [error] */
+    char *log_format;                     /* text|json [text] */
+    char *access_log;                     /* "-" or a file [off] */
+    char *access_log_format;              /* combined|json [combined] */
+    char *db;                             /* database URL (flare/db.h) */
+    char *sessions;                       /* session store: memory or redis://HOST:PORT [memory]:
+                                             flare_settings_sessions */
+    char *session_secure; /* auto|always|never [auto]: flare_settings_session_config */
+    char *admin_listen;   /* HOST:PORT of the admin listener [none]: flare_settings_listen */
+    char **ws_origins;    /* Origins allowed on WebSocket routes, NULL-terminated
+                             [none: same origin only]: flare_settings_ws_config */
+    size_t nws_origins;   /* entries in ws_origins[] (its NULL not counted) */
+    char *config_file;    /* --config FILE or FLARE_CONFIG, NULL: none */
+    bool check_config;    /* --check-config was given */
+    struct flare__settings_priv *priv; /* private */
 } flare_settings_t;
 
 /* Returned by flare_settings_parse_args when the work is done (--help or
@@ -116,8 +118,9 @@ FLARE_API void flare_settings_init(flare_settings_t *s);
 FLARE_API void flare_settings_free(flare_settings_t *s);
 
 /* Reads the configuration: finds `--config FILE` (else $FLARE_CONFIG) and
- * loads that file, then the FLARE_* variables, then every flag of argv (the
- * standard keys and the `extra` options, which must outlive *s). Then
+ * loads that file, then the FLARE_* variables, then every flag of argv (argc
+ * entries: the standard keys and the `extra` options, nextra of them,
+ * which must outlive *s). Then
  * checks the whole: a TLS listener needs both tls-cert and tls-key, the
  * limits their bounds (flare_config_t). argv is copied for
  * flare_settings_reload. Extra options' `where` is written once all passed.
@@ -133,7 +136,8 @@ FLARE_API int flare_settings_parse_args(flare_settings_t *s, int argc, char **ar
                                         const flare_settings_option_t *extra, size_t nextra);
 
 /* The start of every main: flare_settings_init(s), then
- * flare_settings_parse_args (argv, the `extra` options), and what a
+ * flare_settings_parse_args (argc, argv, the nextra `extra` options), and
+ * what a
  * program does with its result. Returns 0: run (*s holds the settings;
  * free it with flare_settings_free). Returns FLARE_SETTINGS_EXIT: main
  * returns *exit_code at once (*s is freed already):
@@ -151,8 +155,8 @@ FLARE_API int flare_settings_main(flare_settings_t *s, int argc, char **argv,
  * the next call on *s. */
 FLARE_API const char *flare_settings_error(const flare_settings_t *s);
 
-/* *out = the app configuration (limits, timeouts, workers...) for
- * flare_app_new. */
+/* *out = the app configuration (limits, timeouts, workers...) that s
+ * holds, for flare_app_new. */
 FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config_t *out);
 
 /* Adds every listener to app with flare_app_listen (TLS ones with their
@@ -164,7 +168,7 @@ FLARE_API void flare_settings_app_config(const flare_settings_t *s, flare_config
  * 0.0.0.0:443: ..."). */
 FLARE_API int flare_settings_apply(flare_settings_t *s, flare_app_t *app,
                                    const flare_static_opts_t *opts);
-/* The two halves of flare_settings_apply. */
+/* The two halves of flare_settings_apply (s, app, opts as there). */
 FLARE_API int flare_settings_listen(flare_settings_t *s, flare_app_t *app);
 FLARE_API int flare_settings_static(flare_settings_t *s, flare_app_t *app,
                                     const flare_static_opts_t *opts);
@@ -202,21 +206,22 @@ typedef struct flare_settings_setup_opts {
 FLARE_API int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
                                    const flare_settings_setup_opts_t *opts);
 
-/* flare_app_new with flare_settings_app_config, then flare_settings_setup:
+/* flare_app_new with flare_settings_app_config, then flare_settings_setup
+ * (with opts):
  * the app of a main in one call. On success *out is the app (free it with
  * flare_app_free before *s); on failure *out is NULL, nothing is left
  * behind, and flare_settings_error says why (main exits 1). */
 FLARE_API int flare_settings_app_new(flare_settings_t *s, const flare_settings_setup_opts_t *opts,
                                      flare_app_t **out);
 
-/* The session middleware as the settings configure it (flare_sessions):
+/* The session middleware as the settings s configure it (flare_sessions):
  * *cfg (NULL: all defaults) with `secure` from session-secure
  * (flare_settings_session_config) and the store from `sessions`: "memory"
  * or unset keeps cfg->store (.load NULL: a new in-memory store);
  * redis://... is a store on the Redis that flare_settings_setup opened
  * (opened here when setup was not called), keys prefixed with
  * redis_prefix (NULL: "flare:sess:"; flare_session_redis_store). Each call
- * makes its own middleware and store, owned by the app. 0, or FLARE_EINVAL,
+ * makes its own middleware (into *out) and store, owned by the app. 0, or FLARE_EINVAL,
  * FLARE_ENOMEM with flare_settings_error saying what failed. */
 FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
                                       const flare_session_config_t *cfg, const char *redis_prefix,
@@ -228,12 +233,12 @@ FLARE_API int flare_settings_sessions(flare_settings_t *s, flare_app_t *app,
  * copies them). */
 FLARE_API void flare_settings_ws_config(const flare_settings_t *s, flare_ws_config_t *cfg);
 
-/* Sets the fields of a session configuration that settings hold: secure
- * (session-secure; left as it is when not given). */
+/* Sets the fields of a session configuration (*cfg) that settings s hold:
+ * secure (session-secure; left as it is when not given). */
 FLARE_API void flare_settings_session_config(const flare_settings_t *s,
                                              flare_session_config_t *cfg);
 
-/* Reads the configuration again as parse_args did (the same file, the
+/* Reads the configuration of cur again as parse_args did (the same file, the
  * environment as it is now, the same flags and extra options) into *next
  * (initialized here; free it with flare_settings_free). Extra options'
  * `where` is not written. 0, or an error in flare_settings_error(next), for
@@ -246,9 +251,9 @@ FLARE_API int flare_settings_reload(const flare_settings_t *cur, flare_settings_
 FLARE_API size_t flare_settings_diff(const flare_settings_t *a, const flare_settings_t *b,
                                      const char **out, size_t max);
 
-/* Called after each successful reload with the settings in effect, whose
- * logging fields (log, log-level, log-format, access-log,
- * access-log-format) are the ones in effect: set the level when the
+/* Sets on s the callback fn, called (with ud) after each successful reload
+ * with the settings in effect, whose logging fields (log, log-level,
+ * log-format, access-log, access-log-format) are the ones in effect: set the level when the
  * program set up the logger itself (flare_settings_setup sets it before
  * this runs; new log and access-log names were applied already,
  * flare_log_reopen_as; a name that could not be opened, and a format
@@ -276,7 +281,8 @@ FLARE_API void flare_settings_on_log(flare_settings_t *s, flare_settings_log_fn 
  * app does nothing. 0 or FLARE_E* from flare_app_on_reload. */
 FLARE_API int flare_settings_watch(flare_settings_t *s, flare_app_t *app);
 
-/* Prints the effective configuration as YAML (what --check-config shows). */
+/* Prints the effective configuration of s to out as YAML (what --check-config
+ * shows). */
 FLARE_API int flare_settings_print(const flare_settings_t *s, FILE *out);
 
 #ifdef __cplusplus

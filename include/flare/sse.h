@@ -54,6 +54,7 @@
 extern "C" {
 #endif
 
+/* An event stream to one client (opaque). */
 typedef struct flare_sse flare_sse_t;
 
 /* One event. A field whose .ptr is NULL is left out; a zeroed struct is an
@@ -74,13 +75,16 @@ typedef struct flare_sse_event {
  * len, or CR/LF in id or event (NUL too in id). Pure: no allocation. */
 FLARE_API int flare_sse_format(const flare_sse_event_t *ev, char *out, size_t cap, size_t *len);
 
-/* The same for a comment line ": text\n" (ignored by clients; keeps
+/* The same (into out, cap bytes, length in *len) for a comment line
+ * ": text\n" (ignored by clients; keeps
  * proxies from timing the stream out). FLARE_EINVAL for CR or LF in text. */
 FLARE_API int flare_sse_format_comment(flare_str_t text, char *out, size_t cap, size_t *len);
 
 /* flare_sse_config_t.heartbeat_ms: no heartbeat. */
 #define FLARE_SSE_HEARTBEAT_OFF UINT_MAX
 
+/* on_close: called exactly once per stream, when it has ended (reason:
+ * see above). */
 typedef void (*flare_sse_close_fn)(flare_sse_t *s, int reason, void *ud);
 
 /* Per stream. Zero fields take their defaults. */
@@ -94,12 +98,12 @@ typedef struct flare_sse_config {
     void *ud;
 } flare_sse_config_t;
 
-/* Registers a GET route (pattern as for flare_route) whose handler starts
+/* Registers a GET route (pattern as for flare_route) whose handler fn (given ud) starts
  * event streams, and the SSE support of the app (its drain and shutdown
  * hooks, the broadcast). Before flare_app_run. 0 or the flare_route codes. */
 FLARE_API int flare_sse_route(flare_app_t *app, const char *pattern, flare_handler_fn fn, void *ud);
 
-/* Starts the stream of this request: 200, Content-Type text/event-stream,
+/* Starts the stream of this request through its response res: 200, Content-Type text/event-stream,
  * Cache-Control: no-cache, chunked; *cfg is copied (NULL: defaults). The
  * handler then returns FLARE_ASYNC (or 0: both mean the stream goes on).
  * For HEAD only the head goes out and the stream is ended at once (on_close
@@ -114,7 +118,7 @@ FLARE_API int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_ss
  * copied: valid as long as the handle. */
 FLARE_API flare_str_t flare_sse_last_event_id(const flare_sse_t *s);
 
-/* Sends one event (flare_sse_format's rules) / a comment. 0, FLARE_EINVAL,
+/* Sends one event ev (flare_sse_format's rules) / a comment text. 0, FLARE_EINVAL,
  * FLARE_ECLOSED (the stream has ended: on_close is on its way),
  * FLARE_ETOOBIG (dropped for backpressure, see above), FLARE_ENOMEM. */
 FLARE_API int flare_sse_send(flare_sse_t *s, const flare_sse_event_t *ev);
@@ -133,7 +137,7 @@ FLARE_API flare_worker_t *flare_sse_worker(const flare_sse_t *s);
  * follows from the loop. A no-op on a stream already ended. */
 FLARE_API void flare_sse_end(flare_sse_t *s);
 
-/* Rooms: a name (1 to 255 bytes, copied) groups streams for broadcasts.
+/* Rooms: a name (room: 1 to 255 bytes, copied) groups streams for broadcasts.
  * join: 0 (also when already in it), FLARE_EINVAL, FLARE_ECLOSED,
  * FLARE_ENOMEM. leave: 0, FLARE_EINVAL, FLARE_ENOTFOUND. A stream leaves
  * its rooms when it ends. */

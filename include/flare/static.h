@@ -50,8 +50,8 @@ extern "C" {
 
 /* An extension and its Content-Type ("webc", "application/x-webc"). */
 typedef struct flare_mime {
-    const char *ext; /* without the dot; compared case-insensitively */
-    const char *type;
+    const char *ext;  /* without the dot; compared case-insensitively */
+    const char *type; /* the Content-Type */
 } flare_mime_t;
 
 /* Options. A zero field means its default (in brackets): a zeroed struct is
@@ -69,7 +69,7 @@ typedef struct flare_static_opts {
     bool no_cache; /* no small-file cache: every request opens its file [false] */
 } flare_static_opts_t;
 
-/* Defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
+/* Sets *o to the defaults: index "index.html", no Cache-Control, no dotfiles, no .gz,
  * small-file cache revalidated every 1000 ms. */
 FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 
@@ -82,15 +82,17 @@ FLARE_API void flare_static_opts_init(flare_static_opts_t *o);
 FLARE_API int flare_static(flare_app_t *app, const char *prefix, const char *root,
                            const flare_static_opts_t *opts);
 
-/* The same under a route group's prefix (and its middlewares). */
+/* The same under route group g's prefix (and its middlewares): prefix,
+ * root and opts as above. */
 FLARE_API int flare_group_static(flare_group_t *g, const char *prefix, const char *root,
                                  const flare_static_opts_t *opts);
 
-/* The Content-Type Flare uses for a file name, by its extension
+/* The Content-Type Flare uses for a file name (filename), by its extension
  * ("application/octet-stream" when unknown). Static storage. */
 FLARE_API flare_str_t flare_mime_type(flare_str_t filename);
 
-/* Parses an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime
+/* Parses s as an HTTP-date into *out (seconds since the epoch; true on
+ * success) (IMF-fixdate, and the obsolete RFC 850 and asctime
  * forms, as RFC 9110 section 5.6.7 requires of recipients). */
 FLARE_API bool flare_http_date_parse(flare_str_t s, time_t *out);
 

@@ -30,8 +30,8 @@ extern "C" {
  * certificate whose names (subjectAltName DNS entries, else the CN) match
  * the name the client asks for; wildcards "*.example.com" match one label. */
 typedef struct flare_tls_cert {
-    const char *cert_file;
-    const char *key_file;
+    const char *cert_file; /* certificate chain file (PEM) */
+    const char *key_file;  /* its private key file (PEM) */
 } flare_tls_cert_t;
 
 /* A zeroed field takes its default (in brackets). The strings are copied. */
@@ -39,7 +39,7 @@ typedef struct flare_tls_config {
     const char *cert_file;              /* the default certificate: required */
     const char *key_file;               /* required */
     const flare_tls_cert_t *more_certs; /* more certificates, chosen by SNI */
-    size_t nmore_certs;
+    size_t nmore_certs;                 /* entries in more_certs[] */
     const char *ciphers;           /* TLS 1.2 cipher list [ECDHE + AES-GCM / ChaCha20-Poly1305] */
     const char *ciphersuites;      /* TLS 1.3 suites [OpenSSL's default] */
     const char *alpn;              /* ALPN protocols in preference order, comma-separated
@@ -52,7 +52,7 @@ typedef struct flare_tls_config {
     bool tls13_only;               /* refuse TLS 1.2 */
 } flare_tls_config_t;
 
-/* Adds a listening address (HOST:PORT or a unix socket, as for
+/* Adds a listening address addr (HOST:PORT or a unix socket, as for
  * flare_app_run), plain when tls is NULL (TLS over a unix socket works
  * too). Before flare_app_run; call it once per address ("0.0.0.0:80"
  * plain and "0.0.0.0:443" TLS in one app). The certificate files are read
@@ -77,11 +77,11 @@ FLARE_API int flare_app_tls_reload(flare_app_t *app);
 /* Counters of the TLS listeners, summed over workers (any thread, while the
  * app runs). */
 typedef struct flare_tls_stats {
-    unsigned long long handshakes;       /* completed, full and resumed */
-    unsigned long long resumed;          /* of which resumed (ticket or cache) */
-    unsigned long long handshake_errors; /* failed: bad input, refused, reset */
-    unsigned long long handshake_timeouts;
-    unsigned long long plaintext_http; /* plain HTTP requests answered with 400 */
+    unsigned long long handshakes;         /* completed, full and resumed */
+    unsigned long long resumed;            /* of which resumed (ticket or cache) */
+    unsigned long long handshake_errors;   /* failed: bad input, refused, reset */
+    unsigned long long handshake_timeouts; /* handshakes that took too long */
+    unsigned long long plaintext_http;     /* plain HTTP requests answered with 400 */
 } flare_tls_stats_t;
 /* Fills *out with the counters summed over the workers (zeros before the
  * first run). 0, or FLARE_EINVAL when app or out is NULL. */

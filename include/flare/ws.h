@@ -39,8 +39,10 @@
 extern "C" {
 #endif
 
+/* A WebSocket connection (opaque). */
 typedef struct flare_ws flare_ws_t;
 
+/* The type of a message. */
 typedef enum flare_ws_opcode {
     FLARE_WS_TEXT = 1,  /* UTF-8 text (validated on receipt and on send) */
     FLARE_WS_BINARY = 2 /* bytes */
@@ -117,7 +119,8 @@ typedef struct flare_ws_config {
                                   then drop the connection [5 s] */
 } flare_ws_config_t;
 
-/* Registers a WebSocket route (a GET route; path parameters work as usual:
+/* Registers a WebSocket route at pattern (a GET route, in group g for
+ * flare_ws_group_route; path parameters work as usual:
  * read them in on_open with flare_req_param). cfg and the strings it points
  * to are copied. Before flare_app_run only. Returns 0 or FLARE_EINVAL,
  * FLARE_EPATTERN, FLARE_EEXIST, FLARE_ENOMEM, FLARE_ESTATE. */
@@ -127,12 +130,12 @@ FLARE_API int flare_ws_group_route(flare_group_t *g, const char *pattern,
 
 /* ---- one connection (call on its worker) ---------------------------------- */
 
-/* Sends a message. The payload is copied or written before the call returns.
- * Text must be valid UTF-8 (FLARE_EINVAL otherwise). Returns 0, or
- * FLARE_WS_BACKPRESSURE (queued; output past the high-water mark), or
- * FLARE_ECLOSED (closing or closed: nothing sent), FLARE_ETOOBIG (the
- * output passed the write limit: the connection is being dropped),
- * FLARE_ENOMEM. */
+/* Sends a message: payload with opcode op, text as a text message, data as
+ * a binary one (join and leave: see rooms below). The payload is copied or written before the call
+ * returns. Text must be valid UTF-8 (FLARE_EINVAL otherwise). Returns 0, or FLARE_WS_BACKPRESSURE
+ * (queued; output past the high-water mark), or FLARE_ECLOSED (closing or closed: nothing sent),
+ * FLARE_ETOOBIG (the output passed the write limit: the connection is being dropped), FLARE_ENOMEM.
+ */
 FLARE_API int flare_ws_send(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t payload);
 FLARE_API int flare_ws_send_text(flare_ws_t *ws, flare_str_t text);
 FLARE_API int flare_ws_send_binary(flare_ws_t *ws, flare_str_t data);
@@ -176,7 +179,8 @@ FLARE_API uint64_t flare_ws_id(const flare_ws_t *ws);
 FLARE_API int flare_ws_join(flare_ws_t *ws, flare_str_t room);
 FLARE_API int flare_ws_leave(flare_ws_t *ws, flare_str_t room);
 
-/* Sends a message to the connection with this id, wherever it lives. Safe
+/* Sends a message (op, payload) to the connection with this id, wherever it
+ * lives. Safe
  * from any thread while the app runs; delivery to another worker happens
  * soon after on that worker (the payload is copied). Returns 0 (sent or
  * handed to the owning worker), FLARE_ENOTFOUND (on the calling worker's
@@ -184,7 +188,7 @@ FLARE_API int flare_ws_leave(flare_ws_t *ws, flare_str_t room);
 FLARE_API int flare_ws_send_to(flare_app_t *app, uint64_t id, flare_ws_opcode_t op,
                                flare_str_t payload);
 
-/* Sends a message to every connection in `room` (room.len 0: every
+/* Sends a message (op, payload) to every connection in `room` (room.len 0: every
  * connection of the app), on all workers, except the connection `except`
  * (0: none). The frame is encoded once (and compressed once for the
  * connections whose negotiated parameters allow sharing) and shared by
