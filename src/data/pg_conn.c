@@ -252,18 +252,29 @@ int flare__pg_send(pg_conn_t *c, pg_query_t *q, const char *params)
         }
         if (keep && keep_params(q, params, (size_t)(p - params)) != 0)
             return FLARE_ENOMEM;
-        if (!prepared_has(c, q->stmt)) {
-            if (prepared_set(c, q->stmt, true) != 0)
-                return FLARE_ENOMEM;
-            if (!PQsendPrepare(c->pg, st->name, st->sql, (int)st->nparams, st->types)) {
-                prepared_set(c, q->stmt, false);
+        if (!join && q->resent >= 2 && c->tx == NULL) {
+            /* the last send of a statement aborted twice: its own text,
+             * unnamed, in a segment of its own. Bound to the prepared name
+             * it could fail once more, because the Parse that name relies
+             * on went out in a segment still in flight that another
+             * statement may abort (26000, "does not exist") */
+            if (!PQsendQueryParams(c->pg, st->sql, (int)n, st->types, pw->vals, pw->lens, pw->fmts,
+                                   0))
                 goto fail;
+        } else {
+            if (!prepared_has(c, q->stmt)) {
+                if (prepared_set(c, q->stmt, true) != 0)
+                    return FLARE_ENOMEM;
+                if (!PQsendPrepare(c->pg, st->name, st->sql, (int)st->nparams, st->types)) {
+                    prepared_set(c, q->stmt, false);
+                    goto fail;
+                }
+                ring_push(c, OP_PREP, q->stmt, NULL);
+                c->npreps++;
             }
-            ring_push(c, OP_PREP, q->stmt, NULL);
-            c->npreps++;
+            if (!PQsendQueryPrepared(c->pg, st->name, (int)n, pw->vals, pw->lens, pw->fmts, 0))
+                goto fail;
         }
-        if (!PQsendQueryPrepared(c->pg, st->name, (int)n, pw->vals, pw->lens, pw->fmts, 0))
-            goto fail;
     } else if (!PQsendQueryParams(c->pg, q->sql, 0, NULL, NULL, NULL, NULL, 0)) {
         goto fail;
     }
@@ -500,7 +511,9 @@ static bool must_resend(const pg_conn_t *c, const pg_query_t *q, PGresult *r)
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_PIPELINE_ABORTED)
         return q->behind;
-    if (st != PGRES_FATAL_ERROR || q->stmt == PG_NO_STMT || prepared_has(c, q->stmt))
+    /* 26000 although its name may be prepared again by now: a statement
+     * sent again since the failed Parse may have sent a new one */
+    if (st != PGRES_FATAL_ERROR || q->stmt == PG_NO_STMT)
         return false;
     const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     return s != NULL && strcmp(s, "26000") == 0;

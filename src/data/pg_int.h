@@ -28,7 +28,11 @@
  * parameters after the first send: such a statement keeps a copy in its
  * record (inline up to PG_INLINE bytes) until its result arrives. Sent
  * again, it joins the next segment; aborted a second time, it goes alone,
- * which cannot be aborted by anyone else: every statement completes.
+ * with its own text as an unnamed statement (a name's Parse may sit in a
+ * segment still in flight that another statement aborts), which cannot be
+ * aborted by anyone else: every statement completes. A Bind refused with
+ * 26000 is such an echo too when its Parse was in flight at its send, even
+ * if the name has been prepared again by the time its result arrives.
  * An aborted statement behind a failed Parse of its own text reports that
  * Parse's error instead. */
 #ifndef FLARE_DATA_PG_INT_H

@@ -472,6 +472,8 @@ static void test_batch(void **state)
     run_batch_v(&x, &b, BATCH, bad, "SELECT $1::int * 2", "SELECT 1 / ($1::int * 0)", sqlv);
     for (int i = 0; i < BATCH; i++) {
         if (b.sqlv[i] != NULL) {
+            if (b.r[i].err != 0)
+                fprintf(stderr, "write %d: %s %s\n", i, b.r[i].sqlstate, b.r[i].msg);
             assert_int_equal(b.r[i].err, 0);
             assert_int_equal(b.r[i].affected, 1);
         } else if ((bad >> i & 1) != 0) {
@@ -897,5 +899,9 @@ int main(void)
         cmocka_unit_test(test_notify),   cmocka_unit_test(test_urls),
         cmocka_unit_test(test_shutdown), cmocka_unit_test(test_server_down),
     };
+    /* FLARE_TEST_FILTER=test_batch runs one test (repeated runs of a flaky one) */
+    const char *only = getenv("FLARE_TEST_FILTER");
+    if (only != NULL && only[0] != '\0')
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
