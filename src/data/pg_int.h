@@ -21,7 +21,11 @@
  *   - the ready callback closes every open segment once per loop iteration
  *     (one Sync, which with libpq 15 is also the one flush).
  * So a batch of N reads issued in one loop iteration leaves in one send
- * and costs the server one transaction and one ReadyForQuery.
+ * and costs the server one transaction and one ReadyForQuery. For that,
+ * a statement goes to a connection whose segment is open before any other
+ * (pick in pg.c), and the wait queue goes out in large segments: a
+ * connection without an open segment takes from it only once it has
+ * drained to half of pipeline_depth.
  * A statement that was not first in its segment may come back aborted
  * because an earlier one failed (or an earlier Parse): it was independent,
  * so it is sent again with its own result to give. That needs its

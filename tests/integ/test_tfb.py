@@ -305,5 +305,100 @@ if MODE == "pg":
             self.assertEqual(status, 200, "service did not resume after the database came back")
 
 
+
+    class TfbTransactions(unittest.TestCase):
+        """/updates?queries=20 costs PostgreSQL two transactions, one for its
+        20 reads and one for its UPDATE, alone and with 64 connections at
+        once: the driver keeps the reads of a loop iteration in one pipeline
+        segment (the statements between two Syncs are one implicit
+        transaction), whatever the load. Spread over the pool's connections,
+        one request's reads took a segment on each (3 per request alone),
+        and under load the wait queue kept segments as small as the result
+        batches that freed room (2.7 to 8.6 per request were seen with 64
+        connections). Counted with pg_stat_database.xact_commit, read
+        through another database (those reads are not counted) once no
+        backend of the test database is left: each flushes its statistics
+        when it exits, while alive it may keep them up to 10 s. Each phase
+        has a server of its own, so the count also holds the few
+        transactions of its connections' start-up."""
+
+        def stat(self):
+            u = urllib.parse.urlsplit(URL)
+            dbname = u.path.lstrip("/")
+            admin = urllib.parse.urlunsplit(u._replace(path="/postgres"))
+            out = subprocess.run(
+                ["psql", "-At", "-F", "\t", "-v", "ON_ERROR_STOP=1", admin, "-c",
+                 "SELECT xact_commit, xact_rollback, (SELECT count(*) FROM pg_stat_activity "
+                 "WHERE datname = '%s') FROM pg_stat_database WHERE datname = '%s'"
+                 % (dbname, dbname)], check=True, capture_output=True).stdout
+            return tuple(int(v) for v in out.decode().split())
+
+        def settled(self):
+            """(commits, rollbacks) once no backend of the database is left."""
+            deadline = time.monotonic() + 30
+            while True:
+                commits, rollbacks, backends = self.stat()
+                if backends == 0:
+                    return commits, rollbacks
+                if time.monotonic() > deadline:
+                    self.fail("%d backends of the test database still connected" % backends)
+                time.sleep(0.1)
+
+        def per_request(self, connections, seconds, most):
+            """Runs /updates?queries=20 on `connections` keep-alive connections
+            for `seconds` (at most `most` requests each) against a server of its
+            own; returns the transactions committed per request."""
+            c0, r0 = self.settled()
+            srv = flaretest.Server("--db", URL, workers=1, binary=TFB).start()
+            counts, errors = [], []
+            try:
+                stop_at = time.monotonic() + seconds
+
+                def client():
+                    n = 0
+                    try:
+                        cc = flaretest.Conn(srv.addr, timeout=60)
+                        while n < most and time.monotonic() < stop_at:
+                            cc.send(build_request("GET", "/updates?queries=20"))
+                            r = cc.read_response()
+                            if r.status != 200 or len(json.loads(r.body)) != 20:
+                                errors.append((r.status, r.body[:100]))
+                            n += 1
+                        cc.close()
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        errors.append(repr(e))
+                    counts.append(n)
+                threads = [threading.Thread(target=client) for _ in range(connections)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(120)
+            finally:
+                rc, _ = srv.stop()
+                out = srv.output()
+                srv.close_log()
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(errors, [])
+            c1, r1 = self.settled()
+            n = sum(counts)
+            per = (c1 - c0) / max(n, 1)
+            print("\n/updates?queries=20 on %d connection(s): %d requests, %d transactions, "
+                  "%.2f per request, %d rolled back" % (connections, n, c1 - c0, per, r1 - r0))
+            self.assertEqual(r1 - r0, 0)
+            # each UPDATE is a transaction of its own (a write ends its segment)
+            self.assertGreaterEqual(per, 1.0)
+            return n, per
+
+        def test_one_connection(self):
+            n, per = self.per_request(1, 10.0, 100)
+            self.assertGreaterEqual(n, 50, "too few requests to count")
+            self.assertLessEqual(per, 2.2, "%.2f transactions per /updates request" % per)
+
+        def test_64_connections(self):
+            n, per = self.per_request(64, 4.0, 1000)
+            self.assertGreaterEqual(n, 200, "too few requests to count")
+            self.assertLessEqual(per, 2.2, "%.2f transactions per /updates request" % per)
+
+
 if __name__ == "__main__":
     flaretest.main()
