@@ -444,6 +444,11 @@ static void worker_stop_task(void *ud)
 
 _Thread_local flare_worker_t *flare__worker_self;
 
+bool flare__worker_on_thread(const flare_worker_t *w)
+{
+    return w == flare__worker_self;
+}
+
 static void *worker_main(void *arg)
 {
     flare_worker_t *w = arg;

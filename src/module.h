@@ -49,6 +49,10 @@ typedef struct flare_module {
  * owns state. */
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot);
 
+/* Whether the calling thread is w's (a module's per-worker state is that
+ * thread's alone: an entry point taking a worker checks it). */
+bool flare__worker_on_thread(const flare_worker_t *w);
+
 /* The state m was registered with, NULL when it is not. From any thread:
  * the table is written only while the app is not running. */
 void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m);

@@ -251,7 +251,8 @@ typedef void (*flare_db_fn)(flare_db_res_t *r, void *ud);
  * call in a transaction (flare_db_begin), or give it a text that does not
  * start with SELECT (WITH r AS (SELECT f()) SELECT * FROM r).
  * 0 (cb will run), or FLARE_EINVAL (NULL db, w, sql or cb; params NULL with
- * nparams > 0; more than 65535 parameters), FLARE_ESTATE (w not running),
+ * nparams > 0; more than 65535 parameters; called on another thread than
+ * w's: post to w with flare_app_post), FLARE_ESTATE (w not running),
  * FLARE_ENOMEM. A database that is down, or a full wait queue, is not an
  * error here: cb gets FLARE_EUNAVAIL. */
 FLARE_API int flare_db_query(flare_db_t *db, flare_worker_t *w, const char *sql,

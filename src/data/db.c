@@ -239,6 +239,10 @@ int flare_db_query(flare_db_t *db, flare_worker_t *w, const char *sql, const fla
 {
     if (db == NULL || w == NULL || sql == NULL || cb == NULL || check_params(params, nparams) != 0)
         return FLARE_EINVAL;
+    /* w's driver state is w's thread's alone (as flare_redis_cmd) */
+    if (!flare__worker_on_thread(w))
+        return flare__fail(FLARE_EINVAL, 0, "flare_db_query: called off the thread of worker %u",
+                           flare_worker_id(w));
     void *ws = flare__db_ws(db, w, flare_worker_id(w));
     if (ws == NULL)
         return FLARE_ESTATE;
@@ -250,6 +254,9 @@ int flare_db_begin(flare_db_t *db, flare_worker_t *w, flare_req_t *owner, flare_
 {
     if (db == NULL || w == NULL || cb == NULL)
         return FLARE_EINVAL;
+    if (!flare__worker_on_thread(w))
+        return flare__fail(FLARE_EINVAL, 0, "flare_db_begin: called off the thread of worker %u",
+                           flare_worker_id(w));
     void *ws = flare__db_ws(db, w, flare_worker_id(w));
     if (ws == NULL)
         return FLARE_ESTATE;

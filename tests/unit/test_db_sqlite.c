@@ -271,6 +271,12 @@ static void finish_app(void)
 
 /* ---- tests ---- */
 
+static void tx_never(flare_db_tx_t *tx, flare_db_res_t *r, void *ud)
+{
+    (void)tx, (void)r, (void)ud;
+    fail_msg("a refused flare_db_begin called back");
+}
+
 static void test_types(void **state)
 {
     (void)state;
@@ -285,6 +291,14 @@ static void test_types(void **state)
     expect_ok(r);
     assert_int_equal(r->affected, 1);
     assert_int_equal(r->cols, 0);
+    /* off the worker's thread (this test's own): refused with a reason, no
+     * callback, nothing touched */
+    assert_int_equal(
+        flare_db_query(db, flare_app_worker(h.app, 0), "SELECT 1", NULL, 0, rec_cb, &recs[0]),
+        FLARE_EINVAL);
+    assert_non_null(strstr(flare_last_error(), "off the thread of worker 0"));
+    assert_int_equal(flare_db_begin(db, flare_app_worker(h.app, 0), NULL, tx_never, NULL),
+                     FLARE_EINVAL);
     /* empty text and empty blob are values, not NULL */
     expect_ok(Q(2, "INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6)", FLARE_DB_INT(2),
                 FLARE_DB_INT(42), FLARE_DB_DBL(-0.25), FLARE_DB_TEXTV("", 0),
