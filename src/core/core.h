@@ -12,6 +12,18 @@
 #define flare__unlikely(x)   __builtin_expect(!!(x), 0)
 #define FLARE__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* FNV-1a, 64 bits: the hash of every table keyed by bytes (SQL texts,
+ * session ids, channel names, paths). Not for keys an attacker picks to
+ * collide where a bucket's length matters: those tables bound their chains. */
+static inline uint64_t flare__hash(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
 static inline unsigned char flare__lower(unsigned char c)
 {
     return (unsigned char)((unsigned)(c - 'A') < 26u ? c | 0x20 : c);

@@ -246,16 +246,6 @@ void flare__pg_busy_update(pg_conn_t *c)
 
 /* ---- statements: the SQL text is the key, one table per worker ---- */
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static bool ident_char(unsigned char ch)
 {
     return (unsigned)((ch | 0x20) - 'a') < 26u || (unsigned)(ch - '0') < 10u || ch == '_' ||
@@ -340,7 +330,7 @@ static int stmt_rehash(pg_worker_t *pw, uint32_t nslots)
 static int64_t stmt_id(pg_worker_t *pw, const char *sql, const flare_db_val_t *params, size_t n)
 {
     size_t len = strlen(sql);
-    uint64_t h = hash_bytes(sql, len);
+    uint64_t h = flare__hash(sql, len);
     if (pw->nslots > 0) {
         for (uint32_t i = (uint32_t)h & (pw->nslots - 1);; i = (i + 1) & (pw->nslots - 1)) {
             uint32_t s = pw->slots[i];

@@ -151,14 +151,6 @@ struct sq_tx {
     job_t job;         /* BEGIN, then COMMIT / ROLLBACK */
 };
 
-static uint64_t hash_sql(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 /* ---- queues (under mu) ---- */
 
 static void q_push(jobq_t *q, job_t *j)
@@ -651,7 +643,7 @@ static void tx_submit_end(sq_tx_t *tx, bool commit, flare_db_fn cb, void *ud)
                   .ud = ud,
                   .sql = commit ? "COMMIT" : "ROLLBACK" };
     j->sqllen = strlen(j->sql);
-    j->hash = hash_sql(j->sql, j->sqllen);
+    j->hash = flare__hash(j->sql, j->sqllen);
     tx->state = TX_ENDING;
     submit(tx->ws, j);
 }
@@ -749,7 +741,7 @@ static job_t *job_new(const char *sql, const flare_db_val_t *params, size_t n)
     char *p = (char *)(j->params + n);
     memcpy(p, sql, sqllen + 1);
     j->sql = p;
-    j->hash = hash_sql(sql, sqllen);
+    j->hash = flare__hash(sql, sqllen);
     p += sqllen + 1;
     for (size_t i = 0; i < n; i++) {
         j->params[i] = params[i];
@@ -830,7 +822,7 @@ static int begin(void *wsp, flare_req_t *owner, flare_db_tx_fn cb, void *ud)
                   .ud = ud,
                   .sql = "BEGIN IMMEDIATE" };
     j->sqllen = strlen(j->sql);
-    j->hash = hash_sql(j->sql, j->sqllen);
+    j->hash = flare__hash(j->sql, j->sqllen);
     submit(ws, j);
     return 0;
 }

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "flare/session.h"
-#include "app.h"
+#include "core/core.h"
 
 #define SHARDS       16
 #define ID_MAX       64
@@ -66,10 +66,7 @@ static uint64_t now_s(void)
 
 static uint64_t hash(flare_str_t id)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < id.len; i++)
-        h = (h ^ (unsigned char)id.ptr[i]) * 1099511628211ull;
-    return h;
+    return flare__hash(id.ptr, id.len);
 }
 
 static entry_t **find(shard_t *s, flare_str_t id, uint64_t h)

@@ -781,10 +781,7 @@ done:
 
 static uint32_t path_hash(const char *p, size_t n)
 {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 16777619u;
-    return h;
+    return (uint32_t)flare__hash(p, n);
 }
 
 /* The worker's table (made on first use), or NULL: no caching. */
