@@ -57,7 +57,7 @@ class TestSSL(flaretest.ServerTestCase):
                "https://127.0.0.1:%d" % cls.server.port]
         env = dict(os.environ, TERM="dumb")
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=240, env=env)
+                           stderr=subprocess.STDOUT, timeout=540, env=env)
         cls.text = p.stdout.decode("utf-8", "replace")
         cls.rc = p.returncode
         try:
