@@ -5,6 +5,11 @@
 # usage (from the repository root):
 #   bash bench/db_xact.sh [TFB_BINARY...]          # default: build/examples/tfb
 #   ROUNDS=3 DURATION=5 CONNECTIONS=64 ROUTE='/updates?queries=20' bash bench/db_xact.sh old/tfb new/tfb
+#   PEER=drogon DROGON_PREFIX=/opt/drogon ROUNDS=6 bash bench/db_xact.sh build-bench/examples/tfb
+#
+# PEER=drogon adds bench/peers/drogon_updates (built by bench/peers/drogon.sh against the
+# Drogon installed in DROGON_PREFIX; it serves /db and /updates only) as the last binary: it
+# takes examples/tfb's flags (--workers 1: one event loop; --pool POOL: its connections).
 #
 # Per round and binary: a fresh examples/tfb (--workers 1 --pool POOL) pinned to SERVER_CPU,
 # 20 /db requests to warm it, SETTLE seconds, then wrk -t1 -c CONNECTIONS pinned to CLIENT_CPU.
@@ -36,6 +41,11 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 bins=("$@")
 [[ ${#bins[@]} -gt 0 ]] || bins=("$BENCH_ROOT/build/examples/tfb")
+case ${PEER:-} in
+'') ;;
+drogon) bins+=("$(bash "$BENCH_ROOT/bench/peers/drogon.sh")") || die "bench/peers/drogon.sh failed" ;;
+*) die "unknown PEER '$PEER' (drogon)" ;;
+esac
 for b in "${bins[@]}"; do [[ -x $b ]] || die "not an executable: $b"; done
 command -v wrk >/dev/null || die "wrk not found (Debian: wrk)"
 url=$FLARE_TEST_PG_URL
