@@ -342,6 +342,21 @@ static void subscribe_all(conn_t *c)
     }
 }
 
+/* Arms c's timer for its earliest deadline: the connect's while
+ * connecting, the head command's; stops it when there is none. */
+static void conn_arm(conn_t *c)
+{
+    uint64_t now = now_ms(c->ws), next = UINT64_MAX;
+    if (c->state == C_CONNECTING)
+        next = c->connect_deadline;
+    if (c->head != NULL && c->head->deadline < next)
+        next = c->head->deadline;
+    if (next == UINT64_MAX)
+        flare_timer_stop(c->timer);
+    else
+        flare_timer_start(c->timer, next > now ? next - now : 0);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     conn_t *c = ac->data;
@@ -356,6 +371,10 @@ static void on_connect(const redisAsyncContext *ac, int status)
     c->ever_up = true;
     c->failures = 0;
     c->backoff = ws->r->cfg.reconnect_min_ms;
+    /* the connect deadline no longer applies: left armed, it held back the
+     * timeout of the commands issued until it passed (a 300 ms command
+     * timeout fired at the 2 s connect deadline) */
+    conn_arm(c);
 }
 
 /* Setup commands go first, queued before the socket is even connected:
@@ -630,6 +649,8 @@ int flare_redis_cmd(flare_redis_t *r, flare_worker_t *w, int argc, const char *c
     stat_add(&ws->st->in_flight, 1);
     if (!flare_timer_active(c->timer))
         flare_timer_start(c->timer, r->cfg.command_timeout_ms);
+    else if (c->state == C_CONNECTING && c->head == cmd)
+        conn_arm(c); /* armed for the connect: the sooner of the two */
     return 0;
 }
 
