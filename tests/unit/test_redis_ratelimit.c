@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "flare/redis.h"
+#include "flare/tls.h"
 
 static const char *env_or_die(const char *name)
 {
@@ -142,6 +143,27 @@ static void start(inst_t *in, flare_ratelimit_config_t rl, unsigned timeout_ms)
     assert_int_equal(harness_start(&in->h), 0);
 }
 
+/* GET /x over IPv6 to port (the app's [::1] listener): the status. */
+static int get6(int port)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
+    sa.sin6_addr = in6addr_loopback;
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    const char *req = "GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    char buf[512];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    int status = 0;
+    sscanf(buf, "HTTP/1.1 %d", &status);
+    return status;
+}
+
 static void stop(inst_t *in)
 {
     assert_int_equal(harness_stop(&in->h), 0);
@@ -212,6 +234,31 @@ static void test_burst_and_retry_after(void **state)
     assert_int_equal(metric(&a, "t:rl:", "allowed"), 5);
     assert_int_equal(metric(&a, "t:rl:", "limited"), 2);
     assert_int_equal(metric(&a, "t:rl:", "error"), 0);
+    stop(&a);
+
+    /* an IPv6 client: its own key, the address in eight groups */
+    flush();
+    a.h.app = NULL;
+    flare_config_t c;
+    flare_config_init(&c);
+    c.workers = 1;
+    a.h.app = flare_app_new(&c);
+    assert_int_equal(flare_app_listen(a.h.app, "[::1]:0", NULL), 0);
+    assert_int_equal(flare_redis_open(a.h.app, env_or_die("FLARE_TEST_REDIS_URL"), NULL, &a.r), 0);
+    flare_middleware_t m;
+    flare_ratelimit_config_t rl6 = {
+        .rate = 0.01, .burst = 2, .redis = a.r, .redis_prefix = "t6:"
+    };
+    assert_int_equal(flare_ratelimit(a.h.app, &rl6, &m), 0);
+    assert_int_equal(flare_route_mw(a.h.app, FLARE_METHOD_GET, "/x", ok_handler, NULL, &m, 1), 0);
+    assert_int_equal(harness_start(&a.h), 0);
+    int port6 = flare_app_listener_port(a.h.app, 1);
+    assert_int_equal(get6(port6), 200);
+    assert_int_equal(get6(port6), 200);
+    assert_int_equal(get6(port6), 429);
+    assert_int_equal(get(&a, NULL), 200); /* 127.0.0.1: another client */
+    assert_int_equal(redis_int("EXISTS t6:0:0:0:0:0:0:0:1"), 1);
+    assert_int_equal(redis_int("EXISTS t6:127.0.0.1"), 1);
     stop(&a);
 
     /* the default burst is one second's worth (rate 0.1: 1); 10 s to wait */
