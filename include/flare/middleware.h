@@ -83,8 +83,9 @@ typedef struct flare_ratelimit_config {
      * handle's command_timeout_ms. The handle must outlive the middleware
      * (both belong to the app: fine). */
     struct flare_redis *redis;
-    const char *redis_prefix; /* key prefix, copied [NULL: "flare:rl:"]; the key is the prefix
-                                 and the client address as text, "flare:rl:192.0.2.1" */
+    /* The keys' prefix, copied [NULL: "flare:rl:"]: a client's key is the
+     * prefix and its address as text ("flare:rl:" then "192.0.2.1"). */
+    const char *redis_prefix;
     /* When Redis cannot decide (down, a timeout, an error reply): false lets
      * the request through (fail open, the default: an outage of the limiter
      * is not an outage of the service); true answers 503 with Retry-After: 1
