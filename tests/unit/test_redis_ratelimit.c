@@ -120,6 +120,21 @@ static int ok_handler(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("ok\n"));
 }
 
+/* Until every worker's Redis connection is up (2 workers, 1 each): a
+ * worker still connecting or reconnecting fails its decisions at once,
+ * which a test of the timeout must not meet. */
+static void wait_connected(inst_t *in)
+{
+    flare_redis_stats_t st = { 0 };
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(flare_redis_stats(in->r, UINT32_MAX, &st), 0);
+        if (st.conns_open == 2)
+            return;
+        usleep(10000);
+    }
+    fail_msg("%llu Redis connections up, not 2", (unsigned long long)st.conns_open);
+}
+
 /* rl: the limiter's options (redis filled in here); timeout_ms: the
  * handle's command timeout. */
 static void start(inst_t *in, flare_ratelimit_config_t rl, unsigned timeout_ms)
@@ -141,6 +156,7 @@ static void start(inst_t *in, flare_ratelimit_config_t rl, unsigned timeout_ms)
     assert_int_equal(flare_route_mw(in->h.app, FLARE_METHOD_GET, "/x", ok_handler, NULL, &m, 1), 0);
     assert_int_equal(flare_metrics_enable(in->h.app), 0);
     assert_int_equal(harness_start(&in->h), 0);
+    wait_connected(in);
 }
 
 /* GET /x over IPv6 to port (the app's [::1] listener): the status. */
@@ -272,30 +288,27 @@ static void test_burst_and_retry_after(void **state)
 }
 
 /* Tokens come back at the rate, up to the burst; an idle client's key
- * expires once its bucket would be full: 20/s with a burst of 2 is full
- * again 100 ms after its last token was taken. */
+ * expires once its bucket would be full: 10/s with a burst of 2 is full
+ * again 200 ms after its last two tokens were taken. The bounds leave
+ * room for a slow run (ThreadSanitizer, a loaded machine): a round trip
+ * that takes long refills a token meanwhile. */
 static void test_refill_and_expiry(void **state)
 {
     (void)state;
     flush();
     inst_t a = { 0 };
-    start(&a, (flare_ratelimit_config_t){ .rate = 20, .burst = 2, .redis_prefix = "t:rl:" }, 3000);
-    int n200 = 0;
-    for (int i = 0; i < 6; i++)
-        n200 += get(&a, NULL) == 200;
-    /* 2 at once, and maybe one more refilled while six round trips ran */
-    assert_true(n200 >= 2 && n200 <= 3);
-    int retry;
-    while (get(&a, &retry) == 200)
-        ;
+    start(&a, (flare_ratelimit_config_t){ .rate = 10, .burst = 2, .redis_prefix = "t:rl:" }, 3000);
+    int n200 = 0, retry = -1;
+    for (int i = 0; i < 50 && get(&a, &retry) == 200; i++)
+        n200++;
+    assert_true(n200 >= 2 && n200 < 50); /* the burst, and what refilled meanwhile */
     assert_int_equal(retry, 1);
-    usleep(150000); /* 3 tokens' worth, capped at 2 */
+    usleep(300000); /* 3 tokens' worth, capped at 2 */
     assert_int_equal(get(&a, NULL), 200);
     assert_int_equal(get(&a, NULL), 200);
-    assert_int_equal(redis_int("EXISTS t:rl:127.0.0.1"), 1);
     long long pttl = redis_int("PTTL t:rl:127.0.0.1");
-    assert_true(pttl > 0 && pttl <= 100);
-    usleep(250000);
+    assert_true(pttl == -2 || (pttl > 0 && pttl <= 200)); /* -2: expired already */
+    usleep(400000);
     assert_int_equal(redis_int("EXISTS t:rl:127.0.0.1"), 0); /* idle: gone */
     assert_int_equal(get(&a, NULL), 200);                    /* and a full bucket again */
     assert_int_equal(get(&a, NULL), 200);
@@ -374,11 +387,9 @@ static void test_fail_open(void **state)
     assert_int_equal(metric(&a, "t:rl:", "error"), 10);
 
     redis_restart(); /* empty: a new bucket */
-    uint64_t t1 = now_ms();
-    int limited = 0;
-    while (now_ms() - t1 < 5000 && limited == 0) /* until both workers are back */
-        limited = get(&a, NULL) == 429;
-    assert_int_equal(limited, 1);
+    wait_connected(&a);
+    assert_int_equal(get(&a, NULL), 200);
+    assert_int_equal(get(&a, NULL), 429);
 
     char buf[64];
     redis_raw("CLIENT PAUSE 2000 WRITE", buf, sizeof(buf)); /* scripts wait; reads do not */
