@@ -202,14 +202,14 @@ typedef struct flare_settings_setup_opts {
  *   - a Redis session store when `sessions` is redis://... (flare_redis_open:
  *     the URL is checked here, the connections are made as the workers
  *     start), for flare_settings_sessions;
+ *   - the listeners and admin-listen (flare_settings_listen);
  *   - when rate-limit is set, flare_ratelimit on every request (flare_use:
  *     ahead of the middlewares the program adds after this call), with
  *     rate-limit-burst; its buckets in Redis when rate-limit-redis is set
  *     (a handle of its own whose command timeout is rate-limit-timeout;
  *     rate-limit-fail: closed answers 503 when Redis cannot decide);
- *   - the listeners and admin-listen (flare_settings_listen), then the
- *     static directories (flare_settings_static with opts->static_opts)
- *     unless opts->no_static;
+ *   - the static directories (flare_settings_static with
+ *     opts->static_opts) unless opts->no_static;
  *   - SIGHUP (flare_settings_watch), which then also sets the new log-level.
  * Call it once per app. *s must stay valid until flare_app_free(app); the
  * app owns what is opened here (the logger, the Redis handle). 0, or the

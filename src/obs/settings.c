@@ -830,10 +830,6 @@ static int check(flare_settings_t *s)
         if (v[0] == '/' && strchr(v, '=') != NULL && strchr(v, '=')[1] == '\0')
             return flare__settings_fail(s, NULL, "static", "\"%s\": no directory after '='", v);
     }
-    if (s->sessions != NULL && strcmp(s->sessions, "memory") != 0 &&
-        strncmp(s->sessions, "redis://", 8) != 0)
-        return flare__settings_fail(
-            s, NULL, "sessions", "expected memory or redis://HOST:PORT, got \"%s\"", s->sessions);
     if (s->rate_limit_redis != NULL && strncmp(s->rate_limit_redis, "redis://", 8) != 0)
         return flare__settings_fail(s, NULL, "rate-limit-redis",
                                     "expected redis://HOST:PORT[/DB], got \"%s\"",
@@ -847,6 +843,10 @@ static int check(flare_settings_t *s)
         if (alone != NULL)
             return flare__settings_fail(s, NULL, alone, "needs rate-limit (N[/s|/m|/h])");
     }
+    if (s->sessions != NULL && strcmp(s->sessions, "memory") != 0 &&
+        strncmp(s->sessions, "redis://", 8) != 0)
+        return flare__settings_fail(
+            s, NULL, "sessions", "expected memory or redis://HOST:PORT, got \"%s\"", s->sessions);
     flare_config_t out;
     if (flare__config_resolve(&out, &s->app) != 0)
         return flare__settings_fail(s, NULL, NULL, "%s", flare_last_error());

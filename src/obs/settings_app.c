@@ -147,28 +147,6 @@ static int log_setup(flare_settings_t *s, flare_app_t *app)
     return 0;
 }
 
-static bool redis_sessions(const flare_settings_t *s)
-{
-    return s->sessions != NULL && strncmp(s->sessions, "redis://", 8) == 0;
-}
-
-/* The `sessions` Redis, opened once per app (the app owns it). */
-static int open_redis(flare_settings_t *s, flare_app_t *app)
-{
-    if (s->priv->redis != NULL && s->priv->redis_app == app)
-        return 0;
-    flare_redis_t *r;
-    int rc = flare_redis_open(app, s->sessions, NULL, &r);
-    if (rc != 0) {
-        flare__settings_fail(s, NULL, "sessions", "%s: %s: %s", s->sessions, flare_strerror(rc),
-                             flare_last_error());
-        return rc;
-    }
-    s->priv->redis = r;
-    s->priv->redis_app = app;
-    return 0;
-}
-
 /* The Redis the rate limiter's buckets live in, NULL: in this process.
  * The one place that says where that URL comes from (a cluster-wide
  * Redis setting would be its default here). */
@@ -210,6 +188,28 @@ static int rate_limit_setup(flare_settings_t *s, flare_app_t *app)
     return 0;
 }
 
+static bool redis_sessions(const flare_settings_t *s)
+{
+    return s->sessions != NULL && strncmp(s->sessions, "redis://", 8) == 0;
+}
+
+/* The `sessions` Redis, opened once per app (the app owns it). */
+static int open_redis(flare_settings_t *s, flare_app_t *app)
+{
+    if (s->priv->redis != NULL && s->priv->redis_app == app)
+        return 0;
+    flare_redis_t *r;
+    int rc = flare_redis_open(app, s->sessions, NULL, &r);
+    if (rc != 0) {
+        flare__settings_fail(s, NULL, "sessions", "%s: %s: %s", s->sessions, flare_strerror(rc),
+                             flare_last_error());
+        return rc;
+    }
+    s->priv->redis = r;
+    s->priv->redis_app = app;
+    return 0;
+}
+
 int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
                          const flare_settings_setup_opts_t *opts)
 {
@@ -221,9 +221,9 @@ int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
     if (rc == 0 && redis_sessions(s))
         rc = open_redis(s, app);
     if (rc == 0)
-        rc = rate_limit_setup(s, app);
-    if (rc == 0)
         rc = flare_settings_listen(s, app);
+    if (rc == 0)
+        rc = rate_limit_setup(s, app);
     if (rc == 0 && (opts == NULL || !opts->no_static))
         rc = flare_settings_static(s, app, opts != NULL ? opts->static_opts : NULL);
     if (rc == 0 && (rc = flare_settings_watch(s, app)) != 0)

@@ -863,35 +863,6 @@ static void test_setup_logs(void **state)
     flare_settings_free(&s);
 }
 
-/* sessions: memory, or a Redis URL checked at setup (no connection made:
- * the workers connect when they start); a bad URL fails there. */
-static void test_setup_sessions(void **state)
-{
-    (void)state;
-    flare_settings_t s;
-    flare_app_t *app;
-    flare_middleware_t m;
-    const char *const urls[] = { "memory", "redis://127.0.0.1:1" };
-    for (size_t i = 0; i < 2; i++) {
-        assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", urls[i],
-                               "--session-secure", "always", NULL),
-                         0);
-        assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
-        flare_session_config_t sc = { .cookie_name = "sid" };
-        memset(&m, 0, sizeof(m));
-        assert_int_equal(flare_settings_sessions(&s, app, &sc, "t:sess:", &m), 0);
-        assert_string_equal(m.name, "session");
-        assert_int_equal(flare_settings_sessions(&s, app, NULL, NULL, &m), 0); /* a second one */
-        flare_app_free(app);
-        flare_settings_free(&s);
-    }
-    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", "redis://", NULL),
-                     0);
-    assert_int_not_equal(flare_settings_app_new(&s, NULL, &app), 0);
-    assert_non_null(strstr(flare_settings_error(&s), "sessions: redis://: "));
-    flare_settings_free(&s);
-}
-
 static int rl_ok(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)req;
@@ -1008,6 +979,35 @@ static void test_setup_rate_limit(void **state)
                 "--rate-limit-redis", "redis://127.0.0.1:1", "--rate-limit-fail", "closed", NULL);
     assert_string_equal(got, "503 503 ");
     assert_int_equal(retry, 1);
+}
+
+/* sessions: memory, or a Redis URL checked at setup (no connection made:
+ * the workers connect when they start); a bad URL fails there. */
+static void test_setup_sessions(void **state)
+{
+    (void)state;
+    flare_settings_t s;
+    flare_app_t *app;
+    flare_middleware_t m;
+    const char *const urls[] = { "memory", "redis://127.0.0.1:1" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", urls[i],
+                               "--session-secure", "always", NULL),
+                         0);
+        assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+        flare_session_config_t sc = { .cookie_name = "sid" };
+        memset(&m, 0, sizeof(m));
+        assert_int_equal(flare_settings_sessions(&s, app, &sc, "t:sess:", &m), 0);
+        assert_string_equal(m.name, "session");
+        assert_int_equal(flare_settings_sessions(&s, app, NULL, NULL, &m), 0); /* a second one */
+        flare_app_free(app);
+        flare_settings_free(&s);
+    }
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--sessions", "redis://", NULL),
+                     0);
+    assert_int_not_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_non_null(strstr(flare_settings_error(&s), "sessions: redis://: "));
+    flare_settings_free(&s);
 }
 
 /* SIGHUP with the logger made by setup (a logging key is set: without one
