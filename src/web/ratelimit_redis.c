@@ -139,7 +139,7 @@ static void store_ok(op_t *op)
     if (st != NULL && st->failing) {
         st->failing = false;
         flare_log(flare_req_worker(op->req), FLARE_LOG_WARN,
-                  "ratelimit: Redis store %s: answering again", op->rl->prefix);
+                  "ratelimit: the Redis store (keys %s*) decides again", op->rl->prefix);
     }
 }
 
@@ -156,9 +156,11 @@ static int store_failed(op_t *op, int err, flare_str_t why)
             if (why.len > 200)
                 why.len = 200;
             flare_log(flare_req_worker(op->req), FLARE_LOG_WARN,
-                      "ratelimit: Redis store %s: %s%s%.*s; failing %s", rl->prefix,
-                      flare_strerror(err), why.len != 0 ? ": " : "", (int)why.len,
-                      why.ptr != NULL ? why.ptr : "", rl->fail_closed ? "closed (503)" : "open");
+                      "ratelimit: the Redis store (keys %s*) cannot decide: %s%s%.*s; failing "
+                      "%s until it answers",
+                      rl->prefix, flare_strerror(err), why.len != 0 ? ": " : "", (int)why.len,
+                      why.ptr != NULL ? why.ptr : "",
+                      rl->fail_closed ? "closed (503)" : "open (requests let through)");
         }
     }
     if (!rl->fail_closed)

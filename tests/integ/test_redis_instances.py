@@ -50,7 +50,7 @@ class Instances(unittest.TestCase):
                 "--sessions", cls.redis.url,
                 "--rate-limit", "1/h", "--rate-limit-burst", str(BURST),
                 "--rate-limit-redis", cls.redis.url,
-                "--rate-limit-timeout", "500ms")
+                "--rate-limit-timeout", "500ms", "--log-level", "warn")
         cls.servers = []
         try:
             for _ in range(INSTANCES):
@@ -170,6 +170,12 @@ class Instances(unittest.TestCase):
             self.redis.start()
         errors = sum(self.decisions(i, 201)["error"] for i in range(INSTANCES))
         self.assertGreaterEqual(errors - before, 3 * INSTANCES)
+        # each worker that met the outage said so once, not once per request
+        for s in self.servers:
+            out = s.output()
+            n = out.count("ratelimit: the Redis store (keys flare:rl:*) cannot decide: ")
+            self.assertTrue(1 <= n <= 2, out)  # 2 workers
+            self.assertIn("failing open (requests let through) until it answers", out)
         # Redis came back empty (no persistence): a full bucket, then limited
         # again once each instance's workers have reconnected
         deadline = time.monotonic() + 20
@@ -178,6 +184,8 @@ class Instances(unittest.TestCase):
             limited = self.call(0, "GET", "/healthz", 8)[0] == 429
             time.sleep(0.05 if not limited else 0)
         self.assertTrue(limited, "not limited again after Redis came back")
+        self.assertIn("ratelimit: the Redis store (keys flare:rl:*) decides again",
+                      self.servers[0].output())
 
 
 if __name__ == "__main__":
