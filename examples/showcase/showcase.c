@@ -21,6 +21,8 @@
  * HOST:PORT: the operational routes there, 404 on the public listeners.
  * --session-secure auto|always|never: the session cookie's Secure [auto:
  * over TLS]. --sessions redis://HOST:PORT: the sessions in Redis [memory].
+ * --rate-limit N/s [--rate-limit-redis redis://HOST:PORT]: a limit per
+ * client address on every request, shared by the instances on that Redis.
  * --log, --log-level, --access-log...: the logs (docs/logging.md).
  * --ws-origin ORIGIN: another origin whose pages may open the chat
  * (repeatable). Other flags: flare/settings.h (--help lists them). */

@@ -67,18 +67,42 @@ FLARE_API int flare_security_headers(flare_app_t *app, const flare_security_conf
 
 /* ---- rate limiting ---- */
 
+struct flare_redis;
+
 /* flare_ratelimit's options. */
 typedef struct flare_ratelimit_config {
     double rate;          /* tokens added per second, > 0 (required: no default) */
     unsigned burst;       /* bucket size [0: rate rounded up, at least 1] */
-    unsigned max_clients; /* addresses tracked [65536], <= 16777216 (least recent evicted) */
+    unsigned max_clients; /* addresses tracked in memory [65536], <= 16777216 (least recent
+                             evicted); not used with redis */
+    /* Where the buckets live [NULL: in this process]. A Redis handle
+     * (flare/redis.h): the buckets live in Redis, one key per client, so
+     * every instance using the same Redis and redis_prefix enforces one
+     * shared limit. Each decision is one round trip (a Lua script, atomic
+     * in Redis, on Redis's clock); the request waits for it, at most the
+     * handle's command_timeout_ms. The handle must outlive the middleware
+     * (both belong to the app: fine). */
+    struct flare_redis *redis;
+    /* The keys' prefix, copied [NULL: "flare:rl:"]: a client's key is the
+     * prefix and its address as text ("flare:rl:" then "192.0.2.1"). */
+    const char *redis_prefix;
+    /* When Redis cannot decide (down, a timeout, an error reply): false lets
+     * the request through (fail open, the default: an outage of the limiter
+     * is not an outage of the service); true answers 503 with Retry-After: 1
+     * (fail closed). Either way the error is counted and logged. */
+    bool fail_closed;
 } flare_ratelimit_config_t;
 
 /* Fills *out with a rate limiter configured by cfg: a token bucket per
- * client address, shared by all workers (sharded, one
- * short lock per request). Past the limit: 429 with Retry-After (seconds,
- * rounded up) and a text body. FLARE_EINVAL (flare_last_error() names the
- * field) when rate is not positive or max_clients is out of range. */
+ * client address. In memory (cfg->redis NULL): shared by all workers of the
+ * process (sharded, one short lock per request). In Redis: shared by every
+ * instance, as cfg->redis says above; the series
+ * flare_ratelimit_decisions_total{prefix,result} (allowed, limited, error)
+ * count its decisions (docs/metrics.md). Past the limit: 429 with
+ * Retry-After (seconds, rounded up) and a text body. FLARE_EINVAL
+ * (flare_last_error() names the field) when rate is not positive,
+ * max_clients is out of range or redis_prefix is longer than 200 bytes;
+ * FLARE_ENOMEM. */
 FLARE_API int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg,
                               flare_middleware_t *out);
 

@@ -102,8 +102,16 @@ typedef struct flare_settings {
     char **ws_origins;    /* Origins allowed on WebSocket routes, NULL-terminated
                              [none: same origin only]: flare_settings_ws_config */
     size_t nws_origins;   /* entries in ws_origins[] (its NULL not counted) */
-    char *config_file;    /* --config FILE or FLARE_CONFIG, NULL: none */
-    bool check_config;    /* --check-config was given */
+    char *rate_limit;     /* requests a client may make: "N[/s|/m|/h]" [none: no limit]; with it,
+                             flare_settings_setup puts flare_ratelimit on every request */
+    unsigned rate_limit_burst; /* the bucket [0: one second's worth, at least 1] */
+    char *rate_limit_redis;    /* redis://HOST:PORT[/DB]: the buckets in Redis, one limit
+                                  for every instance [none: in this process] */
+    char *rate_limit_fail;     /* open|closed: Redis cannot decide, let through or 503 [open] */
+    unsigned rate_limit_timeout_ms;    /* the longest a request waits for Redis's decision
+                                          [250 ms] */
+    char *config_file;                 /* --config FILE or FLARE_CONFIG, NULL: none */
+    bool check_config;                 /* --check-config was given */
     struct flare__settings_priv *priv; /* private */
 } flare_settings_t;
 
@@ -194,9 +202,14 @@ typedef struct flare_settings_setup_opts {
  *   - a Redis session store when `sessions` is redis://... (flare_redis_open:
  *     the URL is checked here, the connections are made as the workers
  *     start), for flare_settings_sessions;
- *   - the listeners and admin-listen (flare_settings_listen), then the
- *     static directories (flare_settings_static with opts->static_opts)
- *     unless opts->no_static;
+ *   - the listeners and admin-listen (flare_settings_listen);
+ *   - when rate-limit is set, flare_ratelimit on every request (flare_use:
+ *     ahead of the middlewares the program adds after this call), with
+ *     rate-limit-burst; its buckets in Redis when rate-limit-redis is set
+ *     (a handle of its own whose command timeout is rate-limit-timeout;
+ *     rate-limit-fail: closed answers 503 when Redis cannot decide);
+ *   - the static directories (flare_settings_static with
+ *     opts->static_opts) unless opts->no_static;
  *   - SIGHUP (flare_settings_watch), which then also sets the new log-level.
  * Call it once per app. *s must stay valid until flare_app_free(app); the
  * app owns what is opened here (the logger, the Redis handle). 0, or the

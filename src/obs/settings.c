@@ -75,6 +75,18 @@ const settings_key_t flare__settings_keys[] = {
     { "ws-origin", K_LIST, OFF(ws_origins), OFF(nws_origins), 0, 0, NULL,
       "an Origin allowed to open WebSockets (repeatable; * for any) [the page's own origin only]",
       true, true },
+    { "rate-limit", K_RATE, OFF(rate_limit), 0, 0, 0, NULL,
+      "N[/s|/m|/h]: requests per client address, on every request [none]", true, true },
+    { "rate-limit-burst", K_UINT, OFF(rate_limit_burst), 0, 1, UINT_MAX, NULL,
+      "requests a client may make at once [one second's worth]", true, true },
+    { "rate-limit-redis", K_STR, OFF(rate_limit_redis), 0, 0, 0, NULL,
+      "redis://HOST:PORT[/DB]: the limit shared by every instance on that Redis "
+      "[in this process]",
+      true, true },
+    { "rate-limit-fail", K_ENUM, OFF(rate_limit_fail), 0, 0, 0, "open|closed",
+      "when Redis cannot decide: let the request through, or 503 [open]", true, true },
+    { "rate-limit-timeout", K_MS, OFF(rate_limit_timeout_ms), 0, 1, MS_MAX, NULL,
+      "the longest a request waits for Redis's decision [250ms]", true, true },
     { "session-secure", K_ENUM, OFF(session_secure), 0, 0, 0, "auto|always|never",
       "session cookie Secure [auto: when the request came over TLS]", true, true },
     { "static", K_LIST, OFF(statics), OFF(nstatics), 0, 0, NULL,
@@ -173,6 +185,26 @@ static int parse_u64(const char *v, uint64_t *out, const char **rest)
         return -1;
     *out = x;
     *rest = end;
+    return 0;
+}
+
+int flare__settings_rate(const char *v, double *per_second)
+{
+    if (!isdigit((unsigned char)v[0]) && v[0] != '.')
+        return -1;
+    errno = 0;
+    char *end;
+    double n = strtod(v, &end);
+    if (errno != 0 || !(n > 0) || n > 1e12)
+        return -1;
+    double per = 1;
+    if (strcmp(end, "/m") == 0)
+        per = 60;
+    else if (strcmp(end, "/h") == 0)
+        per = 3600;
+    else if (*end != '\0' && strcmp(end, "/s") != 0)
+        return -1;
+    *per_second = n / per;
     return 0;
 }
 
@@ -484,6 +516,12 @@ int flare__settings_set(flare_settings_t *s, int idx, const char *v, const setti
         if (*v == '\0')
             return flare__settings_fail(s, src, k->name, "expected a value, got \"\"");
         return flare__settings_strset(s, (char **)at, v);
+    case K_RATE: {
+        double r;
+        if (flare__settings_rate(v, &r) != 0)
+            return bad(s, src, k->name, "a rate (10, 10/s, 5/m, 100/h)", v);
+        return flare__settings_strset(s, (char **)at, v);
+    }
     case K_LIST:
         if (*v == '\0')
             return flare__settings_fail(s, src, k->name, "expected a value, got \"\"");
@@ -570,6 +608,9 @@ void flare_settings_free(flare_settings_t *s)
     free(s->ws_origins);
     free(s->admin_listen);
     free(s->session_secure);
+    free(s->rate_limit);
+    free(s->rate_limit_redis);
+    free(s->rate_limit_fail);
     free(s->log);
     free(s->log_level);
     free(s->log_format);
@@ -789,6 +830,19 @@ static int check(flare_settings_t *s)
         if (v[0] == '/' && strchr(v, '=') != NULL && strchr(v, '=')[1] == '\0')
             return flare__settings_fail(s, NULL, "static", "\"%s\": no directory after '='", v);
     }
+    if (s->rate_limit_redis != NULL && strncmp(s->rate_limit_redis, "redis://", 8) != 0)
+        return flare__settings_fail(s, NULL, "rate-limit-redis",
+                                    "expected redis://HOST:PORT[/DB], got \"%s\"",
+                                    s->rate_limit_redis);
+    if (s->rate_limit == NULL) {
+        const char *alone = s->rate_limit_burst != 0        ? "rate-limit-burst"
+                            : s->rate_limit_redis != NULL   ? "rate-limit-redis"
+                            : s->rate_limit_fail != NULL    ? "rate-limit-fail"
+                            : s->rate_limit_timeout_ms != 0 ? "rate-limit-timeout"
+                                                            : NULL;
+        if (alone != NULL)
+            return flare__settings_fail(s, NULL, alone, "needs rate-limit (N[/s|/m|/h])");
+    }
     if (s->sessions != NULL && strcmp(s->sessions, "memory") != 0 &&
         strncmp(s->sessions, "redis://", 8) != 0)
         return flare__settings_fail(
@@ -1001,7 +1055,8 @@ size_t flare_settings_diff(const flare_settings_t *a0, const flare_settings_t *b
             d = *(const bool *)x != *(const bool *)y;
             break;
         case K_STR:
-        case K_ENUM: {
+        case K_ENUM:
+        case K_RATE: {
             const char *sx = *(char *const *)x, *sy = *(char *const *)y;
             d = !str_eq(sx != NULL ? sx : str_default(k), sy != NULL ? sy : str_default(k));
             break;

@@ -147,6 +147,47 @@ static int log_setup(flare_settings_t *s, flare_app_t *app)
     return 0;
 }
 
+/* The Redis the rate limiter's buckets live in, NULL: in this process.
+ * The one place that says where that URL comes from (a cluster-wide
+ * Redis setting would be its default here). */
+static const char *rate_limit_redis_url(const flare_settings_t *s)
+{
+    return s->rate_limit_redis;
+}
+
+/* rate-limit: flare_ratelimit on every request of app (flare_use), its
+ * buckets in Redis when rate-limit-redis says so. That Redis gets a handle
+ * of its own, not the sessions' one, for its own command timeout: the
+ * longest a request waits for a decision. */
+static int rate_limit_setup(flare_settings_t *s, flare_app_t *app)
+{
+    if (s->rate_limit == NULL)
+        return 0;
+    flare_ratelimit_config_t rl = { .burst = s->rate_limit_burst };
+    if (flare__settings_rate(s->rate_limit, &rl.rate) != 0)
+        return flare__settings_fail(s, NULL, "rate-limit", "expected a rate, got \"%s\"",
+                                    s->rate_limit);
+    const char *url = rate_limit_redis_url(s);
+    int rc;
+    if (url != NULL) {
+        flare_redis_config_t rc_cfg = {
+            .command_timeout_ms = s->rate_limit_timeout_ms != 0 ? s->rate_limit_timeout_ms
+                                                                : FLARE__RATE_LIMIT_TIMEOUT_MS,
+        };
+        flare_redis_t *r;
+        if ((rc = flare_redis_open(app, url, &rc_cfg, &r)) != 0)
+            return flare__settings_fail(s, NULL, "rate-limit-redis", "%s: %s: %s", url,
+                                        flare_strerror(rc), flare_last_error());
+        rl.redis = r;
+        rl.fail_closed = s->rate_limit_fail != NULL && strcmp(s->rate_limit_fail, "closed") == 0;
+    }
+    flare_middleware_t m;
+    if ((rc = flare_ratelimit(app, &rl, &m)) != 0 || (rc = flare_use(app, &m)) != 0)
+        return flare__settings_fail(s, NULL, "rate-limit", "%s: %s: %s", s->rate_limit,
+                                    flare_strerror(rc), flare_last_error());
+    return 0;
+}
+
 static bool redis_sessions(const flare_settings_t *s)
 {
     return s->sessions != NULL && strncmp(s->sessions, "redis://", 8) == 0;
@@ -181,6 +222,8 @@ int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
         rc = open_redis(s, app);
     if (rc == 0)
         rc = flare_settings_listen(s, app);
+    if (rc == 0)
+        rc = rate_limit_setup(s, app);
     if (rc == 0 && (opts == NULL || !opts->no_static))
         rc = flare_settings_static(s, app, opts != NULL ? opts->static_opts : NULL);
     if (rc == 0 && (rc = flare_settings_watch(s, app)) != 0)

@@ -17,6 +17,7 @@ typedef enum settings_kind {
     K_BOOL,         /* bool at off */
     K_STR,          /* char * at off */
     K_ENUM,         /* char * at off, one of `choices` ("a|b|c") */
+    K_RATE,         /* char * at off, a rate: "10", "10/s", "5/m", "100/h" */
     K_LIST,         /* char ** at off, count at off2 */
     K_LISTEN,       /* a listener address: the list */
     K_LISTEN_PLAIN, /* one more plain listener (hello's --listen-plain) */
@@ -97,6 +98,14 @@ int flare__settings_strset(flare_settings_t *s, char **slot, const char *val);
 int flare__settings_fail(flare_settings_t *s, const settings_src_t *src, const char *key,
                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int flare__settings_nomem(flare_settings_t *s);
+
+/* rate-limit-timeout's default: a decision from Redis takes well under a
+ * millisecond on a LAN; past this the request is let through (or 503) */
+#define FLARE__RATE_LIMIT_TIMEOUT_MS 250
+
+/* A rate as K_RATE reads it ("N", "N/s", "N/m", "N/h"; N a positive
+ * decimal number) into *per_second: 0, or -1 when v is not one. */
+int flare__settings_rate(const char *v, double *per_second);
 
 /* settings_yaml.c: loads the file as LAYER_FILE. */
 int flare__settings_load_file(flare_settings_t *s, const char *path);

@@ -193,7 +193,7 @@ static int load_pair(const loader_t *ld, const yaml_node_t *kn, const yaml_node_
     if (is_listen != listen_pass)
         return 0;
     bool list = kind == K_LISTEN || kind == K_LISTEN_PLAIN || kind == K_LIST;
-    if (is_null(v) && (kind == K_STR || kind == K_ENUM || !std))
+    if (is_null(v) && (kind == K_STR || kind == K_ENUM || kind == K_RATE || !std))
         return 0; /* unset: the default stays */
     if (list && v->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
@@ -439,6 +439,24 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     for (size_t i = 0; i < s->nws_origins; i++) {
         fputs("\n  - ", out);
         quoted(out, s->ws_origins[i]);
+    }
+    fputs("\nrate-limit: ", out);
+    str_or_null(out, s->rate_limit, NULL);
+    if (s->rate_limit == NULL) {
+        fputs(" # none", out);
+    } else {
+        if (s->rate_limit_burst != 0)
+            fprintf(out, "\nrate-limit-burst: %u", s->rate_limit_burst);
+        fputs("\nrate-limit-redis: ", out);
+        str_or_null(out, s->rate_limit_redis, NULL);
+        fputs(s->rate_limit_redis == NULL ? " # in this process" : "", out);
+        if (s->rate_limit_redis != NULL) {
+            fputs("\nrate-limit-fail: ", out);
+            str_or_null(out, s->rate_limit_fail, "open");
+            fputs("\nrate-limit-timeout: ", out);
+            duration(out, s->rate_limit_timeout_ms != 0 ? s->rate_limit_timeout_ms
+                                                        : FLARE__RATE_LIMIT_TIMEOUT_MS);
+        }
     }
     fputc('\n', out);
     for (size_t j = 0; s->priv != NULL && j < s->priv->nextra; j++) {

@@ -1,4 +1,5 @@
-/* Token-bucket rate limiting per client address.
+/* Token-bucket rate limiting per client address, in memory (the Redis
+ * store, shared by several instances, is ratelimit_redis.c).
  *
  * One table for the whole app, so a client spread over several workers (by
  * SO_REUSEPORT) still gets one budget. It is split into 64 shards, each a
@@ -14,6 +15,7 @@
 
 #include "flare/middleware.h"
 #include "app.h"
+#include "web/ratelimit_int.h"
 
 #define SHARDS      64
 #define PROBE       8
@@ -106,6 +108,21 @@ static unsigned take(rl_t *r, const uint8_t addr[16])
     return wait;
 }
 
+int flare__ratelimit_deny(flare_res_t *res, uint64_t wait)
+{
+    char v[24];
+    size_t n = flare__u64toa(v, wait == 0 ? 1 : wait);
+    flare_res_header(res, FLARE_STR("Retry-After"), (flare_str_t){ v, n });
+    return flare_res_send(res, 429, FLARE_STR("text/plain"),
+                          FLARE_STR("rate limit exceeded: retry later\n"));
+}
+
+double flare__ratelimit_burst(const flare_ratelimit_config_t *cfg)
+{
+    /* default: one second's worth of requests, at least one */
+    return cfg->burst != 0 ? cfg->burst : fmax(1.0, ceil(cfg->rate));
+}
+
 static int rl_before(flare_req_t *req, flare_res_t *res, void *ud)
 {
     uint8_t addr[16] = { 0 };
@@ -113,11 +130,7 @@ static int rl_before(flare_req_t *req, flare_res_t *res, void *ud)
     unsigned wait = take(ud, addr);
     if (wait == 0)
         return 0;
-    char v[24];
-    size_t n = flare__u64toa(v, wait == 0 ? 1 : wait);
-    flare_res_header(res, FLARE_STR("Retry-After"), (flare_str_t){ v, n });
-    return flare_res_send(res, 429, FLARE_STR("text/plain"),
-                          FLARE_STR("rate limit exceeded: retry later\n"));
+    return flare__ratelimit_deny(res, wait);
 }
 
 int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg, flare_middleware_t *out)
@@ -132,12 +145,13 @@ int flare_ratelimit(flare_app_t *app, const flare_ratelimit_config_t *cfg, flare
         return flare__fail(FLARE_EINVAL, 0,
                            "flare_ratelimit_config_t.max_clients: %u is more than %u",
                            cfg->max_clients, MAX_CLIENTS);
+    if (cfg->redis != NULL)
+        return flare__ratelimit_redis(app, cfg, out);
     rl_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return FLARE_ENOMEM;
     r->rate = cfg->rate;
-    /* default: one second's worth of requests, at least one */
-    r->burst = cfg->burst != 0 ? cfg->burst : fmax(1.0, ceil(cfg->rate));
+    r->burst = flare__ratelimit_burst(cfg);
     size_t per = (cfg->max_clients != 0 ? cfg->max_clients : 65536) / SHARDS + 1, cap = PROBE;
     while (cap < per)
         cap *= 2;

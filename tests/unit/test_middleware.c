@@ -85,7 +85,7 @@ static int setup(void **state)
     assert_int_equal(flare_cors(h.app, &bad, &m), FLARE_EINVAL);
     bad = (flare_cors_config_t){ 0 };
     assert_int_equal(flare_cors(h.app, &bad, &m), FLARE_EINVAL);
-    flare_ratelimit_config_t badrl = { 0, 1, 0 };
+    flare_ratelimit_config_t badrl = { .rate = 0, .burst = 1 };
     assert_int_equal(flare_ratelimit(h.app, &badrl, &m), FLARE_EINVAL);
     flare_security_config_t badsec = { .csp = "a\r\nb" };
     assert_int_equal(flare_security_headers(h.app, &badsec, &m), FLARE_EINVAL);
@@ -112,7 +112,7 @@ static int setup(void **state)
     assert_int_equal(flare_group_route(api, FLARE_METHOD_POST, "/x", h_ok, NULL), 0);
     /* no OPTIONS route: the automatic OPTIONS runs the path's middlewares */
 
-    flare_ratelimit_config_t rl = { 0.5, 3, 1024 };
+    flare_ratelimit_config_t rl = { .rate = 0.5, .burst = 3, .max_clients = 1024 };
     assert_int_equal(flare_ratelimit(h.app, &rl, &m), 0);
     assert_int_equal(flare_route_mw(h.app, FLARE_METHOD_GET, "/limited", h_ok, NULL, &m, 1), 0);
     assert_int_equal(flare_get(h.app, "/attrs", h_attrs, NULL), 0);

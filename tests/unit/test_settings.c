@@ -2,7 +2,8 @@
  * message, the precedence, listeners with their own certificates, the
  * extension options, the reload diff; and flare_app_on_reload (SIGHUP);
  * flare_settings_main (exit codes, --help, --check-config) and
- * flare_settings_setup (the logs, the sessions, the listeners). */
+ * flare_settings_setup (the logs, the sessions, the rate limit, the
+ * listeners). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -862,6 +863,124 @@ static void test_setup_logs(void **state)
     flare_settings_free(&s);
 }
 
+static int rl_ok(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), FLARE_STR("ok\n"));
+}
+
+/* Starts the app the settings (argv, NULL-terminated, after "prog") make,
+ * with GET /x, and returns the statuses of n requests in a string
+ * ("200 200 429 "); *retry: the last Retry-After (-1: none). */
+static void rl_statuses(int n, char *out, size_t cap, int *retry, ...)
+{
+    char *argv[16] = { "prog" };
+    int argc = 1;
+    va_list ap;
+    va_start(ap, retry);
+    for (char *a; (a = va_arg(ap, char *)) != NULL && argc < 15;)
+        argv[argc++] = a;
+    va_end(ap);
+    flare_settings_t s;
+    flare_settings_init(&s);
+    assert_int_equal(flare_settings_parse_args(&s, argc, argv, NULL, 0), 0);
+    flare_app_t *app;
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_int_equal(flare_get(app, "/x", rl_ok, NULL), 0);
+    harness_t h = { .app = app };
+    assert_int_equal(harness_start(&h), 0);
+    size_t len = 0;
+    out[0] = '\0';
+    *retry = -1;
+    for (int i = 0; i < n; i++) {
+        char *r = harness_roundtrip(&h, "GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        int status = 0;
+        sscanf(r, "HTTP/1.1 %d", &status);
+        const char *p = strstr(r, "\r\nRetry-After: ");
+        if (p != NULL)
+            *retry = atoi(p + 15);
+        len += (size_t)snprintf(out + len, cap - len, "%d ", status);
+        free(r);
+    }
+    assert_int_equal(harness_stop(&h), 0);
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
+/* rate-limit and its keys: checked as they are read, the limiter put on
+ * every request by setup; in this process, or in a Redis (here one that
+ * does not answer: fail open lets requests through, fail closed is 503). */
+static void test_setup_rate_limit(void **state)
+{
+    (void)state;
+    flare_settings_t s;
+    struct {
+        const char *a, *b, *c, *d, *want;
+    } cases[] = {
+        { "--rate-limit", "fast", NULL, NULL,
+          "--rate-limit: expected a rate (10, 10/s, 5/m, 100/h), got \"fast\"" },
+        { "--rate-limit", "0", NULL, NULL,
+          "--rate-limit: expected a rate (10, 10/s, 5/m, 100/h), got \"0\"" },
+        { "--rate-limit", "5/d", NULL, NULL,
+          "--rate-limit: expected a rate (10, 10/s, 5/m, 100/h), got \"5/d\"" },
+        { "--rate-limit-redis", "redis://127.0.0.1:1", NULL, NULL,
+          "rate-limit-redis: needs rate-limit (N[/s|/m|/h])" },
+        { "--rate-limit-burst", "3", NULL, NULL,
+          "rate-limit-burst: needs rate-limit (N[/s|/m|/h])" },
+        { "--rate-limit", "5/m", "--rate-limit-redis", "mongodb://x",
+          "rate-limit-redis: expected redis://HOST:PORT[/DB], got \"mongodb://x\"" },
+        { "--rate-limit", "5/m", "--rate-limit-fail", "maybe",
+          "--rate-limit-fail: expected open|closed, got \"maybe\"" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(parse(&s, NULL, 0, cases[i].a, cases[i].b, cases[i].c, cases[i].d, NULL),
+                         FLARE_EINVAL);
+        assert_string_equal(flare_settings_error(&s), cases[i].want);
+        flare_settings_free(&s);
+    }
+    /* the file and the printout */
+    const char *path = write_file("rl.yaml", "rate-limit: 2.5/m\nrate-limit-burst: 4\n"
+                                             "rate-limit-redis: redis://127.0.0.1:1/2\n"
+                                             "rate-limit-fail: closed\nrate-limit-timeout: 80ms\n");
+    char file[128];
+    snprintf(file, sizeof(file), "%s", path);
+    assert_int_equal(parse(&s, NULL, 0, "--config", file, NULL), 0);
+    assert_string_equal(s.rate_limit, "2.5/m");
+    assert_int_equal(s.rate_limit_burst, 4);
+    assert_int_equal(s.rate_limit_timeout_ms, 80);
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    assert_int_equal(flare_settings_print(&s, f), 0);
+    fclose(f);
+    assert_non_null(strstr(text, "\nrate-limit: \"2.5/m\"\nrate-limit-burst: 4\n"
+                                 "rate-limit-redis: \"redis://127.0.0.1:1/2\"\n"
+                                 "rate-limit-fail: \"closed\"\nrate-limit-timeout: 80ms\n"));
+    free(text);
+    flare_settings_free(&s);
+
+    char got[128];
+    int retry;
+    /* in this process: 2 an hour, the default burst (one second's worth, at
+     * least 1); the wait is 30 minutes */
+    rl_statuses(3, got, sizeof(got), &retry, "--listen", "127.0.0.1:0", "--workers", "2",
+                "--rate-limit", "2/h", NULL);
+    assert_string_equal(got, "200 429 429 ");
+    assert_int_equal(retry, 1800);
+    rl_statuses(4, got, sizeof(got), &retry, "--listen", "127.0.0.1:0", "--rate-limit", "1/h",
+                "--rate-limit-burst", "3", NULL);
+    assert_string_equal(got, "200 200 200 429 ");
+    /* Redis unreachable: through (fail open, the default), or 503 */
+    rl_statuses(3, got, sizeof(got), &retry, "--listen", "127.0.0.1:0", "--rate-limit", "1/h",
+                "--rate-limit-redis", "redis://127.0.0.1:1", NULL);
+    assert_string_equal(got, "200 200 200 ");
+    rl_statuses(2, got, sizeof(got), &retry, "--listen", "127.0.0.1:0", "--rate-limit", "1/h",
+                "--rate-limit-redis", "redis://127.0.0.1:1", "--rate-limit-fail", "closed", NULL);
+    assert_string_equal(got, "503 503 ");
+    assert_int_equal(retry, 1);
+}
+
 /* sessions: memory, or a Redis URL checked at setup (no connection made:
  * the workers connect when they start); a bad URL fails there. */
 static void test_setup_sessions(void **state)
@@ -921,13 +1040,21 @@ static void test_watch_logger(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_file_errors),    cmocka_unit_test(test_values),
-        cmocka_unit_test(test_precedence),     cmocka_unit_test(test_flag_errors),
-        cmocka_unit_test(test_listeners),      cmocka_unit_test(test_extra_options),
-        cmocka_unit_test(test_reload_diff),    cmocka_unit_test(test_on_reload),
-        cmocka_unit_test(test_watch),          cmocka_unit_test(test_watch_limits),
-        cmocka_unit_test(test_main),           cmocka_unit_test(test_setup_logs),
-        cmocka_unit_test(test_setup_sessions), cmocka_unit_test(test_watch_logger),
+        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_values),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_listeners),
+        cmocka_unit_test(test_extra_options),
+        cmocka_unit_test(test_reload_diff),
+        cmocka_unit_test(test_on_reload),
+        cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_watch_limits),
+        cmocka_unit_test(test_main),
+        cmocka_unit_test(test_setup_logs),
+        cmocka_unit_test(test_setup_sessions),
+        cmocka_unit_test(test_watch_logger),
+        cmocka_unit_test(test_setup_rate_limit),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
