@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,6 +384,18 @@ static int map_sqlstate(const char *s)
     if ((strncmp(s, "08", 2) == 0 && strcmp(s, "08P01") != 0) || strncmp(s, "57P", 3) == 0)
         return FLARE_EUNAVAIL; /* connection exception, server shutting down */
     return FLARE_EDB;
+}
+
+/* A message that may be cut to fit (a host name, the server's reason, each
+ * up to PG_MSG_MAX): vsnprintf, where snprintf would have gcc warn about
+ * the cut it is meant to make. */
+__attribute__((format(printf, 3, 4))) static void msg_fmt(char *out, size_t cap, const char *fmt,
+                                                          ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
 }
 
 static void trim_copy(char *dst, size_t cap, const char *src)
@@ -779,8 +792,8 @@ static void job_work(void *ud)
                     *res = NULL;
     int e = getaddrinfo(j->host, NULL, &hints, &res);
     if (e != 0 || res == NULL) {
-        snprintf(j->err, sizeof(j->err), "could not resolve host \"%s\": %s", j->host,
-                 e != 0 ? gai_strerror(e) : "no address");
+        msg_fmt(j->err, sizeof(j->err), "could not resolve host \"%s\": %s", j->host,
+                e != 0 ? gai_strerror(e) : "no address");
         return;
     }
     size_t len = 0;
@@ -803,7 +816,7 @@ static void job_work(void *ud)
         j->naddr++;
     }
     if (j->naddr == 0)
-        snprintf(j->err, sizeof(j->err), "could not resolve host \"%s\"", j->host);
+        msg_fmt(j->err, sizeof(j->err), "could not resolve host \"%s\"", j->host);
     freeaddrinfo(res);
 }
 
@@ -1024,7 +1037,7 @@ void flare__pg_conn_down(pg_conn_t *c, const char *why)
     pg_worker_t *pw = c->pw;
     char msg[PG_MSG_MAX], reason[PG_MSG_MAX];
     trim_copy(reason, sizeof(reason), why != NULL && why[0] != '\0' ? why : "connection lost");
-    snprintf(msg, sizeof(msg), "database unavailable: %s", reason);
+    msg_fmt(msg, sizeof(msg), "database unavailable: %s", reason);
     teardown(c);
     uint64_t lo = pw->db->cfg.reconnect_min_ms, hi = pw->db->cfg.reconnect_max_ms;
     c->backoff = c->backoff == 0 ? lo : (c->backoff * 2 > hi ? hi : c->backoff * 2);
