@@ -782,34 +782,27 @@ int flare__chan_submit(flare_app_t *app, flare__chan_msg_t *m, flare_channel_pub
         flare__chan_msg_unref(m);
         return rc;
     }
-    if (!cluster) {
-        /* encoded here, once, and posted to every worker (this one too:
-         * delivered after the call returns) */
-        flare__chan_prepare(app, m);
-        int rc = 0;
-        if (self == NULL && (rc = flare__app_enter(app)) != 0) {
-            flare__chan_msg_unref(m);
-            return rc;
-        }
-        fanout(ca, m);
-        if (self == NULL)
-            flare__app_leave(app);
-        if (cb != NULL)
-            cb(0, 0, FLARE_STR_NULL, ud);
-        return 0;
-    }
-    /* another thread's publish to the backplane goes through a worker */
-    flare_worker_t *seq = &app->workers[m->hash % app->nworkers];
+    if (!cluster)
+        flare__chan_prepare(app, m); /* encoded here, once: the sequencer only posts */
+    /* the sequencer: worker 0, for every channel (one queue: a thread's
+     * messages keep their order across channels too); in a cluster, a
+     * worker that publishes for this thread, chosen by the channel */
+    flare_worker_t *seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
     seq_task_t *t = malloc(sizeof(*t));
     if (t == NULL) {
         flare__chan_msg_unref(m);
         return FLARE_ENOMEM;
     }
     *t = (seq_task_t){ ca, seq, self, m, cb, ud };
-    int rc = flare__app_enter(app);
-    if (rc == 0) {
+    int rc;
+    if (self != NULL) {
         rc = flare__loop_post(&seq->loop, seq_run, t);
-        flare__app_leave(app);
+    } else {
+        rc = flare__app_enter(app); /* the workers stay while we are inside */
+        if (rc == 0) {
+            rc = flare__loop_post(&seq->loop, seq_run, t);
+            flare__app_leave(app);
+        }
     }
     if (rc != 0) {
         flare__chan_msg_unref(m);
