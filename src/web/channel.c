@@ -767,14 +767,14 @@ int flare__chan_submit(flare_app_t *app, flare__chan_msg_t *m, flare_channel_pub
         return FLARE_ESTATE;
     }
     bool cluster = ca->bp != NULL && m->all_kind == 0;
-    if (cluster && !ca->bp->up(ca->bps)) {
-        flare__chan_msg_unref(m);
-        return FLARE_EUNAVAIL; /* failing fast: Redis is known to be down */
-    }
     m->except_inst = ca->instance;
     flare_worker_t *self = flare__worker_self;
     if (self != NULL && self->app != app)
         self = NULL;
+    if (cluster && self == NULL && !ca->bp->up(ca->bps, true)) {
+        flare__chan_msg_unref(m);
+        return FLARE_EUNAVAIL; /* failing fast: Redis is known to be down */
+    }
     if (cluster && self != NULL) {
         /* on a worker: to Redis on this worker's own connection; the message
          * comes back through the subscriber, in Redis's order */

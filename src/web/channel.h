@@ -182,7 +182,8 @@ typedef void (*flare__chan_history_fn)(int err, uint64_t offset, flare_str_t epo
  * thread of the app. */
 typedef struct flare__chan_backplane {
     /* sends m (name, payload) out, then cb(err, offset, epoch, ud) on w;
-     * 0 or an error (cb will not run) */
+     * 0 or an error (cb will not run): FLARE_EUNAVAIL at once while the
+     * backplane is known to be down */
     int (*publish)(void *bp, flare_worker_t *w, flare__chan_msg_t *m, flare_channel_published_fn cb,
                    void *ud);
     /* the first subscriber of a channel on worker w came / the last left */
@@ -193,10 +194,9 @@ typedef struct flare__chan_backplane {
      * FLARE_ENOTFOUND when the history does not reach back to since */
     int (*history)(void *bp, flare_worker_t *w, flare_str_t name, const flare_channel_pos_t *since,
                    flare__chan_history_fn cb, void *ud);
-    /* whether publishing can work now (any thread) */
-    bool (*up)(void *bp);
-    /* the worker that receives (and so sequences) every channel's messages */
-    unsigned seq_worker;
+    /* whether publishing can work now (any thread); refusing: a publish
+     * is refused for it (counted) */
+    bool (*up)(void *bp, bool refusing);
 } flare__chan_backplane_t;
 
 /* The kinds (ws/route.c, web/sse.c). */
@@ -206,7 +206,7 @@ extern const flare__chan_kind_t flare__ws_chan_kind, flare__sse_chan_kind, flare
  * FLARE_EEXIST (one is installed), FLARE_ENOMEM, FLARE_ESTATE. */
 int flare__chan_backplane_set(flare_app_t *app, const flare__chan_backplane_t *ops, void *bp);
 
-/* On the backplane's sequencer worker: delivers m (a message with its
+/* On the backplane's receiving worker (worker 0, the sequencer): delivers m (a message with its
  * offset, or a notice) everywhere in the app, in the order of the calls.
  * Takes the reference the caller holds. */
 void flare__chan_sequenced(flare_app_t *app, flare__chan_msg_t *m);
