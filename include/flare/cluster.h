@@ -108,8 +108,8 @@ typedef struct flare_cluster_stats {
 } flare_cluster_stats_t;
 
 /* app's cluster figures into *out (any thread; a moment old). 0, or
- * FLARE_EINVAL (NULL), FLARE_ESTATE (no cluster). Also exported as
- * flare_cluster_* series by flare_metrics_route. */
+ * FLARE_EINVAL (NULL), FLARE_ESTATE (no cluster). flare_metrics_route
+ * exports them too (docs/cluster.md names the series). */
 FLARE_API int flare_cluster_stats(const struct flare_app *app, flare_cluster_stats_t *out);
 
 #ifdef __cplusplus
