@@ -72,11 +72,10 @@ static const char script_pres_add[] = "redis.call('HSET', KEYS[1], ARGV[1], ARGV
                                       "return 1\n";
 
 /* KEYS: presence. ARGV: INSTANCE/CLIENT, pub/sub channel, the leave event. */
-static const char script_pres_del[] =
-    "if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then\n"
-    "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
-    "end\n"
-    "return 1\n";
+static const char script_pres_del[] = "if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then\n"
+                                      "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+                                      "end\n"
+                                      "return 1\n";
 
 /* KEYS: presence. ARGV: the instance keys' prefix, pub/sub channel.
  * Returns client, info pairs of the live instances; removes the others'
@@ -105,8 +104,8 @@ static const char script_pres_list[] =
     "return out\n";
 
 const char *const flare__cl_scripts[CL_SCRIPTS] = {
-    [CL_PUBLISH] = script_publish,   [CL_HISTORY] = script_history,
-    [CL_PRES_ADD] = script_pres_add, [CL_PRES_DEL] = script_pres_del,
+    [CL_PUBLISH] = script_publish,     [CL_HISTORY] = script_history,
+    [CL_PRES_ADD] = script_pres_add,   [CL_PRES_DEL] = script_pres_del,
     [CL_PRES_LIST] = script_pres_list,
 };
 
@@ -172,8 +171,7 @@ static void eval_done(int err, const flare_redis_reply_t *rep, void *ud)
 }
 
 int flare__cl_eval(cluster_t *cl, flare_worker_t *w, int which, const flare_str_t *keys,
-                   size_t nkeys, const flare_str_t *args, size_t nargs, flare_redis_fn cb,
-                   void *ud)
+                   size_t nkeys, const flare_str_t *args, size_t nargs, flare_redis_fn cb, void *ud)
 {
     size_t total = 0, n = 3 + nkeys + nargs;
     for (size_t i = 0; i < nkeys; i++)
@@ -226,7 +224,7 @@ static bool take_num(flare_str_t *s, int base, char end, uint64_t *out)
     size_t i = 0;
     for (; i < s->len && s->ptr[i] != end; i++) {
         char c = s->ptr[i];
-        int d = c >= '0' && c <= '9'               ? c - '0'
+        int d = c >= '0' && c <= '9'                 ? c - '0'
                 : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10
                                                      : -1;
         if (d < 0 || i >= 16 + (base == 10 ? 3 : 0))
@@ -321,8 +319,8 @@ static int cl_publish(void *bp, flare_worker_t *w, flare__chan_msg_t *m,
     char mk[FLARE__CL_KEY_MAX], hk[FLARE__CL_KEY_MAX], ck[FLARE__CL_KEY_MAX];
     flare_str_t keys[2] = { flare__cl_key(cl, 'm', name, mk), flare__cl_key(cl, 'h', name, hk) };
     char head[64];
-    size_t hl = encode_head(head, m->binary ? 'b' : 't', m->event_len, m->except_inst,
-                            m->except_id);
+    size_t hl =
+        encode_head(head, m->binary ? 'b' : 't', m->event_len, m->except_inst, m->except_id);
     size_t plen = hl + m->event_len + m->data_len;
     char stackbuf[2048], *payload = plen <= sizeof(stackbuf) ? stackbuf : malloc(plen);
     if (payload == NULL)
@@ -578,9 +576,9 @@ static void collect(flare_metrics_writer_t *mw, void *ud)
           offsetof(flare_cluster_stats_t, epoch_changes) },
     };
     for (size_t i = 0; i < sizeof(series) / sizeof(series[0]); i++) {
-        double v = i == 0 ? (s.up ? 1 : 0)
-                          : (double)*(const uint64_t *)(const void *)((const char *)&s +
-                                                                       series[i].off);
+        double v =
+            i == 0 ? (s.up ? 1 : 0)
+                   : (double)*(const uint64_t *)(const void *)((const char *)&s + series[i].off);
         flare_metrics_family(mw, series[i].name, series[i].type, series[i].help);
         flare_metrics_sample(mw, series[i].name, NULL, v);
     }
@@ -590,14 +588,14 @@ static void collect(flare_metrics_writer_t *mw, void *ud)
 
 static int config(flare_cluster_config_t *c)
 {
-#define CL_FIELD(f, def, min, max)                                                           \
-    do {                                                                                     \
-        if (c->f == 0)                                                                       \
-            c->f = (def);                                                                    \
-        else if (c->f < (min) || c->f > (max))                                               \
-            return flare__fail(FLARE_EINVAL, 0,                                              \
+#define CL_FIELD(f, def, min, max)                                                             \
+    do {                                                                                       \
+        if (c->f == 0)                                                                         \
+            c->f = (def);                                                                      \
+        else if (c->f < (min) || c->f > (max))                                                 \
+            return flare__fail(FLARE_EINVAL, 0,                                                \
                                "flare_cluster_config_t." #f " is %u, expected %u to %u", c->f, \
-                               (unsigned)(min), (unsigned)(max));                            \
+                               (unsigned)(min), (unsigned)(max));                              \
     } while (0)
     CL_FIELD(history_size, 1000, 1, 1000000);
     CL_FIELD(history_age_ms, 300000, 1000, INT_MAX);
@@ -657,8 +655,7 @@ int flare_app_cluster(flare_app_t *app, const char *url, const flare_cluster_con
                            prefix, FLARE__CL_PREFIX_MAX);
     if (strncmp(url, "redis://", 8) != 0)
         return flare__fail(FLARE_EINVAL, 0,
-                           "flare_app_cluster: \"%.80s\" is not a redis://HOST:PORT[/DB] URL",
-                           url);
+                           "flare_app_cluster: \"%.80s\" is not a redis://HOST:PORT[/DB] URL", url);
     if (cl == NULL) {
         /* the module first: it is disposed after the Redis connections,
          * whose last callbacks (failing, at shutdown) still find it */

@@ -51,11 +51,11 @@ typedef struct cluster {
     size_t plen;
     char sha[CL_SCRIPTS][41];
     uint64_t instance;
-    char inst[17]; /* the instance id in hex */
-    unsigned slot; /* the module's */
-    _Atomic bool up;           /* the subscriber connection: false once known down */
+    char inst[17];            /* the instance id in hex */
+    unsigned slot;            /* the module's */
+    _Atomic bool up;          /* the subscriber connection: false once known down */
     _Atomic uint64_t refused; /* publishes of non-worker threads refused while down */
-    cl_stats_t *st;  /* by worker */
+    cl_stats_t *st;           /* by worker */
     unsigned nst;
     /* the receiving worker's (worker 0) state: its thread only */
     struct cl_recv *rv; /* NULL outside its run */

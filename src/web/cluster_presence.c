@@ -148,8 +148,7 @@ static void listed(int err, const flare_redis_reply_t *rep, void *ud)
     free(c);
 }
 
-static int list(cluster_t *cl, flare_worker_t *w, flare_str_t channel, flare_redis_fn cb,
-                void *ud)
+static int list(cluster_t *cl, flare_worker_t *w, flare_str_t channel, flare_redis_fn cb, void *ud)
 {
     char pk[FLARE__CL_KEY_MAX], ck[FLARE__CL_KEY_MAX], ik[FLARE__CL_KEY_MAX];
     flare_str_t key = flare__cl_key(cl, 'p', channel, pk);

@@ -29,11 +29,11 @@ typedef struct cl_pend {
 struct cl_track {
     cl_track_t *next; /* hash chain */
     uint64_t hash;
-    int interest;      /* workers with subscribers of it */
-    bool known;        /* last and epoch are the channel's */
-    bool fetching;     /* its history is being read: newer messages wait */
-    bool retry;        /* the read failed: again at the next chance */
-    uint64_t last;     /* offset of the last message delivered */
+    int interest;  /* workers with subscribers of it */
+    bool known;    /* last and epoch are the channel's */
+    bool fetching; /* its history is being read: newer messages wait */
+    bool retry;    /* the read failed: again at the next chance */
+    uint64_t last; /* offset of the last message delivered */
     uint8_t elen;
     char epoch[FLARE_CHANNEL_EPOCH_MAX];
     cl_pend_t *phead, **ptail;
@@ -47,7 +47,7 @@ typedef struct cl_recv {
     flare_worker_t *w;
     cl_track_t **tab; /* power-of-two buckets */
     size_t cap, n;
-    bool down_said;   /* FLARE_CHANNEL_DOWN went out; UP is owed */
+    bool down_said; /* FLARE_CHANNEL_DOWN went out; UP is owed */
     bool heartbeat_on;
     flare__timer_t heartbeat; /* embedded: armed before the thread runs */
     flare__timer_t retry;
@@ -514,8 +514,9 @@ static void heartbeat_cb(void *ud)
         ttl[i] = ttl[n - 1 - i];
         ttl[n - 1 - i] = c;
     }
-    flare_str_t args[5] = { FLARE_STR("SET"), k, FLARE_STR("1"), FLARE_STR("PX"),
-                            { ttl, (size_t)n } };
+    flare_str_t args[5] = {
+        FLARE_STR("SET"), k, FLARE_STR("1"), FLARE_STR("PX"), { ttl, (size_t)n }
+    };
     flare_redis_cmd_str(cl->r, rv->w, args, 5, ignore, NULL);
     /* the presence of dead instances in the channels we serve: removed,
      * with their leave events */
