@@ -291,9 +291,15 @@ static void chat_close(flare_ws_t *ws, int code, flare_str_t reason)
 
 /* ---- presence ---- */
 
+typedef struct listing {
+    flare_res_t *res;
+    char room[33];
+} listing_t;
+
 static void members_listed(int err, const flare_channel_member_t *members, size_t n, void *ud)
 {
-    flare_res_t *res = ud;
+    listing_t *l = ud;
+    flare_res_t *res = l->res;
     if (err != 0) {
         showcase_json_error(res, 503, "the cluster is unavailable");
         return;
@@ -302,6 +308,7 @@ static void members_listed(int err, const flare_channel_member_t *members, size_
     if (j == NULL)
         return;
     flare_json_object_begin(j);
+    flare_json_kv_cstr(j, "room", l->room);
     flare_json_kv_array(j, "members");
     for (size_t i = 0; i < n; i++) {
         flare_json_object_begin(j);
@@ -323,8 +330,15 @@ static int presence_get(flare_req_t *req, flare_res_t *res, void *ud)
         return showcase_json_error(res, 400, "room: 1 to 32 of [A-Za-z0-9_.-]");
     char chan[40];
     int n = snprintf(chan, sizeof(chan), "ws:%.*s", (int)room.len, room.ptr);
+    /* in the request's arena: valid until the response completes */
+    listing_t *l = flare_req_alloc(req, sizeof(*l));
+    if (l == NULL)
+        return FLARE_ENOMEM;
+    l->res = res;
+    memcpy(l->room, room.ptr, room.len);
+    l->room[room.len] = '\0';
     int rc = flare_channel_presence(flare_req_worker(req), (flare_str_t){ chan, (size_t)n },
-                                    members_listed, res);
+                                    members_listed, l);
     if (rc == FLARE_ESTATE)
         return showcase_json_error(res, 404, "presence needs --cluster");
     return rc == 0 ? FLARE_ASYNC : rc;
