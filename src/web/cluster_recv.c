@@ -29,11 +29,12 @@ typedef struct cl_pend {
 struct cl_track {
     cl_track_t *next; /* hash chain */
     uint64_t hash;
-    int interest;  /* workers with subscribers of it */
-    bool known;    /* last and epoch are the channel's */
-    bool fetching; /* its history is being read: newer messages wait */
-    bool retry;    /* the read failed: again at the next chance */
-    uint64_t last; /* offset of the last message delivered */
+    int interest;      /* workers with subscribers of it */
+    bool known;        /* last and epoch are the channel's */
+    bool fetching;     /* its history is being read: newer messages wait */
+    bool retry;        /* the read failed: again at the next chance */
+    unsigned failures; /* reads failed in a row while Redis was up */
+    uint64_t last;     /* offset of the last message delivered */
     uint8_t elen;
     char epoch[FLARE_CHANNEL_EPOCH_MAX];
     cl_pend_t *phead, **ptail;
@@ -143,8 +144,22 @@ static void report_lost(cl_recv_t *rv, cl_track_t *t, const char *reason, uint64
 }
 
 static void fetch(cl_recv_t *rv, cl_track_t *t);
+static void replay_pending(cl_recv_t *rv, cl_track_t *t);
 
-static void pend(cl_track_t *t, flare__chan_msg_t *m)
+/* The gap cannot be read (too many messages wait, or the reads keep
+ * failing while Redis answers): it is reported lost, what waited goes out. */
+static void give_up(cl_recv_t *rv, cl_track_t *t)
+{
+    t->fetching = false;
+    t->retry = false;
+    t->failures = 0;
+    if (t->phead != NULL)
+        report_lost(rv, t, "gap", t->phead->m->offset - 1, t->phead->m->epoch,
+                    t->phead->m->epoch_len);
+    replay_pending(rv, t);
+}
+
+static void pend(cl_recv_t *rv, cl_track_t *t, flare__chan_msg_t *m)
 {
     cl_pend_t *p = malloc(sizeof(*p));
     if (p == NULL) {
@@ -155,14 +170,15 @@ static void pend(cl_track_t *t, flare__chan_msg_t *m)
     p->m = m;
     *t->ptail = p;
     t->ptail = &p->next;
-    t->npend++;
+    if (++t->npend > PENDING_MAX)
+        give_up(rv, t); /* a bound on what one channel may hold */
 }
 
 /* One message of tracked channel t (its reference taken). */
 static void on_tracked(cl_recv_t *rv, cl_track_t *t, flare__chan_msg_t *m)
 {
     if (t->fetching) {
-        pend(t, m);
+        pend(rv, t, m);
         return;
     }
     if (!t->known) {
@@ -192,7 +208,7 @@ static void on_tracked(cl_recv_t *rv, cl_track_t *t, flare__chan_msg_t *m)
         accept_msg(rv, t, m, false);
         return;
     }
-    pend(t, m); /* a gap: read what is missing, this one waits */
+    pend(rv, t, m); /* a gap: read what is missing, this one waits */
     fetch(rv, t);
 }
 
@@ -231,7 +247,10 @@ static void fetched(int err, uint64_t offset, flare_str_t epoch, flare__chan_msg
         return;
     }
     t->fetching = false;
-    if (err != 0 && err != FLARE_ENOTFOUND) {
+    bool up = atomic_load_explicit(&cl->up, memory_order_relaxed);
+    if (err != 0 && err != FLARE_ENOTFOUND && up && ++t->failures >= 5) {
+        give_up(rv, t); /* Redis answers, but not this: do not hold the channel for ever */
+    } else if (err != 0 && err != FLARE_ENOTFOUND) {
         /* Redis unreachable again: the messages wait for the next try (the
          * reconnection, or the retry timer) */
         t->fetching = true;
@@ -273,13 +292,10 @@ static void fetched(int err, uint64_t offset, flare_str_t epoch, flare__chan_msg
     }
     for (size_t i = 0; i < n; i++)
         flare__chan_msg_unref(msgs[i]);
-    if (!t->fetching) {
-        if (t->npend > PENDING_MAX) {
-            report_lost(rv, t, "gap", t->phead->m->offset - 1, t->phead->m->epoch,
-                        t->phead->m->epoch_len);
-        }
+    if (err == 0 || err == FLARE_ENOTFOUND)
+        t->failures = 0;
+    if (!t->fetching)
         replay_pending(rv, t);
-    }
     if (t->interest <= 0 && !t->fetching) {
         *track_slot(rv, (flare_str_t){ t->name, t->nlen }, t->hash) = t->next;
         rv->n--;
