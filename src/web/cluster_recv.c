@@ -34,7 +34,12 @@ struct cl_track {
     bool fetching;     /* its history is being read: newer messages wait */
     bool retry;        /* the read failed: again at the next chance */
     unsigned failures; /* reads failed in a row while Redis was up */
-    uint64_t last;     /* offset of the last message delivered */
+    /* last is a position read, not a delivery: messages up to it may still
+     * be on their way (the reply and the pub/sub message come on two
+     * connections), so the next one starts the count, whatever its offset
+     * up to last + 1 */
+    bool settling;
+    uint64_t last; /* offset of the last message delivered */
     uint8_t elen;
     char epoch[FLARE_CHANNEL_EPOCH_MAX];
     cl_pend_t *phead, **ptail;
@@ -200,6 +205,12 @@ static void on_tracked(cl_recv_t *rv, cl_track_t *t, flare__chan_msg_t *m)
             return;
         }
     }
+    if (t->settling && m->offset <= t->last + 1) {
+        t->settling = false;
+        accept_msg(rv, t, m, false);
+        return;
+    }
+    t->settling = false;
     if (m->offset <= t->last) {
         flare__chan_msg_unref(m); /* had it (the history brought it) */
         return;
@@ -279,11 +290,13 @@ static void fetched(int err, uint64_t offset, flare_str_t epoch, flare__chan_msg
         }
         if (!t->known) {
             /* the position: messages that waited for it may be older than
-             * it (published before it was read): they go out first */
+             * it (published before it was read): they go out first; with
+             * none waiting, older ones may still be on their way */
             t->known = true;
             t->last = offset;
             if (t->phead != NULL && t->phead->m->offset - 1 < offset)
                 t->last = t->phead->m->offset - 1;
+            t->settling = t->phead == NULL;
         }
         if (t->elen == 0) {
             t->elen = (uint8_t)epoch.len;
