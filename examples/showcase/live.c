@@ -19,9 +19,11 @@
  *
  * GET /api/presence?room=ROOM (--cluster): who is in a chat room, on every
  * instance: {"room":..,"members":[{"client":..,"info":{"name":..}}]}. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <flare/cluster.h>
 #include <flare/flare.h>
@@ -130,7 +132,7 @@ typedef struct member {
     char name[33];
     char room[33];
     bool positioned; /* joined with ?since: gets envelopes, its own events too */
-    char client[64]; /* its presence id (cluster): NAME#ID */
+    char client[64]; /* its presence id (cluster): NAME#PROCESS.ID */
 } member_t;
 
 /* {"type":type,"name":..,"room":..[,"text":..]} into j. */
@@ -207,7 +209,16 @@ static void presence(flare_ws_t *ws, member_t *m, bool add)
         flare_channel_presence_remove(w, channel, flare_str(m->client));
         return;
     }
-    snprintf(m->client, sizeof(m->client), "%s#%llx", m->name, (unsigned long long)flare_ws_id(ws));
+    /* NAME#PROCESS.CONNECTION: connection ids are per instance, the
+     * process part keeps two instances' members apart */
+    static _Atomic unsigned proc;
+    unsigned p = atomic_load_explicit(&proc, memory_order_relaxed);
+    if (p == 0) {
+        p = ((unsigned)getpid() * 2654435761u) ^ (unsigned)time(NULL);
+        atomic_store_explicit(&proc, p != 0 ? p : 1, memory_order_relaxed);
+    }
+    snprintf(m->client, sizeof(m->client), "%s#%x.%llx", m->name, p,
+             (unsigned long long)flare_ws_id(ws));
     char info[96];
     int k = snprintf(info, sizeof(info), "{\"name\":\"%s\"}", m->name); /* names need no escape */
     /* without a cluster (FLARE_ESTATE), or Redis down: no presence, the chat goes on */
