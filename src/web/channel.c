@@ -60,12 +60,7 @@ flare__chan_msg_t *flare__chan_msg_new(int type, flare_str_t name, flare_str_t e
     p[data.len] = '\0';
     m->client = m->data; /* presence notices: the client id is the data */
     m->client_len = 0;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < name.len; i++) {
-        h ^= (unsigned char)name.ptr[i];
-        h *= 0x100000001b3ull;
-    }
-    m->hash = h;
+    m->hash = flare__chan_hash(name);
     return m;
 }
 
@@ -228,8 +223,9 @@ static chan_worker_t *worker_state(chan_app_t *ca, flare_worker_t *w, bool make)
 
 /* ---- a worker's channels ---- */
 
-static uint64_t hash_name(flare_str_t s)
+uint64_t flare__chan_hash(flare_str_t s)
 {
+    /* FNV-1a */
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < s.len; i++) {
         h ^= (unsigned char)s.ptr[i];
@@ -325,7 +321,7 @@ int flare__chan_join(flare_worker_t *w, const flare__chan_kind_t *k, void *owner
         return FLARE_ESTATE;
     if (cw->n + 1 > cw->cap / 2 * 3 && tab_grow(cw) != 0)
         return FLARE_ENOMEM;
-    uint64_t h = hash_name(name);
+    uint64_t h = flare__chan_hash(name);
     flare__chan_t **slot = chan_slot(cw, name, h);
     flare__chan_sub_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -370,6 +366,16 @@ void flare__chan_resume(flare__chan_sub_t *s, const flare_channel_pos_t *since)
 {
     chan_worker_t *cw = s->cw;
     chan_app_t *ca = cw->ca;
+    if (ca->bp != NULL && !ca->bp->up(ca->bps, false)) {
+        /* joining while the backplane is down: said now, as to the others
+         * when it went (UP follows when it is back) */
+        flare__chan_msg_t *n = flare__chan_msg_new(FLARE__CHAN_NDOWN, FLARE_STR_NULL,
+                                                   FLARE_STR_NULL, FLARE_STR_NULL, false);
+        if (n != NULL) {
+            s->kind->notice(s, n);
+            flare__chan_msg_unref(n);
+        }
+    }
     if (since == NULL || ca->bp == NULL || s->rec != NULL)
         return; /* outside a cluster there is no history: from now on */
     s->since = *since;

@@ -140,10 +140,11 @@ int flare__chan_use(flare_app_t *app, const flare__chan_kind_t *k);
 int flare__chan_join(flare_worker_t *w, const flare__chan_kind_t *k, void *owner, flare_str_t name,
                      unsigned flags, flare__chan_sub_t **out);
 
-/* Resumes s after position since (NULL: nothing to do): in a cluster, its
+/* Starts s once its owner is set up: a DOWN notice when the backplane is
+ * down now; and with a position since (NULL: none), in a cluster, its
  * history is read and delivered first, live messages waiting meanwhile; a
  * position that cannot be served gets a LOST notice (possibly during the
- * call). Outside a cluster: nothing (no history). */
+ * call). Outside a cluster a position is ignored (no history). */
 void flare__chan_resume(flare__chan_sub_t *s, const flare_channel_pos_t *since);
 
 /* Ends s (on its worker): freed now, or after the delivery in progress. */
@@ -162,6 +163,9 @@ int flare__chan_submit(flare_app_t *app, flare__chan_msg_t *m, flare_channel_pub
  * except_id a WebSocket id to skip (0: none). */
 int flare__chan_publish(flare_app_t *app, flare_str_t name, const flare_channel_msg_t *msg,
                         uint64_t except_id, flare_channel_published_fn cb, void *ud);
+
+/* The hash of a channel name (the workers' tables, the backplane's). */
+uint64_t flare__chan_hash(flare_str_t name);
 
 /* Whether name is a valid channel name. */
 bool flare__chan_name_ok(flare_str_t name);

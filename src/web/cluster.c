@@ -486,7 +486,10 @@ static int cl_init_worker(flare_worker_t *w, void *state)
     if (cl->r == NULL || flare_worker_id(w) != 0)
         return 0;
     memset(cl->st, 0, cl->nst * sizeof(*cl->st));
-    atomic_store(&cl->up, true); /* not known to be down */
+    /* down until the subscriber connection has subscribed: what other
+     * instances publish meanwhile would not reach this one */
+    atomic_store(&cl->up, false);
+    atomic_store(&cl->ever_up, false);
     return flare__cl_recv_init(cl, w);
 }
 
@@ -519,6 +522,14 @@ static const flare_module_t cl_module = {
     .dispose_worker = cl_dispose_worker,
     .free_app = cl_free_app,
 };
+
+/* /readyz: not before the subscriber connection has subscribed once (a
+ * balancer then sends no client to an instance that would miss messages
+ * at its start); a later outage does not make it unready (it serves on). */
+static bool ready_check(void *ud)
+{
+    return atomic_load_explicit(&((cluster_t *)ud)->ever_up, memory_order_relaxed);
+}
 
 cluster_t *flare__cl_of(const flare_app_t *app)
 {
@@ -704,7 +715,8 @@ int flare_app_cluster(flare_app_t *app, const char *url, const flare_cluster_con
     if ((rc = flare_redis_subscribe(r, 0, flare_str(pattern), true, flare__cl_on_message, cl)) !=
             0 ||
         (rc = flare__redis_sub_state(r, flare__cl_on_sub_state, cl)) != 0 ||
-        (rc = flare_metrics_collector(app, collect, cl)) != 0)
+        (rc = flare_metrics_collector(app, collect, cl)) != 0 ||
+        (rc = flare_health_check(app, "cluster", ready_check, cl)) != 0)
         return rc;
     if ((rc = flare__chan_backplane_set(app, &cl_ops, cl)) != 0)
         return flare__fail(rc, 0, "flare_app_cluster: the channel layer has a backplane already");

@@ -55,6 +55,7 @@ typedef struct cluster {
     unsigned slot;            /* the module's */
     _Atomic bool up;          /* the subscriber connection: false once known down */
     _Atomic uint64_t refused; /* publishes of non-worker threads refused while down */
+    _Atomic bool ever_up;     /* subscribed at least once this run (readiness) */
     cl_stats_t *st;           /* by worker */
     unsigned nst;
     /* the receiving worker's (worker 0) state: its thread only */

@@ -59,16 +59,6 @@ typedef struct cl_recv {
     flare__timer_t retry;
 } cl_recv_t;
 
-static uint64_t hash_name(flare_str_t s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < s.len; i++) {
-        h ^= (unsigned char)s.ptr[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static cl_track_t **track_slot(cl_recv_t *rv, flare_str_t name, uint64_t h)
 {
     cl_track_t **p = &rv->tab[h & (rv->cap - 1)];
@@ -80,7 +70,7 @@ static cl_track_t **track_slot(cl_recv_t *rv, flare_str_t name, uint64_t h)
 
 static cl_track_t *track_find(cl_recv_t *rv, flare_str_t name)
 {
-    return rv->cap != 0 ? *track_slot(rv, name, hash_name(name)) : NULL;
+    return rv->cap != 0 ? *track_slot(rv, name, flare__chan_hash(name)) : NULL;
 }
 
 static void track_free(cl_track_t *t)
@@ -417,6 +407,7 @@ void flare__cl_on_sub_state(bool up, void *ud)
         return;
     }
     atomic_store_explicit(&cl->up, true, memory_order_relaxed);
+    atomic_store_explicit(&cl->ever_up, true, memory_order_relaxed);
     if (rv->down_said) {
         rv->down_said = false;
         say(rv, FLARE__CHAN_NUP);
@@ -460,7 +451,7 @@ static void interest_here(cluster_t *cl, flare_str_t name, int delta)
         return;
     if (rv->n + 1 > rv->cap / 2 * 3 && tab_grow(rv) != 0)
         return; /* out of memory: the channel goes untracked (delivered as it comes) */
-    uint64_t h = hash_name(name);
+    uint64_t h = flare__chan_hash(name);
     cl_track_t **slot = track_slot(rv, name, h);
     cl_track_t *t = *slot;
     if (t == NULL) {
@@ -563,6 +554,7 @@ int flare__cl_recv_init(cluster_t *cl, flare_worker_t *w0)
         return FLARE_ENOMEM;
     rv->cl = cl;
     rv->w = w0;
+    rv->down_said = true; /* down until subscribed: who joins meanwhile is told (the layer) */
     flare__timer_init(&rv->heartbeat, heartbeat_cb, rv);
     flare__timer_init(&rv->retry, retry_cb, rv);
     flare__timer_start(&w0->loop, &rv->heartbeat, 0);

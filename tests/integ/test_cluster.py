@@ -338,6 +338,12 @@ class Cluster(unittest.TestCase):
                                  binary=SHOWCASE, workers=2, tls=False)
             s.start()
             self.servers.append(s)
+        # ready once subscribed to Redis (the cluster's readiness check)
+        for s in self.servers:
+            deadline = time.monotonic() + 10
+            while http_get(s.port, "/readyz")[0] != 200 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertEqual(http_get(s.port, "/readyz")[0], 200)
 
     def tearDown(self):
         for s in self.servers:
@@ -628,7 +634,10 @@ class RedisOutage(Cluster):
         user = await asyncio.to_thread(TodoUser, self.port(0), "ue")
         await a.send("a2-one")
         self.assertEqual(await asyncio.to_thread(user.add, "before"), 201)
-        self.assertTrue(await until(lambda: "a2-one" in b.texts() and s.todos, 5))
+        self.assertTrue(await until(lambda: "a2-one" in b.texts() and s.todos, 5),
+                        (a.msgs, a.notices, b.msgs, b.notices, s.todos, s.notices,
+                         [http_get(self.port(i), "/metrics")[1].decode().split("flare_cluster")[1:]
+                          for i in range(2)]))
         old_ws, old_sse = b.since(), s.last_id
 
         self.redis.stop()  # kill -9: nothing saved (--save '')
