@@ -154,7 +154,7 @@ static int setup(flare_app_t *app, flare_db_t *db, flare_settings_t *st)
     if ((rc = flare_request_id(app, &m)) != 0 || (rc = flare_use(app, &m)) != 0)
         return rc;
     /* the todo API and its sessions, the live feed, the chat */
-    if ((rc = showcase_todos(app, db, st)) != 0 || (rc = showcase_events(app)) != 0 ||
+    if ((rc = showcase_todos(app, db, st)) != 0 || (rc = showcase_events(app, st)) != 0 ||
         (rc = showcase_chat(app, st)) != 0)
         return rc;
     if ((rc = flare_post(app, "/upload", upload, NULL)) != 0 ||

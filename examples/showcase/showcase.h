@@ -27,14 +27,15 @@ bool showcase_valid_name(flare_str_t s);
 int showcase_todos(flare_app_t *app, flare_db_t *db, flare_settings_t *st);
 
 /* live.c: GET /events (server-sent events: a clock every second and the
- * feed of todo changes), and showcase_feed_publish for todos.c. */
-int showcase_events(flare_app_t *app);
+ * feed of todo changes; with --cluster resumable from Last-Event-ID), and
+ * showcase_feed_publish for todos.c. */
+int showcase_events(flare_app_t *app, const flare_settings_t *st);
 void showcase_feed_publish(flare_app_t *app, const char *action, flare_str_t user, int64_t id,
                            flare_str_t title, bool done);
 
-/* live.c: the chat, a WebSocket at /ws?name=NAME&room=ROOM. Browsers may
- * open it from the showcase's own pages only, or from the --ws-origin
- * origins. */
+/* live.c: the chat, a WebSocket at /ws?name=NAME&room=ROOM[&since=...],
+ * and GET /api/presence?room=ROOM (with --cluster). Browsers may open it
+ * from the showcase's own pages only, or from the --ws-origin origins. */
 int showcase_chat(flare_app_t *app, const flare_settings_t *st);
 
 #endif

@@ -481,6 +481,8 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
  * here would break a file that includes session.h, static.h or ws.h
  * first. */
 #include "flare/body.h"
+#include "flare/channel.h"
+#include "flare/cluster.h"
 #include "flare/compress.h"
 #include "flare/cookie.h"
 #include "flare/db.h"

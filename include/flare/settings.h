@@ -97,6 +97,11 @@ typedef struct flare_settings {
     char *db;                             /* database URL (flare/db.h) */
     char *sessions;                       /* session store: memory or redis://HOST:PORT [memory]:
                                              flare_settings_sessions */
+    char *cluster;                        /* redis://HOST:PORT[/DB]: channels shared by every
+                                             instance on that Redis [none]: flare_app_cluster */
+    unsigned cluster_history;             /* messages kept per channel [1000] */
+    unsigned cluster_history_age_ms;      /* and at most this old [5 min] */
+    unsigned cluster_presence_ttl_ms;     /* a dead instance's presence expires within [15 s] */
     char *session_secure; /* auto|always|never [auto]: flare_settings_session_config */
     char *admin_listen;   /* HOST:PORT of the admin listener [none]: flare_settings_listen */
     char **ws_origins;    /* Origins allowed on WebSocket routes, NULL-terminated

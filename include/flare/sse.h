@@ -48,6 +48,7 @@
 #include <limits.h>
 #include <stdbool.h>
 
+#include "flare/channel.h"
 #include "flare/flare.h"
 
 #ifdef __cplusplus
@@ -143,6 +144,14 @@ FLARE_API void flare_sse_end(flare_sse_t *s);
  * its rooms when it ends. */
 FLARE_API int flare_sse_join(flare_sse_t *s, flare_str_t room);
 FLARE_API int flare_sse_leave(flare_sse_t *s, flare_str_t room);
+
+/* Joins room as flare_sse_join does, resuming after position since (in a
+ * cluster the stream first gets what it missed, each event with its
+ * position "OFFSET:EPOCH" as its id, or a "flare.lost" event when that is
+ * gone; outside a cluster the position is ignored). Parse the position from
+ * flare_sse_last_event_id with flare_channel_pos_parse. NULL: from now on.
+ * Returns as flare_sse_join. */
+FLARE_API int flare_sse_join_at(flare_sse_t *s, flare_str_t room, const flare_channel_pos_t *since);
 
 /* Sends ev to every open stream in `room` (len 0: every stream of the
  * app) on every worker. Any thread, while the app runs. The event is

@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "flare/channel.h"
 #include "flare/flare.h"
 
 #ifdef __cplusplus
@@ -174,10 +175,25 @@ FLARE_API bool flare_ws_compressed(const flare_ws_t *ws);
 FLARE_API uint64_t flare_ws_id(const flare_ws_t *ws);
 
 /* Joins / leaves a room (the name is copied; any bytes, at most 255).
- * Joining twice is a no-op. Connections leave all rooms when they close.
- * Returns 0, FLARE_EINVAL, FLARE_ENOMEM; leave: FLARE_ENOTFOUND if not in it. */
+ * A room is the channel "ws:" ROOM of the channel layer (flare/channel.h):
+ * its messages come in one order for every member, and in a cluster
+ * (flare_app_cluster) from every instance. Joining twice is a no-op.
+ * Connections leave all rooms when they close. Returns 0, FLARE_EINVAL,
+ * FLARE_ENOMEM; leave: FLARE_ENOTFOUND if not in it. */
 FLARE_API int flare_ws_join(flare_ws_t *ws, flare_str_t room);
 FLARE_API int flare_ws_leave(flare_ws_t *ws, flare_str_t room);
+
+/* Joins room as flare_ws_join does, with positions: every message of the
+ * room reaches this connection as a text envelope
+ *   {"type":"flare.msg","channel":"ws:ROOM","offset":N,"epoch":"E","data":<the
+ *    message, when it is JSON>}   (or "text":"<the message>" when it is not)
+ * whose offset and epoch make the token "N:E" a client sends back to resume
+ * (docs/cluster.md: the showcase takes it as ?since=N:E). since: resume
+ * after that position (in a cluster: what the connection missed comes
+ * first, or a {"type":"flare.lost",...} message when it is gone); NULL:
+ * from now on. Binary messages are sent as they are, without a position.
+ * Returns as flare_ws_join. */
+FLARE_API int flare_ws_join_at(flare_ws_t *ws, flare_str_t room, const flare_channel_pos_t *since);
 
 /* Sends a message (op, payload) to the connection with this id, wherever it
  * lives. Safe

@@ -81,6 +81,7 @@ struct conn {
     resolve_t *job;
     int state;
     bool is_sub, ever_up, was_up;
+    bool sub_up;       /* pub/sub: subscribed (confirmed) on this connection */
     int drop_err;      /* what the commands in flight get when ac goes */
     unsigned failures; /* attempts failed in a row */
     uint64_t backoff;
@@ -113,6 +114,8 @@ struct flare_redis {
     char *user, *pass; /* NULL: none */
     bool numeric;
     sub_t *subs;
+    flare__redis_sub_state_fn sub_state; /* flare__redis_sub_state */
+    void *sub_state_ud;
     unsigned nworkers;
     ws_t **ws;
     wstats_t *stats;
@@ -236,6 +239,15 @@ static void ev_del_write(void *p)
     ev_set(p, 0, FLARE_WATCH_WRITE);
 }
 
+/* A pub/sub connection lost, or an attempt at one failed. */
+static void sub_down(conn_t *c)
+{
+    ws_t *ws = c->ws;
+    c->sub_up = false;
+    if (c->is_sub && ws->r->sub_state != NULL && !ws->disposing)
+        ws->r->sub_state(false, ws->r->sub_state_ud);
+}
+
 /* The context is being freed (by us or by hiredis after an error or EOF):
  * every callback still owed has been called with a NULL reply already. */
 static void ev_cleanup(void *p)
@@ -251,6 +263,8 @@ static void ev_cleanup(void *p)
     c->state = C_IDLE;
     if (ws->disposing)
         return;
+    if (c->is_sub)
+        sub_down(c);
     uint64_t delay;
     if (c->drop_err == FLARE_ETIMEDOUT && c->failures == 0) {
         delay = 0; /* the server answers, slowly: reconnect at once */
@@ -323,7 +337,15 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
         chan = (flare_str_t){ e[2]->str, (size_t)e[2]->len };
         msg = (flare_str_t){ e[3]->str, (size_t)e[3]->len };
     } else {
-        return; /* the (p)subscribe confirmation */
+        /* the (p)subscribe confirmation: the first one says the connection
+         * serves again */
+        if (!c->sub_up &&
+            (strcmp(e[0]->str, "psubscribe") == 0 || strcmp(e[0]->str, "subscribe") == 0)) {
+            c->sub_up = true;
+            if (c->ws->r->sub_state != NULL)
+                c->ws->r->sub_state(true, c->ws->r->sub_state_ud);
+        }
+        return;
     }
     stat_add(&c->ws->st->messages, 1);
     s->cb(pat, chan, msg, s->ud);
@@ -407,6 +429,7 @@ static void setup_commands(conn_t *c)
 static void conn_failed_now(conn_t *c)
 {
     /* no context was made: the same accounting as losing one */
+    sub_down(c);
     c->state = C_IDLE;
     ws_t *ws = c->ws;
     c->failures++;
@@ -1115,6 +1138,15 @@ int flare_redis_subscribe(flare_redis_t *r, unsigned worker, flare_str_t channel
     s->chan[channel.len] = '\0';
     s->next = r->subs;
     r->subs = s;
+    return 0;
+}
+
+int flare__redis_sub_state(flare_redis_t *r, flare__redis_sub_state_fn fn, void *ud)
+{
+    if (r == NULL || flare__app_running(r->app))
+        return FLARE_ESTATE;
+    r->sub_state = fn;
+    r->sub_state_ud = ud;
     return 0;
 }
 

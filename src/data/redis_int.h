@@ -17,4 +17,11 @@
 int flare__redis_reply_build(const redisReply *r, flare_redis_reply_t *root,
                              flare_redis_reply_t **heap);
 
+/* Tells fn(up, ud), on the worker of the pub/sub connection, when it has
+ * subscribed (up: its first confirmation after a connect) and when it is
+ * lost or an attempt to make it failed (down; said again at each failed
+ * attempt). One per handle; before flare_app_run. 0 or FLARE_ESTATE. */
+typedef void (*flare__redis_sub_state_fn)(bool up, void *ud);
+int flare__redis_sub_state(flare_redis_t *r, flare__redis_sub_state_fn fn, void *ud);
+
 #endif

@@ -103,6 +103,15 @@ const settings_key_t flare__settings_keys[] = {
       true },
     { "sessions", K_STR, OFF(sessions), 0, 0, 0, NULL,
       "session store: memory or redis://HOST:PORT [memory]", true, true },
+    { "cluster", K_STR, OFF(cluster), 0, 0, 0, NULL,
+      "redis://HOST:PORT[/DB]: WebSocket rooms, SSE feeds and channels shared by every instance "
+      "on that Redis, with offsets, history and presence [off: this process only]", true, true },
+    { "cluster-history", K_UINT, OFF(cluster_history), 0, 1, 1000000, NULL,
+      "messages of history kept per channel, for clients that resume [1000]", true, true },
+    { "cluster-history-age", K_MS, OFF(cluster_history_age_ms), 0, 1000, MS_MAX, NULL,
+      "history entries older than this are dropped [5m]", true, true },
+    { "cluster-presence-ttl", K_MS, OFF(cluster_presence_ttl_ms), 0, 300, MS_MAX, NULL,
+      "the presence entries of an instance that died expire within this [15s]", true, true },
     { "config", K_CONFIG, 0, 0, 0, 0, NULL, "FILE: read the settings from this YAML file first",
       false, false },
     { "check-config", K_CHECK, 0, 0, 0, 0, NULL,
@@ -618,6 +627,7 @@ void flare_settings_free(flare_settings_t *s)
     free(s->access_log_format);
     free(s->db);
     free(s->sessions);
+    free(s->cluster);
     free(s->config_file);
     flare_settings_init(s);
 }
@@ -847,6 +857,9 @@ static int check(flare_settings_t *s)
         strncmp(s->sessions, "redis://", 8) != 0)
         return flare__settings_fail(
             s, NULL, "sessions", "expected memory or redis://HOST:PORT, got \"%s\"", s->sessions);
+    if (s->cluster != NULL && strncmp(s->cluster, "redis://", 8) != 0)
+        return flare__settings_fail(s, NULL, "cluster",
+                                    "expected redis://HOST:PORT[/DB], got \"%s\"", s->cluster);
     flare_config_t out;
     if (flare__config_resolve(&out, &s->app) != 0)
         return flare__settings_fail(s, NULL, NULL, "%s", flare_last_error());

@@ -210,6 +210,21 @@ static int open_redis(flare_settings_t *s, flare_app_t *app)
     return 0;
 }
 
+/* `cluster`: the app's channels through that Redis (flare_app_cluster). */
+static int cluster_setup(flare_settings_t *s, flare_app_t *app)
+{
+    flare_cluster_config_t cc = {
+        .history_size = s->cluster_history,
+        .history_age_ms = s->cluster_history_age_ms,
+        .presence_ttl_ms = s->cluster_presence_ttl_ms,
+    };
+    int rc = flare_app_cluster(app, s->cluster, &cc);
+    if (rc != 0)
+        flare__settings_fail(s, NULL, "cluster", "%s: %s: %s", s->cluster, flare_strerror(rc),
+                             flare_last_error());
+    return rc;
+}
+
 int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
                          const flare_settings_setup_opts_t *opts)
 {
@@ -220,6 +235,8 @@ int flare_settings_setup(flare_settings_t *s, flare_app_t *app,
     int rc = log_setup(s, app);
     if (rc == 0 && redis_sessions(s))
         rc = open_redis(s, app);
+    if (rc == 0 && s->cluster != NULL)
+        rc = cluster_setup(s, app);
     if (rc == 0)
         rc = flare_settings_listen(s, app);
     if (rc == 0)

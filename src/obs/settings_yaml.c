@@ -431,6 +431,20 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     str_or_null(out, s->db, NULL);
     fputs("\nsessions: ", out);
     str_or_null(out, s->sessions, NULL);
+    fputs("\ncluster: ", out);
+    str_or_null(out, s->cluster, NULL);
+    fputs(s->cluster == NULL ? " # off: channels in this process only" : "", out);
+    /* the three below only when set: their defaults are the cluster's */
+    if (s->cluster_history != 0)
+        fprintf(out, "\ncluster-history: %u", s->cluster_history);
+    if (s->cluster_history_age_ms != 0) {
+        fputs("\ncluster-history-age: ", out);
+        duration(out, s->cluster_history_age_ms);
+    }
+    if (s->cluster_presence_ttl_ms != 0) {
+        fputs("\ncluster-presence-ttl: ", out);
+        duration(out, s->cluster_presence_ttl_ms);
+    }
     fputs("\nsession-secure: ", out);
     str_or_null(out, s->session_secure, "auto");
     fputs("\nws-origin:", out);

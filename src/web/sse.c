@@ -26,9 +26,9 @@
 #include "flare/sse.h"
 #include "app.h"
 #include "obs/metrics.h"
+#include "web/channel.h"
 
 #define ROOM_NAME_MAX      255
-#define ROOM_BUCKETS       64 /* per worker; chains beyond that stay short for tens of rooms */
 #define HEARTBEAT_DEFAULT  15000u
 #define MAX_QUEUED_DEFAULT (256u * 1024u)
 #define FORMAT_STACK       512 /* events up to this size are encoded on the stack */
@@ -130,9 +130,6 @@ int flare_sse_format_comment(flare_str_t text, char *out, size_t cap, size_t *le
 
 /* ---- state ---- */
 
-typedef struct sse_room sse_room_t;
-typedef struct sse_member sse_member_t;
-
 typedef struct sse_app {
     unsigned slot;
 } sse_app_t;
@@ -140,24 +137,7 @@ typedef struct sse_app {
 typedef struct sse_worker {
     flare_worker_t *w;
     flare_sse_t *streams; /* every stream of the worker, open or closing */
-    sse_room_t *rooms[ROOM_BUCKETS];
 } sse_worker_t;
-
-struct sse_room {
-    sse_room_t *next; /* hash chain */
-    uint64_t hash;
-    sse_member_t *members;
-    size_t count;
-    size_t nlen;
-    char name[];
-};
-
-struct sse_member {
-    sse_room_t *room;
-    flare_sse_t *s;
-    sse_member_t *rprev, *rnext; /* in the room */
-    sse_member_t *snext;         /* in the stream's list */
-};
 
 enum { SSE_OPEN, SSE_CLOSING };
 
@@ -172,7 +152,7 @@ struct flare_sse {
     size_t max_queued;
     flare_sse_close_fn on_close;
     void *ud;
-    sse_member_t *rooms;
+    flare__chan_sub_t *rooms; /* its channel subscriptions (linked by onext) */
     size_t idlen;
     char last_id[];
 };
@@ -217,7 +197,10 @@ int flare_sse_route(flare_app_t *app, const char *pattern, flare_handler_fn fn, 
         sse_app_t *sa = calloc(1, sizeof(*sa));
         if (sa == NULL)
             return FLARE_ENOMEM;
-        int rc = flare__app_module(app, &sse_module, sa, &sa->slot);
+        /* the channel layer first: it is disposed after the streams left it */
+        int rc = flare__chan_use(app, &flare__sse_chan_kind);
+        if (rc == 0)
+            rc = flare__app_module(app, &sse_module, sa, &sa->slot);
         if (rc != 0) {
             free(sa);
             return rc;
@@ -226,92 +209,56 @@ int flare_sse_route(flare_app_t *app, const char *pattern, flare_handler_fn fn, 
     return flare_get(app, pattern, fn, ud);
 }
 
-/* ---- rooms ---- */
-
-static uint64_t hash_bytes(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static sse_room_t **room_slot(sse_worker_t *sw, flare_str_t name, uint64_t h)
-{
-    sse_room_t **p = &sw->rooms[h % ROOM_BUCKETS];
-    while (*p != NULL && !((*p)->hash == h && (*p)->nlen == name.len &&
-                           memcmp((*p)->name, name.ptr, name.len) == 0))
-        p = &(*p)->next;
-    return p;
-}
+/* ---- rooms: channels "sse:" ROOM of the channel layer ---- */
 
 static bool room_name_ok(flare_str_t room)
 {
     return room.ptr != NULL && room.len > 0 && room.len <= ROOM_NAME_MAX;
 }
 
-int flare_sse_join(flare_sse_t *s, flare_str_t room)
+static int join(flare_sse_t *s, flare_str_t room, const flare_channel_pos_t *since)
 {
     if (s == NULL || !room_name_ok(room))
         return FLARE_EINVAL;
     if (s->state != SSE_OPEN)
         return FLARE_ECLOSED;
-    for (sse_member_t *m = s->rooms; m != NULL; m = m->snext) {
-        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0)
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare_str_t name = flare__chan_prefixed(buf, "sse:", room);
+    for (flare__chan_sub_t *m = s->rooms; m != NULL; m = m->onext) {
+        if (flare__chan_sub_is(m, name))
             return 0;
     }
-    uint64_t h = hash_bytes(room.ptr, room.len);
-    sse_room_t **slot = room_slot(s->sw, room, h);
-    sse_member_t *m = malloc(sizeof(*m));
-    if (m == NULL)
-        return FLARE_ENOMEM;
-    sse_room_t *r = *slot;
-    if (r == NULL) {
-        r = malloc(sizeof(*r) + room.len);
-        if (r == NULL) {
-            free(m);
-            return FLARE_ENOMEM;
-        }
-        *r = (sse_room_t){ .hash = h, .nlen = room.len };
-        memcpy(r->name, room.ptr, room.len);
-        *slot = r;
-    }
-    *m = (sse_member_t){ .room = r, .s = s, .rnext = r->members, .snext = s->rooms };
-    if (r->members != NULL)
-        r->members->rprev = m;
-    r->members = m;
-    r->count++;
+    flare__chan_sub_t *m;
+    int rc = flare__chan_join(s->sw->w, &flare__sse_chan_kind, s, name, 0, &m);
+    if (rc != 0)
+        return rc == FLARE_ESTATE ? FLARE_ECLOSED : rc;
+    m->onext = s->rooms;
     s->rooms = m;
+    flare__chan_resume(m, since);
     return 0;
 }
 
-static void member_drop(sse_worker_t *sw, sse_member_t *m)
+int flare_sse_join(flare_sse_t *s, flare_str_t room)
 {
-    sse_room_t *r = m->room;
-    if (m->rprev != NULL)
-        m->rprev->rnext = m->rnext;
-    else
-        r->members = m->rnext;
-    if (m->rnext != NULL)
-        m->rnext->rprev = m->rprev;
-    free(m);
-    if (--r->count == 0) {
-        *room_slot(sw, (flare_str_t){ r->name, r->nlen }, r->hash) = r->next;
-        free(r);
-    }
+    return join(s, room, NULL);
+}
+
+int flare_sse_join_at(flare_sse_t *s, flare_str_t room, const flare_channel_pos_t *since)
+{
+    return join(s, room, since);
 }
 
 int flare_sse_leave(flare_sse_t *s, flare_str_t room)
 {
     if (s == NULL || !room_name_ok(room))
         return FLARE_EINVAL;
-    for (sse_member_t **p = &s->rooms; *p != NULL; p = &(*p)->snext) {
-        sse_member_t *m = *p;
-        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0) {
-            *p = m->snext;
-            member_drop(s->sw, m);
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare_str_t name = flare__chan_prefixed(buf, "sse:", room);
+    for (flare__chan_sub_t **p = &s->rooms; *p != NULL; p = &(*p)->onext) {
+        flare__chan_sub_t *m = *p;
+        if (flare__chan_sub_is(m, name)) {
+            *p = m->onext;
+            flare__chan_leave(m);
             return 0;
         }
     }
@@ -352,9 +299,9 @@ static void finish(flare_sse_t *s)
     sse_worker_t *sw = s->sw;
     flare__timer_stop(&sw->w->loop, &s->timer);
     while (s->rooms != NULL) {
-        sse_member_t *m = s->rooms;
-        s->rooms = m->snext;
-        member_drop(sw, m);
+        flare__chan_sub_t *m = s->rooms;
+        s->rooms = m->onext;
+        flare__chan_leave(m);
     }
     if (s->prev != NULL)
         s->prev->next = s->next;
@@ -572,74 +519,133 @@ static void sse_dispose(flare_worker_t *w, void *state)
     free(sw);
 }
 
-/* ---- broadcast ---- */
+/* ---- the SSE subscriber kind of the channel layer ---- */
 
-typedef struct shared_event {
-    _Atomic unsigned refs;
+/* A message's SSE form: the event, encoded once for every stream. */
+typedef struct sse_rep {
     size_t len;
     char data[];
-} shared_event_t;
+} sse_rep_t;
 
-static void shared_unref(shared_event_t *e)
+/* Encodes ev into a new rep (NULL: out of memory or invalid). */
+static sse_rep_t *rep_of(const flare_sse_event_t *ev)
 {
-    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1)
-        free(e);
+    size_t n;
+    int rc = flare_sse_format(ev, NULL, 0, &n);
+    if (rc != 0 && rc != FLARE_ETOOBIG)
+        return NULL;
+    sse_rep_t *r = malloc(sizeof(*r) + n);
+    if (r != NULL)
+        flare_sse_format(ev, r->data, n, &r->len);
+    return r;
 }
 
-typedef struct bcast_task {
-    flare_worker_t *w;
-    const sse_app_t *sa;
-    shared_event_t *ev;
-    size_t rlen;
-    char room[];
-} bcast_task_t;
-
-static void deliver(sse_worker_t *sw, flare_str_t room, const shared_event_t *ev)
+/* The event of a channel message: its event type, its position as the id
+ * ("OFFSET:EPOCH", what Last-Event-ID brings back), its data. */
+static sse_rep_t *rep_of_msg(const flare__chan_msg_t *m)
 {
-    /* a write may end a stream, never free it (that waits for its timer),
-     * so the lists hold still while we walk them */
-    if (room.len == 0) {
-        for (flare_sse_t *s = sw->streams; s != NULL; s = s->next)
-            stream_write(s, ev->data, ev->len);
+    if (m->binary)
+        return NULL; /* no binary in SSE */
+    char id[FLARE_CHANNEL_POS_MAX + 1];
+    size_t idlen = 0;
+    if (m->offset != 0) {
+        flare_channel_pos_t pos = { .offset = m->offset, .epoch_len = m->epoch_len };
+        memcpy(pos.epoch, m->epoch, m->epoch_len);
+        idlen = flare_channel_pos_format(&pos, id, sizeof(id));
+    }
+    flare_sse_event_t ev = {
+        .id = idlen > 0 ? (flare_str_t){ id, idlen } : FLARE_STR_NULL,
+        .event = m->event_len > 0 ? (flare_str_t){ m->event, m->event_len } : FLARE_STR_NULL,
+        .data = { m->data, m->data_len },
+    };
+    return rep_of(&ev);
+}
+
+static void *sse_rep_prepare(flare_app_t *app, const flare__chan_msg_t *m, bool positions)
+{
+    (void)app;
+    (void)positions; /* every SSE event of a cluster carries its position */
+    return rep_of_msg(m);
+}
+
+static void sse_rep_release(void *rep)
+{
+    free(rep);
+}
+
+static void sse_deliver(flare__chan_sub_t *sub, const flare__chan_msg_t *m, void *rep)
+{
+    flare_sse_t *s = sub->owner;
+    if (s->state != SSE_OPEN || m->binary)
         return;
-    }
-    sse_room_t *r = *room_slot(sw, room, hash_bytes(room.ptr, room.len));
-    for (sse_member_t *m = r != NULL ? r->members : NULL; m != NULL; m = m->rnext)
-        stream_write(m->s, ev->data, ev->len);
+    sse_rep_t *r = rep != NULL ? rep : rep_of_msg(m);
+    if (r != NULL)
+        stream_write(s, r->data, r->len); /* may end it: never frees it */
+    if (r != rep)
+        free(r);
 }
 
-static void bcast_run(void *ud)
+/* Notices as events "flare.lost" (with the channel's position now as the
+ * id, so a reconnection resumes from there), "flare.down", "flare.up";
+ * data: {"channel":..[,"offset":..,"epoch":..,"reason":..]}. */
+static void sse_notice(flare__chan_sub_t *sub, const flare__chan_msg_t *m)
 {
-    bcast_task_t *t = ud;
-    /* on t->w's thread; NULL when it has no stream, or has stopped */
-    sse_worker_t *sw = worker_state(t->w, t->sa, false);
-    if (sw != NULL)
-        deliver(sw, (flare_str_t){ t->room, t->rlen }, t->ev);
-    shared_unref(t->ev);
-    free(t);
-}
-
-static int broadcast(flare_app_t *app, const sse_app_t *sa, flare_str_t room, shared_event_t *ev)
-{
-    int rc = 0;
-    for (unsigned i = 0; i < app->nworkers; i++) {
-        bcast_task_t *t = malloc(sizeof(*t) + room.len);
-        if (t == NULL) {
-            rc = FLARE_ENOMEM;
-            continue;
-        }
-        *t = (bcast_task_t){ &app->workers[i], sa, ev, room.len };
-        if (room.len > 0)
-            memcpy(t->room, room.ptr, room.len);
-        atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
-        if (flare__loop_post(&app->workers[i].loop, bcast_run, t) != 0) {
-            atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_relaxed);
-            free(t);
-            rc = FLARE_ENOMEM;
+    flare_sse_t *s = sub->owner;
+    const char *type = m->type == FLARE__CHAN_NLOST   ? "flare.lost"
+                       : m->type == FLARE__CHAN_NDOWN ? "flare.down"
+                       : m->type == FLARE__CHAN_NUP   ? "flare.up"
+                                                      : NULL;
+    if (type == NULL || s->state != SSE_OPEN)
+        return;
+    char buf[FLARE_CHANNEL_NAME_MAX * 6 + 256];
+    flare_json_t j;
+    flare_json_init(&j, buf, sizeof(buf));
+    flare_json_object_begin(&j);
+    flare_json_kv_str(&j, "channel", flare_channel_sub_name(sub));
+    char id[FLARE_CHANNEL_POS_MAX + 1];
+    size_t idlen = 0;
+    if (m->type == FLARE__CHAN_NLOST) {
+        flare_json_kv_int(&j, "offset", (int64_t)m->offset);
+        flare_json_kv_str(&j, "epoch", (flare_str_t){ m->epoch, m->epoch_len });
+        flare_json_kv_cstr(&j, "reason", m->reason != NULL ? m->reason : "");
+        if (m->epoch_len > 0) {
+            flare_channel_pos_t pos = { .offset = m->offset, .epoch_len = m->epoch_len };
+            memcpy(pos.epoch, m->epoch, m->epoch_len);
+            idlen = flare_channel_pos_format(&pos, id, sizeof(id));
         }
     }
-    return rc;
+    flare_json_object_end(&j);
+    if (flare_json_finish(&j) != 0)
+        return;
+    flare_sse_event_t ev = { .id = idlen > 0 ? (flare_str_t){ id, idlen } : FLARE_STR_NULL,
+                             .event = flare_str(type),
+                             .data = flare_json_output(&j) };
+    send_formatted(s, &ev, FLARE_STR_NULL, false);
 }
+
+/* The rooms' "" broadcast: every stream of worker w. */
+static void sse_all(flare_worker_t *w, const flare__chan_msg_t *m, void *rep)
+{
+    const sse_app_t *sa = flare__app_module_state(w->app, &sse_module);
+    sse_worker_t *sw = sa != NULL ? worker_state(w, sa, false) : NULL;
+    const sse_rep_t *r = rep;
+    (void)m;
+    if (sw == NULL || r == NULL)
+        return;
+    /* a write may end a stream, never free it (that waits for its timer),
+     * so the list holds still while we walk it */
+    for (flare_sse_t *s = sw->streams; s != NULL; s = s->next)
+        stream_write(s, r->data, r->len);
+}
+
+const flare__chan_kind_t flare__sse_chan_kind = {
+    .id = FLARE__CHAN_SSE,
+    .prepare = sse_rep_prepare,
+    .release = sse_rep_release,
+    .deliver = sse_deliver,
+    .notice = sse_notice,
+    .all = sse_all,
+};
 
 int flare_sse_broadcast(flare_app_t *app, flare_str_t room, const flare_sse_event_t *ev)
 {
@@ -649,19 +655,20 @@ int flare_sse_broadcast(flare_app_t *app, flare_str_t room, const flare_sse_even
     int rc = flare_sse_format(ev, NULL, 0, &n);
     if (rc != 0 && rc != FLARE_ETOOBIG)
         return rc;
-    const sse_app_t *sa = flare__app_module_state(app, &sse_module);
-    if (sa == NULL)
+    if (flare__app_module_state(app, &sse_module) == NULL)
         return FLARE_ESTATE;
-    shared_event_t *e = malloc(sizeof(*e) + n);
-    if (e == NULL)
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare_str_t name = flare__chan_prefixed(buf, "sse:", room);
+    flare__chan_msg_t *m = flare__chan_msg_new(FLARE__CHAN_DATA, name, ev->event, ev->data, false);
+    if (m == NULL)
         return FLARE_ENOMEM;
-    atomic_init(&e->refs, 1);
-    flare_sse_format(ev, e->data, n, &e->len);
-    rc = flare__app_enter(app); /* the workers stay while we are inside */
-    if (rc == 0) {
-        rc = broadcast(app, sa, room, e);
-        flare__app_leave(app);
+    /* encoded as given (its id and retry too) for the streams here; in a
+     * cluster the event goes through Redis and its id becomes its position */
+    if ((m->rep[FLARE__CHAN_SSE] = rep_of(ev)) == NULL) {
+        flare__chan_msg_unref(m);
+        return FLARE_ENOMEM;
     }
-    shared_unref(e);
-    return rc;
+    if (room.len == 0)
+        m->all_kind = FLARE__CHAN_SSE + 1;
+    return flare__chan_submit(app, m, NULL, NULL);
 }

@@ -1,11 +1,13 @@
-/* The hub: connection ids, rooms, and fan-out across workers.
+/* The hub: connection ids, rooms, and the WebSocket subscriber kind of the
+ * channel layer (web/channel.h).
  *
  * Nothing here is shared between workers: each worker keeps its own id
- * table and its own rooms (of its own connections). Sending to an id or to
- * a room on other workers posts a task to each of them (their MPSC queue);
- * each delivers to its own connections. A broadcast is encoded once into a
- * refcounted frame (and compressed once when connections share compression
- * parameters); workers and slow recipients hold references, never copies. */
+ * table, and its connections' rooms are channel subscriptions on it ("ws:"
+ * ROOM). Sending to an id on another worker posts a task to it; a broadcast
+ * is a channel message, delivered by each worker to its own connections. A
+ * broadcast is encoded once into a refcounted frame (and compressed once
+ * when connections share compression parameters); workers and slow
+ * recipients hold references, never copies. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,33 +15,6 @@
 
 #define ROOM_NAME_MAX 255
 #define WORKER_BITS   16
-
-struct ws_member {
-    ws_room_t *room;
-    flare_ws_t *ws;
-    ws_member_t *rprev, *rnext; /* in the room */
-    ws_member_t *wnext;         /* in the connection's list */
-};
-
-struct ws_room {
-    ws_room_t *next; /* hash chain */
-    uint64_t hash;
-    ws_member_t *members;
-    size_t count;
-    size_t nlen;
-    char name[];
-};
-
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static inline size_t id_slot(uint64_t id, size_t cap)
 {
@@ -107,124 +82,56 @@ static flare_ws_t *id_find(ws_worker_t *ww, uint64_t id)
     return NULL;
 }
 
-/* ---- rooms ---- */
-
-static ws_room_t **room_slot(ws_worker_t *ww, flare_str_t name, uint64_t h)
-{
-    ws_room_t **p = &ww->rooms[h & (ww->roomcap - 1)];
-    while (*p != NULL && !((*p)->hash == h && (*p)->nlen == name.len &&
-                           memcmp((*p)->name, name.ptr, name.len) == 0))
-        p = &(*p)->next;
-    return p;
-}
-
-static ws_room_t *room_find(ws_worker_t *ww, flare_str_t name)
-{
-    if (ww->roomcap == 0)
-        return NULL;
-    return *room_slot(ww, name, hash_bytes(name.ptr, name.len));
-}
-
-static int rooms_grow(ws_worker_t *ww)
-{
-    size_t cap = ww->roomcap != 0 ? ww->roomcap * 2 : 16;
-    ws_room_t **t = calloc(cap, sizeof(*t));
-    if (t == NULL)
-        return FLARE_ENOMEM;
-    for (size_t i = 0; i < ww->roomcap; i++) {
-        ws_room_t *r = ww->rooms[i];
-        while (r != NULL) {
-            ws_room_t *next = r->next;
-            r->next = t[r->hash & (cap - 1)];
-            t[r->hash & (cap - 1)] = r;
-            r = next;
-        }
-    }
-    free(ww->rooms);
-    ww->rooms = t;
-    ww->roomcap = cap;
-    return 0;
-}
+/* ---- rooms: channels "ws:" ROOM of the channel layer ---- */
 
 static bool room_name_ok(flare_str_t room)
 {
     return room.len > 0 && room.len <= ROOM_NAME_MAX && room.ptr != NULL;
 }
 
-int flare_ws_join(flare_ws_t *ws, flare_str_t room)
+static int join(flare_ws_t *ws, flare_str_t room, unsigned flags, const flare_channel_pos_t *since)
 {
     if (ws == NULL || !room_name_ok(room))
         return FLARE_EINVAL;
     if (ws->state == WS_DEAD)
         return FLARE_ECLOSED;
-    ws_worker_t *ww = ws->ww;
-    for (ws_member_t *m = ws->rooms; m != NULL; m = m->wnext) {
-        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0)
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare_str_t name = flare__chan_prefixed(buf, "ws:", room);
+    for (flare__chan_sub_t *m = ws->rooms; m != NULL; m = m->onext) {
+        if (flare__chan_sub_is(m, name))
             return 0;
     }
-    if (ww->nrooms + 1 > ww->roomcap && rooms_grow(ww) != 0)
-        return FLARE_ENOMEM;
-    uint64_t h = hash_bytes(room.ptr, room.len);
-    ws_room_t **slot = room_slot(ww, room, h);
-    ws_room_t *r = *slot;
-    ws_member_t *m = malloc(sizeof(*m));
-    if (m == NULL)
-        return FLARE_ENOMEM;
-    if (r == NULL) {
-        r = malloc(sizeof(*r) + room.len);
-        if (r == NULL) {
-            free(m);
-            return FLARE_ENOMEM;
-        }
-        r->next = NULL;
-        r->hash = h;
-        r->members = NULL;
-        r->count = 0;
-        r->nlen = room.len;
-        memcpy(r->name, room.ptr, room.len);
-        *slot = r;
-        ww->nrooms++;
-    }
-    m->room = r;
-    m->ws = ws;
-    m->rprev = NULL;
-    m->rnext = r->members;
-    if (r->members != NULL)
-        r->members->rprev = m;
-    r->members = m;
-    r->count++;
-    m->wnext = ws->rooms;
+    flare__chan_sub_t *m;
+    int rc = flare__chan_join(ws->ww->w, &flare__ws_chan_kind, ws, name, flags, &m);
+    if (rc != 0)
+        return rc == FLARE_ESTATE ? FLARE_ECLOSED : rc;
+    m->onext = ws->rooms;
     ws->rooms = m;
+    flare__chan_resume(m, since);
     return 0;
 }
 
-static void member_drop(ws_worker_t *ww, ws_member_t *m)
+int flare_ws_join(flare_ws_t *ws, flare_str_t room)
 {
-    ws_room_t *r = m->room;
-    if (m->rprev != NULL)
-        m->rprev->rnext = m->rnext;
-    else
-        r->members = m->rnext;
-    if (m->rnext != NULL)
-        m->rnext->rprev = m->rprev;
-    free(m);
-    if (--r->count == 0) {
-        ws_room_t **p = room_slot(ww, (flare_str_t){ r->name, r->nlen }, r->hash);
-        *p = r->next;
-        ww->nrooms--;
-        free(r);
-    }
+    return join(ws, room, 0, NULL);
+}
+
+int flare_ws_join_at(flare_ws_t *ws, flare_str_t room, const flare_channel_pos_t *since)
+{
+    return join(ws, room, FLARE__SUB_POSITIONS, since);
 }
 
 int flare_ws_leave(flare_ws_t *ws, flare_str_t room)
 {
     if (ws == NULL || !room_name_ok(room))
         return FLARE_EINVAL;
-    for (ws_member_t **p = &ws->rooms; *p != NULL; p = &(*p)->wnext) {
-        ws_member_t *m = *p;
-        if (m->room->nlen == room.len && memcmp(m->room->name, room.ptr, room.len) == 0) {
-            *p = m->wnext;
-            member_drop(ws->ww, m);
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare_str_t name = flare__chan_prefixed(buf, "ws:", room);
+    for (flare__chan_sub_t **p = &ws->rooms; *p != NULL; p = &(*p)->onext) {
+        flare__chan_sub_t *m = *p;
+        if (flare__chan_sub_is(m, name)) {
+            *p = m->onext;
+            flare__chan_leave(m);
             return 0;
         }
     }
@@ -234,65 +141,21 @@ int flare_ws_leave(flare_ws_t *ws, flare_str_t room)
 void flare__ws_leave_all(flare_ws_t *ws)
 {
     while (ws->rooms != NULL) {
-        ws_member_t *m = ws->rooms;
-        ws->rooms = m->wnext;
-        member_drop(ws->ww, m);
+        flare__chan_sub_t *m = ws->rooms;
+        ws->rooms = m->onext;
+        flare__chan_leave(m);
     }
 }
 
 void flare__ws_hub_dispose(ws_worker_t *ww)
 {
-    /* every connection has left its rooms by now; free the tables */
-    free(ww->rooms);
-    ww->rooms = NULL;
-    ww->roomcap = ww->nrooms = 0;
+    /* every connection has left its rooms by now; free the id table */
     free(ww->ids);
     ww->ids = NULL;
     ww->idcap = ww->nids = 0;
 }
 
 /* ---- delivery ---- */
-
-static void deliver_local(ws_worker_t *ww, flare_str_t room, ws_shared_t *plain,
-                          ws_shared_t *packed, uint64_t except)
-{
-    if (room.len == 0) {
-        for (flare_ws_t *ws = ww->conns; ws != NULL; ws = ws->next) {
-            if (ws->id != except && (ws->flags & WF_OPENED))
-                flare__ws_send_shared(ws, plain, packed);
-        }
-        return;
-    }
-    ws_room_t *r = room_find(ww, room);
-    if (r == NULL)
-        return;
-    /* sends never free a connection or a membership (that waits for the
-     * reap), so the list holds still while we walk it */
-    for (ws_member_t *m = r->members; m != NULL; m = m->rnext) {
-        if (m->ws->id != except && (m->ws->flags & WF_OPENED))
-            flare__ws_send_shared(m->ws, plain, packed);
-    }
-}
-
-typedef struct bcast_task {
-    flare_worker_t *w;
-    const ws_app_t *wa;
-    ws_shared_t *plain, *packed;
-    uint64_t except;
-    size_t rlen;
-    char room[];
-} bcast_task_t;
-
-static void bcast_run(void *ud)
-{
-    bcast_task_t *t = ud;
-    ws_worker_t *ww = flare__ws_worker(t->w, t->wa); /* on t->w's thread (or after it ended) */
-    if (ww != NULL)
-        deliver_local(ww, (flare_str_t){ t->room, t->rlen }, t->plain, t->packed, t->except);
-    flare__ws_shared_unref(t->plain);
-    flare__ws_shared_unref(t->packed);
-    free(t);
-}
 
 static ws_worker_t *local_worker(flare_app_t *app)
 {
@@ -329,9 +192,6 @@ static ws_shared_t *pack(ws_app_t *wa, ws_worker_t *local, uint8_t op, flare_str
     return s;
 }
 
-static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_opcode_t op,
-                     flare_str_t payload, uint64_t except);
-
 int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
                        flare_str_t payload, uint64_t except)
 {
@@ -340,60 +200,21 @@ int flare_ws_broadcast(flare_app_t *app, flare_str_t room, flare_ws_opcode_t op,
         return FLARE_EINVAL;
     if (op == FLARE_WS_TEXT && !flare__utf8_valid(payload.ptr, payload.len))
         return FLARE_EINVAL;
-    ws_app_t *wa = flare__ws_app_state(app);
-    if (wa == NULL)
+    if (flare__ws_app_state(app) == NULL)
         return FLARE_ESTATE;
-    int rc = flare__app_enter(app); /* the workers stay while we are inside */
-    if (rc != 0)
-        return rc;
-    rc = broadcast(app, wa, room, op, payload, except);
-    flare__app_leave(app);
-    return rc;
-}
-
-static int broadcast(flare_app_t *app, ws_app_t *wa, flare_str_t room, flare_ws_opcode_t op,
-                     flare_str_t payload, uint64_t except)
-{
-    ws_worker_t *local = local_worker(app);
-    ws_shared_t *plain = flare__ws_shared_new((uint8_t)op, false, payload.ptr, payload.len);
-    if (plain == NULL)
+    /* a room is the channel "ws:" ROOM; room "" is every connection of the
+     * app, through the same sequencer (so in order with the rest) but never
+     * across instances */
+    char buf[FLARE_CHANNEL_NAME_MAX];
+    flare__chan_msg_t *m =
+        flare__chan_msg_new(FLARE__CHAN_DATA, flare__chan_prefixed(buf, "ws:", room),
+                            FLARE_STR_NULL, payload, op == FLARE_WS_BINARY);
+    if (m == NULL)
         return FLARE_ENOMEM;
-    ws_shared_t *packed = NULL;
-    if (wa->shared_deflate && payload.len >= wa->bcast_min)
-        packed = pack(wa, local, (uint8_t)op, payload); /* NULL: per connection then */
-    int rc = 0;
-    for (unsigned i = 0; i < app->nworkers; i++) {
-        flare_worker_t *w = &app->workers[i];
-        if (local != NULL && local->w == w) {
-            deliver_local(local, room, plain, packed, except);
-            continue;
-        }
-        bcast_task_t *t = malloc(sizeof(*t) + room.len);
-        if (t == NULL) {
-            rc = FLARE_ENOMEM;
-            continue;
-        }
-        t->w = w;
-        t->wa = wa;
-        t->plain = plain;
-        t->packed = packed;
-        t->except = except;
-        t->rlen = room.len;
-        if (room.len > 0)
-            memcpy(t->room, room.ptr, room.len);
-        flare__ws_shared_ref(plain);
-        if (packed != NULL)
-            flare__ws_shared_ref(packed);
-        if (flare__loop_post(&w->loop, bcast_run, t) != 0) {
-            flare__ws_shared_unref(plain);
-            flare__ws_shared_unref(packed);
-            free(t);
-            rc = FLARE_ENOMEM;
-        }
-    }
-    flare__ws_shared_unref(plain);
-    flare__ws_shared_unref(packed);
-    return rc;
+    m->except_id = except;
+    if (room.len == 0)
+        m->all_kind = FLARE__CHAN_WS + 1;
+    return flare__chan_submit(app, m, NULL, NULL);
 }
 
 typedef struct sendto_task {
@@ -466,3 +287,147 @@ static int send_to(flare_app_t *app, const ws_app_t *wa, uint64_t id, flare_ws_o
     }
     return 0;
 }
+
+/* ---- the WebSocket subscriber kind of the channel layer ---- */
+
+/* A channel message's shared forms for WebSocket connections: the frame,
+ * compressed once for the connections that share compression parameters,
+ * and the positioned envelope (flare_ws_join_at). */
+typedef struct ws_rep {
+    ws_shared_t *plain, *packed, *env;
+} ws_rep_t;
+
+/* {"type":"flare.msg","channel":..,"offset":..,"epoch":..,"data":<the
+ * payload as it is, when it is JSON>} or ..,"text":"<the payload>"}. */
+static ws_shared_t *envelope(const flare__chan_msg_t *m)
+{
+    flare_json_t j;
+    flare_json_init_heap(&j, m->data_len + m->name_len + 128);
+    flare_json_object_begin(&j);
+    flare_json_kv_cstr(&j, "type", "flare.msg");
+    flare_json_kv_str(&j, "channel", (flare_str_t){ m->name, m->name_len });
+    flare_json_kv_int(&j, "offset", (int64_t)m->offset);
+    flare_json_kv_str(&j, "epoch", (flare_str_t){ m->epoch, m->epoch_len });
+    flare_json_doc_t *doc = NULL;
+    if (flare_json_parse(m->data, m->data_len, &doc, NULL) == 0) {
+        flare_json_doc_free(doc);
+        flare_json_key(&j, FLARE_STR("data"));
+        flare_json_raw(&j, (flare_str_t){ m->data, m->data_len });
+    } else {
+        flare_json_kv_str(&j, "text", (flare_str_t){ m->data, m->data_len });
+    }
+    flare_json_object_end(&j);
+    ws_shared_t *sh = NULL;
+    if (flare_json_finish(&j) == 0) {
+        flare_str_t out = flare_json_output(&j);
+        sh = flare__ws_shared_new(FLARE_WS_TEXT, false, out.ptr, out.len);
+    }
+    flare_json_dispose(&j);
+    return sh;
+}
+
+static void ws_rep_release(void *p)
+{
+    ws_rep_t *r = p;
+    if (r == NULL)
+        return;
+    flare__ws_shared_unref(r->plain);
+    flare__ws_shared_unref(r->packed);
+    flare__ws_shared_unref(r->env);
+    free(r);
+}
+
+static void *ws_rep_prepare(flare_app_t *app, const flare__chan_msg_t *m, bool positions)
+{
+    ws_app_t *wa = flare__ws_app_state(app);
+    ws_rep_t *r = calloc(1, sizeof(*r));
+    if (wa == NULL || r == NULL) {
+        free(r);
+        return NULL;
+    }
+    uint8_t op = m->binary ? FLARE_WS_BINARY : FLARE_WS_TEXT;
+    r->plain = flare__ws_shared_new(op, false, m->data, m->data_len);
+    if (wa->shared_deflate && m->data_len >= wa->bcast_min)
+        r->packed = pack(wa, local_worker(app), op, (flare_str_t){ m->data, m->data_len });
+    if (positions && !m->binary)
+        r->env = envelope(m);
+    return r;
+}
+
+static void ws_deliver(flare__chan_sub_t *s, const flare__chan_msg_t *m, void *rep)
+{
+    flare_ws_t *ws = s->owner;
+    /* a connection inside its on_open may still be refused: not yet */
+    if (!(ws->flags & WF_OPENED))
+        return;
+    if (m->except_id != 0 && ws->id == m->except_id && m->except_inst == ws->ww->wapp->instance)
+        return;
+    ws_rep_t *r = rep, tmp = { 0 };
+    if ((s->flags & FLARE__SUB_POSITIONS) && !m->binary) {
+        ws_shared_t *env = r != NULL && r->env != NULL ? r->env : (tmp.env = envelope(m));
+        if (env != NULL)
+            flare__ws_send_shared(ws, env, NULL);
+    } else {
+        uint8_t op = m->binary ? FLARE_WS_BINARY : FLARE_WS_TEXT;
+        ws_shared_t *plain =
+            r != NULL && r->plain != NULL
+                ? r->plain
+                : (tmp.plain = flare__ws_shared_new(op, false, m->data, m->data_len));
+        if (plain != NULL)
+            flare__ws_send_shared(ws, plain, r != NULL ? r->packed : NULL);
+    }
+    flare__ws_shared_unref(tmp.plain);
+    flare__ws_shared_unref(tmp.env);
+}
+
+/* Notices as text messages {"type":"flare.lost"|"flare.down"|"flare.up",
+ * "channel":..[,"offset":..,"epoch":..,"reason":..]} (docs/cluster.md). */
+static void ws_notice(flare__chan_sub_t *s, const flare__chan_msg_t *m)
+{
+    flare_ws_t *ws = s->owner;
+    const char *type = m->type == FLARE__CHAN_NLOST   ? "flare.lost"
+                       : m->type == FLARE__CHAN_NDOWN ? "flare.down"
+                       : m->type == FLARE__CHAN_NUP   ? "flare.up"
+                                                      : NULL;
+    if (type == NULL || ws->state == WS_DEAD)
+        return; /* presence is for C subscribers */
+    char buf[FLARE_CHANNEL_NAME_MAX * 6 + 256];
+    flare_json_t j;
+    flare_json_init(&j, buf, sizeof(buf));
+    flare_json_object_begin(&j);
+    flare_json_kv_cstr(&j, "type", type);
+    flare_json_kv_str(&j, "channel", flare_channel_sub_name(s));
+    if (m->type == FLARE__CHAN_NLOST) {
+        flare_json_kv_int(&j, "offset", (int64_t)m->offset);
+        flare_json_kv_str(&j, "epoch", (flare_str_t){ m->epoch, m->epoch_len });
+        flare_json_kv_cstr(&j, "reason", m->reason != NULL ? m->reason : "");
+    }
+    flare_json_object_end(&j);
+    if (flare_json_finish(&j) == 0)
+        flare_ws_send_text(ws, flare_json_output(&j));
+}
+
+/* Every open connection of worker w (a broadcast to room ""). */
+static void ws_all(flare_worker_t *w, const flare__chan_msg_t *m, void *rep)
+{
+    ws_app_t *wa = flare__ws_app_state(w->app);
+    ws_worker_t *ww = wa != NULL ? flare__ws_worker(w, wa) : NULL;
+    ws_rep_t *r = rep;
+    if (ww == NULL || r == NULL || r->plain == NULL)
+        return;
+    /* sends never free a connection (that waits for the reap), so the list
+     * holds still while we walk it */
+    for (flare_ws_t *ws = ww->conns; ws != NULL; ws = ws->next) {
+        if (ws->id != m->except_id && (ws->flags & WF_OPENED))
+            flare__ws_send_shared(ws, r->plain, r->packed);
+    }
+}
+
+const flare__chan_kind_t flare__ws_chan_kind = {
+    .id = FLARE__CHAN_WS,
+    .prepare = ws_rep_prepare,
+    .release = ws_rep_release,
+    .deliver = ws_deliver,
+    .notice = ws_notice,
+    .all = ws_all,
+};

@@ -60,10 +60,13 @@ static ws_app_t *wapp_get(flare_app_t *app)
         return NULL;
     wa->app = app;
     wa->sweep_ms = 1000;
-    if (flare__app_module(app, &flare__ws_module, wa, &wa->slot) != 0) {
+    /* the channel layer first: it is disposed after the connections left it */
+    if (flare__chan_use(app, &flare__ws_chan_kind) != 0 ||
+        flare__app_module(app, &flare__ws_module, wa, &wa->slot) != 0) {
         free(wa);
         return NULL;
     }
+    wa->instance = flare__chan_instance(app);
     pthread_mutex_lock(&registry_lock);
     wa->reg_next = registry;
     registry = wa;

@@ -10,6 +10,7 @@
 
 #include "flare/ws.h"
 #include "app.h"
+#include "web/channel.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
 #include "ws/handshake.h"
@@ -42,6 +43,7 @@ struct ws_app {
     unsigned bcast_bits, bcast_mem;
     int bcast_level;
     size_t bcast_min;
+    uint64_t instance;       /* the channel layer's (flare__chan_instance) */
     struct ws_app *reg_next; /* the registry (see route.c) */
 };
 
@@ -57,9 +59,6 @@ typedef struct ws_shared {
 ws_shared_t *flare__ws_shared_new(uint8_t opcode, bool rsv1, const void *payload, size_t len);
 void flare__ws_shared_ref(ws_shared_t *s);
 void flare__ws_shared_unref(ws_shared_t *s);
-
-typedef struct ws_member ws_member_t;
-typedef struct ws_room ws_room_t;
 
 /* connection states */
 enum {
@@ -116,8 +115,8 @@ struct flare_ws {
     flare_ws_pmd_t pmd;
     z_stream *def, *inf; /* own streams (context takeover), lazily made */
 
-    /* hub */
-    ws_member_t *rooms;
+    /* hub: the rooms (channel subscriptions, linked by onext) */
+    flare__chan_sub_t *rooms;
     struct flare_ws *id_next;
 
     struct flare_ws *prev, *next; /* all of the worker's connections */
@@ -134,8 +133,6 @@ struct ws_worker {
     uint64_t next_seq;
     flare_ws_t **ids; /* id -> connection, chained; power-of-two size */
     size_t idcap, nids;
-    ws_room_t **rooms;
-    size_t roomcap, nrooms;
     flare_ws_t *reap;
     flare_ws_t *dirty; /* queued hub deliveries, written once after the event batch */
     /* embedded: arming them cannot fail (a lost re-arm would stop

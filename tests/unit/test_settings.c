@@ -749,6 +749,8 @@ static void test_main(void **state)
         { "--bogus", NULL, "prog: --bogus: unknown option (see --help)\n" },
         { "--pool", "99", "prog: --pool: " },
         { "--sessions", "mongodb://x", "prog: sessions: expected memory or redis://HOST:PORT" },
+        { "--cluster", "http://x", "prog: cluster: expected redis://HOST:PORT[/DB]" },
+        { "--cluster-history", "0", "prog: --cluster-history: " },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(run_main(&s, &code, out, err,
@@ -1010,6 +1012,41 @@ static void test_setup_sessions(void **state)
     flare_settings_free(&s);
 }
 
+/* cluster: a Redis URL and its history and presence settings, handed to
+ * flare_app_cluster at setup (no connection made then); a bad URL fails
+ * there, naming the key. */
+static void test_setup_cluster(void **state)
+{
+    (void)state;
+    flare_settings_t s;
+    flare_app_t *app;
+    const char *path = write_file("cl.yaml", "cluster: redis://127.0.0.1:1/2\n"
+                                             "cluster-history: 50\n"
+                                             "cluster-history-age: 90s\n"
+                                             "cluster-presence-ttl: 3s\n");
+    assert_int_equal(parse(&s, NULL, 0, "--config", path, "--listen", "127.0.0.1:0", NULL), 0);
+    assert_string_equal(s.cluster, "redis://127.0.0.1:1/2");
+    assert_int_equal(s.cluster_history, 50);
+    assert_int_equal(s.cluster_history_age_ms, 90000);
+    assert_int_equal(s.cluster_presence_ttl_ms, 3000);
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    flare_cluster_stats_t st;
+    assert_int_equal(flare_cluster_stats(app, &st), 0); /* the app has its cluster */
+    flare_app_free(app);
+    flare_settings_free(&s);
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", "--cluster", "redis://", NULL),
+                     0);
+    assert_int_not_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_non_null(strstr(flare_settings_error(&s), "cluster: redis://: "));
+    flare_settings_free(&s);
+    /* without it: no cluster */
+    assert_int_equal(parse(&s, NULL, 0, "--listen", "127.0.0.1:0", NULL), 0);
+    assert_int_equal(flare_settings_app_new(&s, NULL, &app), 0);
+    assert_int_equal(flare_cluster_stats(app, &st), FLARE_ESTATE);
+    flare_app_free(app);
+    flare_settings_free(&s);
+}
+
 /* SIGHUP with the logger made by setup (a logging key is set: without one
  * setup makes no logger): a new log-level is set, new formats are not
  * applied (they keep their values: an upgrade takes them) */
@@ -1055,6 +1092,7 @@ int main(void)
         cmocka_unit_test(test_setup_sessions),
         cmocka_unit_test(test_watch_logger),
         cmocka_unit_test(test_setup_rate_limit),
+        cmocka_unit_test(test_setup_cluster),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }
