@@ -5,6 +5,8 @@
 #   make test    install what is missing, build everything the tests need, run every test
 #   make bench   the peer comparison (bench/run.sh);  make bench-counts: stable counts
 #   make bench-h2  HTTP/2 against h2o and nginx (bench/h2.sh); make bench-h2-counts: its counts
+#   make cluster  a private Redis, INSTANCES showcases and nginx in front, on LISTEN
+#                (examples/cluster/run.sh, docs/cluster.md)
 #   make docs    the API reference of include/flare/ (Doxygen) into BUILD/docs/api/html
 # Each target installs only what its own path needs (tools/deps.sh MODE; docs/dependencies.md)
 # and configures BUILD with every option that differs between them set explicitly, so the same
@@ -20,7 +22,7 @@ RUN_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=O
 TEST_OPTS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_EXAMPLES=ON -DFLARE_TESTS=ON \
   -DFLARE_FUZZ=OFF -DFLARE_SANITIZE=
 
-.PHONY: all configure-run build run docs test test-asan test-tsan fuzz format format-check bench bench-counts bench-h2 \
+.PHONY: all configure-run build run cluster docs test test-asan test-tsan fuzz format format-check bench bench-counts bench-h2 \
   bench-h2-counts flame clean install
 
 all: build
@@ -37,6 +39,14 @@ build: configure-run
 run: configure-run
 	cmake --build $(BUILD) -j$(JOBS) --target showcase
 	./$(BUILD)/examples/showcase --listen $(LISTEN) --workers $(WORKERS)
+
+# Several showcase instances on one Redis behind a private nginx, as one service.
+INSTANCES ?= 3
+cluster:
+	@tools/deps.sh cluster
+	cmake -S . -B $(BUILD) $(RUN_OPTS)
+	cmake --build $(BUILD) -j$(JOBS) --target showcase
+	LISTEN=$(LISTEN) INSTANCES=$(INSTANCES) bash examples/cluster/run.sh $(BUILD)
 
 # Configures as make run does (no test packages), builds only the reference; fails on a public
 # function without its comment (docs/api.md).

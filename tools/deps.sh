@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages one make target needs, only those missing.
-#   tools/deps.sh build|test|asan|fuzz|ci|bench
+#   tools/deps.sh build|test|asan|fuzz|docs|cluster|ci|bench
 #     build  the library and the examples      (make build, make run, make install)
 #     test   build + what the test suite runs   (make test)
 #     asan   test + clang and its sanitizers    (make test-asan)
 #     fuzz   build + clang and libFuzzer        (make fuzz)
 #     docs   build + doxygen                    (make docs)
+#     cluster build + redis-server and nginx-light (make cluster)
 #     ci     everything .ci/run uses            (test + asan + the format check + make docs +
 #            bench/guard.sh)
 #     bench  build + the peer servers and instruments (make bench, make bench-counts)
@@ -46,6 +47,8 @@ asan_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}")
 fuzz_pkgs=("${build_pkgs[@]}" "${clang_pkgs[@]}")
 # doxygen: the API reference of include/flare/ and its check (make docs, docs/api.md).
 docs_pkgs=("${build_pkgs[@]}" doxygen)
+# redis-server and nginx-light: the private Redis and load balancer of examples/cluster/run.sh.
+cluster_pkgs=("${build_pkgs[@]}" redis-server nginx-light)
 # clang-format: the format check; valgrind + curl: bench/guard.sh; doxygen: make docs.
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl doxygen)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
@@ -62,10 +65,11 @@ test) pkgs=("${test_pkgs[@]}") ;;
 asan) pkgs=("${asan_pkgs[@]}") ;;
 fuzz) pkgs=("${fuzz_pkgs[@]}") ;;
 docs) pkgs=("${docs_pkgs[@]}") ;;
+cluster) pkgs=("${cluster_pkgs[@]}") ;;
 ci) pkgs=("${ci_pkgs[@]}") ;;
 bench) pkgs=("${bench_pkgs[@]}") ;;
 *)
-    echo "usage: $0 build|test|asan|fuzz|docs|ci|bench" >&2
+    echo "usage: $0 build|test|asan|fuzz|docs|cluster|ci|bench" >&2
     exit 2
     ;;
 esac
