@@ -81,7 +81,7 @@ const settings_key_t flare__settings_keys[] = {
       "requests a client may make at once [one second's worth]", true, true },
     { "rate-limit-redis", K_STR, OFF(rate_limit_redis), 0, 0, 0, NULL,
       "redis://HOST:PORT[/DB]: the limit shared by every instance on that Redis "
-      "[in this process]",
+      "[cluster's Redis when set, else in this process]",
       true, true },
     { "rate-limit-fail", K_ENUM, OFF(rate_limit_fail), 0, 0, 0, "open|closed",
       "when Redis cannot decide: let the request through, or 503 [open]", true, true },

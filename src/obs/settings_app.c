@@ -150,9 +150,11 @@ static int log_setup(flare_settings_t *s, flare_app_t *app)
 /* The Redis the rate limiter's buckets live in, NULL: in this process.
  * The one place that says where that URL comes from (a cluster-wide
  * Redis setting would be its default here). */
+/* rate-limit-redis, else the cluster's Redis: instances that share channels
+ * share the limit too */
 static const char *rate_limit_redis_url(const flare_settings_t *s)
 {
-    return s->rate_limit_redis;
+    return s->rate_limit_redis != NULL ? s->rate_limit_redis : s->cluster;
 }
 
 /* rate-limit: flare_ratelimit on every request of app (flare_use), its

@@ -225,13 +225,7 @@ static chan_worker_t *worker_state(chan_app_t *ca, flare_worker_t *w, bool make)
 
 uint64_t flare__chan_hash(flare_str_t s)
 {
-    /* FNV-1a */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < s.len; i++) {
-        h ^= (unsigned char)s.ptr[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    return flare__hash(s.ptr, s.len);
 }
 
 static flare__chan_t **chan_slot(chan_worker_t *cw, flare_str_t name, uint64_t h)

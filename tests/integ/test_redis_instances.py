@@ -2,7 +2,8 @@
 processes on their own loopback ports, one private redis-server
 (tests/services_redis.py) and one SQLite file.
 
-- The rate limit of --rate-limit-redis is one limit across the instances:
+- The rate limit of --rate-limit-redis (instance 0) or of --cluster's Redis
+  (the others: no --rate-limit-redis) is one limit across the instances:
   requests spread round-robin over the three get exactly the burst before
   429s, per client address (the clients bind 127.0.0.x: each address is a
   client with its own budget).
@@ -49,12 +50,15 @@ class Instances(unittest.TestCase):
         args = ("--db", "sqlite:" + os.path.join(DB_DIR, "shared.db"),
                 "--sessions", cls.redis.url,
                 "--rate-limit", "1/h", "--rate-limit-burst", str(BURST),
-                "--rate-limit-redis", cls.redis.url,
                 "--rate-limit-timeout", "500ms", "--log-level", "warn")
         cls.servers = []
         try:
-            for _ in range(INSTANCES):
-                cls.servers.append(flaretest.Server(*args, binary=SHOWCASE, tls=False).start())
+            for i in range(INSTANCES):
+                # the first names the limit's Redis; the others are in a
+                # cluster on it, whose Redis the limit then uses
+                where = ("--rate-limit-redis" if i == 0 else "--cluster", cls.redis.url)
+                cls.servers.append(flaretest.Server(*args, *where, binary=SHOWCASE,
+                                                    tls=False).start())
         except Exception:
             cls.tearDownClass()
             raise
