@@ -20,6 +20,7 @@ in FLARE_TEST_REDIS_PIDFILE), then stops Redis and exits with CMD's status.
 No persistence (--save '' --appendonly no), no files left behind. A missing
 redis-server is a failure that names the Debian package, never a skip.
 """
+import ctypes
 import os
 import shlex
 import shutil
@@ -37,6 +38,15 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the test process dies, so a
+    test killed at its ctest timeout leaves no redis-server behind."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _ping(port, timeout=0.2):
@@ -72,7 +82,7 @@ class Redis:
 
     def start(self, wait=10.0):
         self.proc = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+                                     stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
