@@ -8,14 +8,15 @@
 #            (--save '' --appendonly no): half the subscribers on each (every channel has
 #            subscribers on both), the messages published through both in turn
 #
-# The load: bench/cluster_client opens SUBS WebSocket subscribers (/sub?ch=N) spread over
-# CHANNELS channels and the instances, and one control connection (/pub) per instance, through
-# which it has the servers publish (flare_ws_broadcast from the worker, as a chat handler does),
-# each message carrying the publisher's CLOCK_MONOTONIC. Two modes:
-#   rate   a fixed rate of published messages per second in all: RATE_<CHANNELS> (RATE_100 =
-#          10000, the issue's target; RATE_1 = 100, the same 100,000 copies/s: 10,000 messages/s
-#          to 1,000 subscribers of one channel would be 10 million copies/s)
-#   max    as fast as deliveries come back: at most WINDOW copies published but not yet received
+# The load: bench/cluster_client opens SUBS WebSocket subscribers (/sub?ch=N) spread over the
+# channels and the instances, and one control connection (/pub) per instance, through which it
+# has the servers publish (flare_ws_broadcast from the worker, as a chat handler does), each
+# message carrying the publisher's CLOCK_MONOTONIC. A scenario is CHANNELS:RATE:
+#   RATE a number  that many published messages per second in all, paced by the client's clock
+#                  (100:10000 is the issue's target; 1:100 makes the same 100,000 copies/s:
+#                  10,000 messages/s to 1,000 subscribers of one channel would be 10 million)
+#   RATE max       as fast as deliveries come back: at most WINDOW copies published but not
+#                  yet received
 # Every copy is checked (right channel, in order per publisher, each message once to every
 # subscriber of its channel, nothing missing after the run); a run that is not exact is FAILED.
 #
@@ -25,7 +26,7 @@
 # publisher's), and Redis's CPU per published message (separately: it is not in the server's).
 # Tables: medians over ROUNDS (local and cluster alternate, order swapped each round) and the
 # ratios cluster ÷ local; the targets: CPU per copy ≤ 1.5× local, p99 ≤ 5 ms at 10,000
-# messages/s (the rate scenario of 100 channels).
+# messages/s (any scenario at a rate of 10,000 or more).
 #
 # Placement (2 cores): the server processes (the local one, the two cluster instances) on
 # SERVER_CPU, the client on CLIENT_CPU, redis-server on REDIS_CPU (default: the client's core;
@@ -33,13 +34,12 @@
 # this session's autogroup too (see boost_priority in bench/lib.sh).
 #
 # usage (from the repository root):
-#   bash bench/cluster.sh                                  # 2 channel counts × 2 modes × 3 rounds × 5 s (~3 min)
+#   bash bench/cluster.sh                                  # 4 scenarios × 2 configs × 3 rounds × 7 s (~3 min)
 #   DURATION=3 ROUNDS=1 bash bench/cluster.sh              # a quick look
-#   CHANNELS=100 MODES=rate bash bench/cluster.sh          # the target scenario only
+#   SCENARIOS="100:2000 100:5000 100:10000" bash bench/cluster.sh   # latency against the rate
 #
-# environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000 CHANNELS="1 100" MODES="rate max"
-#   RATE_1=100 RATE_100=10000 (RATE_<n> for other channel counts; default 10000) WINDOW=20000
-#   SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10
+# environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000 SCENARIOS="1:100 1:max 100:10000 100:max"
+#   WINDOW=20000 SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10
 #   RESULTS_DIR=... (default bench/results/cluster-<timestamp>/) KEEP_TMP=1 (keep the logs)
 #
 # Output: runs.csv (every run's figures), raw-*.txt (the client's output), env.txt, table.md
@@ -52,10 +52,7 @@ DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-3}
 SUBS=${SUBS:-1000}
-CHANNELS=${CHANNELS:-"1 100"}
-MODES=${MODES:-"rate max"}
-RATE_1=${RATE_1:-100}
-RATE_100=${RATE_100:-10000}
+SCENARIOS=${SCENARIOS:-"1:100 1:max 100:10000 100:max"}
 WINDOW=${WINDOW:-20000}
 SIZE=${SIZE:-64}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -66,14 +63,10 @@ NICE=${NICE:--10}
 for v in DURATION ROUNDS SUBS WINDOW SIZE; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
 done
-for m in $MODES; do
-    [[ $m == rate || $m == max ]] || die "MODES: rate and/or max, not '$m'"
+for sc in $SCENARIOS; do
+    [[ $sc =~ ^[0-9]+:([0-9]+|max)$ && ${sc%%:*} -gt 0 && ${sc%%:*} -le $SUBS ]] ||
+        die "SCENARIOS: CHANNELS:RATE or CHANNELS:max (1 <= CHANNELS <= SUBS), not '$sc'"
 done
-
-rate_of() {
-    local v="RATE_$1"
-    echo "${!v:-10000}"
-}
 
 bench_init
 ensure_tools taskset cmake cc redis-server redis-cli
@@ -151,9 +144,8 @@ log "local: pid $LOCAL_PID port $LOCAL_PORT; cluster: pids $A_PID $B_PID ports $
     echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'))"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "redis: $(redis-server --version)"
-    echo "DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS SUBS=$SUBS CHANNELS=\"$CHANNELS\"" \
-        "MODES=\"$MODES\" WINDOW=$WINDOW SIZE=$SIZE"
-    for c in $CHANNELS; do echo "RATE_$c=$(rate_of "$c")"; done
+    echo "DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS SUBS=$SUBS SCENARIOS=\"$SCENARIOS\"" \
+        "WINDOW=$WINDOW SIZE=$SIZE"
     echo "placement: servers on CPU $SERVER_CPU, client on CPU $CLIENT_CPU, redis-server on" \
         "CPU $REDIS_CPU; nice $NICE"
     echo "open-file limit: $(ulimit -n)"
@@ -163,25 +155,25 @@ log "results in ${OUT#"$BENCH_ROOT"/}/"
 CSV=$OUT/runs.csv
 FIELDS="msgs_per_s copies_per_s us_per_copy p50_us p99_us p999_us max_us server_cpu_pct"
 FIELDS+=" redis_us_per_msg client_cpu_pct published copies lost_copies dups reorders wrong"
-echo "round,channels,mode,config,status,${FIELDS// /,}" >"$CSV"
+echo "round,scenario,channels,rate,config,status,${FIELDS// /,}" >"$CSV"
 FAILED=0
 
-# run_one ROUND CHANNELS MODE CONFIG
+# run_one ROUND SCENARIO CONFIG
 run_one() {
-    local round=$1 ch=$2 mode=$3 cfg=$4 raw line status=ok
+    local round=$1 sc=$2 cfg=$3 raw line status=ok ch=${2%%:*} rate=${2#*:}
     local -a args=(--subs "$SUBS" --channels "$ch" --size "$SIZE" --warmup "$WARMUP"
         --seconds "$DURATION")
-    if [[ $mode == rate ]]; then
-        args+=(--rate "$(rate_of "$ch")")
-    else
+    if [[ $rate == max ]]; then
         args+=(--window "$WINDOW")
+    else
+        args+=(--rate "$rate")
     fi
     if [[ $cfg == local ]]; then
         args+=(--ports "$LOCAL_PORT" --server-pids "$LOCAL_PID")
     else
         args+=(--ports "$A_PORT,$B_PORT" --server-pids "$A_PID,$B_PID" --redis-pid "$REDIS_PID")
     fi
-    raw=$OUT/raw-$ch-$mode-$cfg-r$round.txt
+    raw=$OUT/raw-$ch-$rate-$cfg-r$round.txt
     echo "cluster_client ${args[*]}" >"$raw"
     if ! "${PRIO[@]}" taskset -c "$CLIENT_CPU" "$CLI_BIN" "${args[@]}" >>"$raw" 2>&1; then
         status=FAILED
@@ -195,81 +187,79 @@ run_one() {
         status=FAILED
         FAILED=$((FAILED + 1))
     fi
-    local row="$round,$ch,$mode,$cfg,$status" f v
+    local row="$round,$sc,$ch,$rate,$cfg,$status" f v
     for f in $FIELDS; do
         v=$(sed -n "s/.* $f=\([^ ]*\).*/\1/p" <<<"$line")
         row+=",${v:-}"
     done
     echo "$row" >>"$CSV"
     if [[ $status == ok ]]; then
-        log "round $round, $ch channel(s), $mode, $cfg: $(sed -n 's/.* copies_per_s=\([^ ]*\).*/\1/p' <<<"$line")" \
+        log "round $round, $sc, $cfg: $(sed -n 's/.* copies_per_s=\([^ ]*\).*/\1/p' <<<"$line")" \
             "copies/s, $(sed -n 's/.* us_per_copy=\([^ ]*\).*/\1/p' <<<"$line") µs/copy," \
             "p99 $(sed -n 's/.* p99_us=\([^ ]*\).*/\1/p' <<<"$line") µs"
     else
-        warn "round $round, $ch channel(s), $mode, $cfg: FAILED (see ${raw#"$BENCH_ROOT"/})"
+        warn "round $round, $sc, $cfg: FAILED (see ${raw#"$BENCH_ROOT"/})"
         tail -n 3 "$raw" >&2
     fi
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-    for ch in $CHANNELS; do
-        for mode in $MODES; do
-            if ((r % 2)); then order="local cluster"; else order="cluster local"; fi
-            for cfg in $order; do
-                run_one "$r" "$ch" "$mode" "$cfg"
-            done
+    for sc in $SCENARIOS; do
+        if ((r % 2)); then order="local cluster"; else order="cluster local"; fi
+        for cfg in $order; do
+            run_one "$r" "$sc" "$cfg"
         done
     done
 done
 
-"$PY" - "$CSV" "$SUBS" "$DURATION" "$ROUNDS" "$WINDOW" "$(for c in $CHANNELS; do printf '%s=%s ' "$c" "$(rate_of "$c")"; done)" \
-    >"$OUT/table.md" <<'EOF'
+"$PY" - "$CSV" "$SUBS" "$DURATION" "$ROUNDS" "$WINDOW" >"$OUT/table.md" <<'EOF'
 import csv, statistics, sys
-path, subs, dur, rounds, window, rates = sys.argv[1:7]
-rates = dict(kv.split("=") for kv in rates.split())
-rows = [r for r in csv.DictReader(open(path)) if r["status"] == "ok"]
-failed = sum(1 for r in csv.DictReader(open(path)) if r["status"] != "ok")
-def med(ch, mode, cfg, f):
-    v = [float(r[f]) for r in rows if r["channels"] == ch and r["mode"] == mode and r["config"] == cfg and r[f] != ""]
+path, subs, dur, rounds, window = sys.argv[1:6]
+allrows = list(csv.DictReader(open(path)))
+rows = [r for r in allrows if r["status"] == "ok"]
+failed = len(allrows) - len(rows)
+def vals(sc, cfg, f):
+    return [float(r[f]) for r in rows if r["scenario"] == sc and r["config"] == cfg and r[f] != ""]
+def med(sc, cfg, f):
+    v = vals(sc, cfg, f)
     return statistics.median(v) if v else None
-def rng(ch, mode, cfg, f):
-    v = [float(r[f]) for r in rows if r["channels"] == ch and r["mode"] == mode and r["config"] == cfg and r[f] != ""]
-    return (min(v), max(v)) if v else (None, None)
 def fmt(x, d=0):
     return "–" if x is None else f"{x:,.{d}f}"
+def ms(x):
+    return "–" if x is None else f"{x / 1000:.2f}"
 def ratio(a, b):
     return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
-keys = []
-for r in rows:
-    k = (r["channels"], r["mode"])
-    if k not in keys:
-        keys.append(k)
+scenarios = []
+for r in allrows:
+    if r["scenario"] not in scenarios:
+        scenarios.append(r["scenario"])
 print(f"{subs} subscribers; local: 1 instance; cluster: 2 instances + Redis. Medians of {rounds} round(s) of {dur} s.")
 print()
-print("| channels | mode | config | published msg/s | delivered copies/s | server CPU µs/copy (min–max) | server CPU % | p50 ms | p99 ms | Redis CPU µs/msg |")
+print("| channels | published | config | msg/s | copies/s | server CPU µs/copy (min–max) | server CPU % | p50 ms | p99 ms | Redis CPU µs/msg |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 verdict = []
-for ch, mode in keys:
-    label = f"rate {int(float(rates.get(ch, 10000))):,}/s" if mode == "rate" else f"max (window {int(window):,})"
+for sc in scenarios:
+    ch, rate = sc.split(":")
+    label = f"max (window {int(window):,})" if rate == "max" else f"{int(rate):,} msg/s"
     for cfg in ("local", "cluster"):
-        lo, hi = rng(ch, mode, cfg, "us_per_copy")
-        p50, p99 = med(ch, mode, cfg, "p50_us"), med(ch, mode, cfg, "p99_us")
-        redis = med(ch, mode, cfg, "redis_us_per_msg") if cfg == "cluster" else None
-        print(f"| {ch} | {label} | {cfg} | {fmt(med(ch, mode, cfg, 'msgs_per_s'))} | {fmt(med(ch, mode, cfg, 'copies_per_s'))} "
-              f"| {fmt(med(ch, mode, cfg, 'us_per_copy'), 2)} ({fmt(lo, 2)}–{fmt(hi, 2)}) | {fmt(med(ch, mode, cfg, 'server_cpu_pct'))} "
-              f"| {fmt(None if p50 is None else p50 / 1000, 2)} | {fmt(None if p99 is None else p99 / 1000, 2)} | {fmt(redis, 1) if cfg == 'cluster' else ''} |")
-    c_l, c_c = med(ch, mode, "local", "us_per_copy"), med(ch, mode, "cluster", "us_per_copy")
-    print(f"| {ch} | {label} | **cluster ÷ local** | {ratio(med(ch, mode, 'cluster', 'msgs_per_s'), med(ch, mode, 'local', 'msgs_per_s'))} "
-          f"| {ratio(med(ch, mode, 'cluster', 'copies_per_s'), med(ch, mode, 'local', 'copies_per_s'))} "
-          f"| **{ratio(c_c, c_l)}** | | {ratio(med(ch, mode, 'cluster', 'p50_us'), med(ch, mode, 'local', 'p50_us'))} "
-          f"| {ratio(med(ch, mode, 'cluster', 'p99_us'), med(ch, mode, 'local', 'p99_us'))} | |")
+        v = vals(sc, cfg, "us_per_copy")
+        rng = f"{min(v):.2f}–{max(v):.2f}" if v else "–"
+        redis = fmt(med(sc, cfg, "redis_us_per_msg"), 1) if cfg == "cluster" else ""
+        print(f"| {ch} | {label} | {cfg} | {fmt(med(sc, cfg, 'msgs_per_s'))} | {fmt(med(sc, cfg, 'copies_per_s'))} "
+              f"| {fmt(med(sc, cfg, 'us_per_copy'), 2)} ({rng}) | {fmt(med(sc, cfg, 'server_cpu_pct'))} "
+              f"| {ms(med(sc, cfg, 'p50_us'))} | {ms(med(sc, cfg, 'p99_us'))} | {redis} |")
+    def rt(f):
+        return ratio(med(sc, "cluster", f), med(sc, "local", f))
+    print(f"| {ch} | {label} | **cluster ÷ local** | {rt('msgs_per_s')} | {rt('copies_per_s')} "
+          f"| **{rt('us_per_copy')}** | | {rt('p50_us')} | {rt('p99_us')} | |")
+    c_l, c_c = med(sc, "local", "us_per_copy"), med(sc, "cluster", "us_per_copy")
     if c_l and c_c:
         verdict.append(f"- CPU per copy, {ch} channel(s), {label}: cluster {c_c:.2f} µs ÷ local {c_l:.2f} µs = "
                        f"{c_c / c_l:.2f}× (target ≤ 1.5×: {'met' if c_c / c_l <= 1.5 else 'MISSED'})")
-    p99c = med(ch, mode, "cluster", "p99_us")
-    if mode == "rate" and float(rates.get(ch, 0)) >= 10000 and p99c is not None:
-        verdict.append(f"- p99 at {int(float(rates[ch])):,} msg/s, {ch} channel(s), cluster: {p99c / 1000:.2f} ms "
-                       f"(local {med(ch, mode, 'local', 'p99_us') / 1000:.2f} ms; target ≤ 5 ms: {'met' if p99c <= 5000 else 'MISSED'})")
+    p99c, p99l = med(sc, "cluster", "p99_us"), med(sc, "local", "p99_us")
+    if rate != "max" and int(rate) >= 10000 and p99c is not None:
+        verdict.append(f"- p99 at {int(rate):,} msg/s, {ch} channel(s), cluster: {p99c / 1000:.2f} ms "
+                       f"(local {ms(p99l)} ms; target ≤ 5 ms: {'met' if p99c <= 5000 else 'MISSED'})")
 print()
 print("Targets:")
 print("\n".join(verdict) if verdict else "- (no complete pair of runs)")
