@@ -22,7 +22,8 @@
 #
 # Figures per run: messages published/s and copies delivered/s (measured seconds only), server
 # CPU µs per delivered copy (utime+stime of the server processes, all threads, from
-# /proc/PID/stat, ÷ copies), latency p50/p99 (client's CLOCK_MONOTONIC at receipt minus the
+# /proc/PID/stat, ÷ copies), the servers' write syscalls per copy (/proc/PID/io syscw: what
+# batching the fan-out got), latency p50/p99 (client's CLOCK_MONOTONIC at receipt minus the
 # publisher's), and Redis's CPU per published message (separately: it is not in the server's).
 # Tables: medians over ROUNDS (local and cluster alternate, order swapped each round) and the
 # ratios cluster ÷ local; the targets: CPU per copy ≤ 1.5× local, p99 ≤ 5 ms at 10,000
@@ -153,7 +154,7 @@ log "local: pid $LOCAL_PID port $LOCAL_PORT; cluster: pids $A_PID $B_PID ports $
 log "results in ${OUT#"$BENCH_ROOT"/}/"
 
 CSV=$OUT/runs.csv
-FIELDS="msgs_per_s copies_per_s us_per_copy p50_us p99_us p999_us max_us server_cpu_pct"
+FIELDS="msgs_per_s copies_per_s us_per_copy writes_per_copy p50_us p99_us p999_us max_us server_cpu_pct"
 FIELDS+=" redis_us_per_msg client_cpu_pct published copies lost_copies dups reorders wrong"
 echo "round,scenario,channels,rate,config,status,${FIELDS// /,}" >"$CSV"
 FAILED=0
@@ -235,8 +236,8 @@ for r in allrows:
         scenarios.append(r["scenario"])
 print(f"{subs} subscribers; local: 1 instance; cluster: 2 instances + Redis. Medians of {rounds} round(s) of {dur} s.")
 print()
-print("| channels | published | config | msg/s | copies/s | server CPU µs/copy (min–max) | server CPU % | p50 ms | p99 ms | Redis CPU µs/msg |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| channels | published | config | msg/s | copies/s | server CPU µs/copy (min–max) | server CPU % | writes/copy | p50 ms | p99 ms | Redis CPU µs/msg |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 verdict = []
 for sc in scenarios:
     ch, rate = sc.split(":")
@@ -247,11 +248,11 @@ for sc in scenarios:
         redis = fmt(med(sc, cfg, "redis_us_per_msg"), 1) if cfg == "cluster" else ""
         print(f"| {ch} | {label} | {cfg} | {fmt(med(sc, cfg, 'msgs_per_s'))} | {fmt(med(sc, cfg, 'copies_per_s'))} "
               f"| {fmt(med(sc, cfg, 'us_per_copy'), 2)} ({rng}) | {fmt(med(sc, cfg, 'server_cpu_pct'))} "
-              f"| {ms(med(sc, cfg, 'p50_us'))} | {ms(med(sc, cfg, 'p99_us'))} | {redis} |")
+              f"| {fmt(med(sc, cfg, 'writes_per_copy'), 2)} | {ms(med(sc, cfg, 'p50_us'))} | {ms(med(sc, cfg, 'p99_us'))} | {redis} |")
     def rt(f):
         return ratio(med(sc, "cluster", f), med(sc, "local", f))
     print(f"| {ch} | {label} | **cluster ÷ local** | {rt('msgs_per_s')} | {rt('copies_per_s')} "
-          f"| **{rt('us_per_copy')}** | | {rt('p50_us')} | {rt('p99_us')} | |")
+          f"| **{rt('us_per_copy')}** | | {rt('writes_per_copy')} | {rt('p50_us')} | {rt('p99_us')} | |")
     c_l, c_c = med(sc, "local", "us_per_copy"), med(sc, "cluster", "us_per_copy")
     if c_l and c_c:
         verdict.append(f"- CPU per copy, {ch} channel(s), {label}: cluster {c_c:.2f} µs ÷ local {c_l:.2f} µs = "

@@ -26,6 +26,9 @@
  * CLOCK_MONOTONIC at receipt minus the publisher's, written in the message
  * by the server just before it published (processes on one host share that
  * clock), for the copies received during the measured seconds.
+ * --server-pids: the servers' CPU time (utime+stime, /proc/PID/stat) and
+ * write-type syscalls (/proc/PID/io syscw) over the measured seconds, per
+ * copy; --redis-pid: Redis's CPU time per published message.
  *
  * Prints one line "RESULT key=value ..." (see the end of main). Exit 1 when
  * a connection fails or closes, or on a wrong, duplicated, reordered or
@@ -393,6 +396,32 @@ static double proc_cpu(int pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* write-type syscalls of process pid so far (/proc/PID/io syscw: write,
+ * writev), 0 when unreadable. */
+static unsigned long long proc_writes(int pid)
+{
+    char p[64], line[128];
+    snprintf(p, sizeof(p), "/proc/%d/io", pid);
+    FILE *f = fopen(p, "r");
+    unsigned long long v = 0;
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "syscw: %llu", &v) == 1)
+            break;
+    }
+    fclose(f);
+    return v;
+}
+
+static unsigned long long servers_writes(void)
+{
+    unsigned long long t = 0;
+    for (int i = 0; i < nserver_pids; i++)
+        t += proc_writes(server_pids[i]);
+    return t;
+}
+
 static double servers_cpu(void)
 {
     double t = 0;
@@ -550,6 +579,7 @@ int main(int argc, char **argv)
     uint64_t t_meas = t_start + (uint64_t)(warmup_s * 1e9);
     uint64_t t_end = t_meas + (uint64_t)(measure_s * 1e9);
     double cpu0 = 0, rcpu0 = 0, ccpu0 = 0;
+    unsigned long long wr0 = 0;
     uint64_t issued0 = 0;
     for (;;) {
         pace(t_start);
@@ -558,6 +588,7 @@ int main(int argc, char **argv)
         if (!measuring && now >= t_meas && now < t_end) {
             measuring = true;
             cpu0 = servers_cpu();
+            wr0 = servers_writes();
             rcpu0 = proc_cpu(redis_pid);
             ccpu0 = self_cpu();
             issued0 = issued;
@@ -567,6 +598,7 @@ int main(int argc, char **argv)
             break;
     }
     uint64_t t1 = now_ns();
+    unsigned long long wr1 = servers_writes();
     double cpu1 = servers_cpu(), rcpu1 = proc_cpu(redis_pid), ccpu1 = self_cpu();
     uint64_t issued1 = issued;
     measuring = false;
@@ -608,7 +640,8 @@ int main(int argc, char **argv)
     printf("RESULT instances=%d subs=%d channels=%u size=%u mode=%s rate=%.0f window=%llu "
            "seconds=%.3f published=%llu msgs_per_s=%.1f copies=%llu copies_per_s=%.1f "
            "p50_us=%llu p99_us=%llu p999_us=%llu max_us=%llu server_cpu_s=%.3f "
-           "server_cpu_pct=%.1f us_per_copy=%.4f redis_cpu_s=%.3f redis_us_per_msg=%.3f "
+           "server_cpu_pct=%.1f us_per_copy=%.4f writes_per_copy=%.3f redis_cpu_s=%.3f "
+           "redis_us_per_msg=%.3f "
            "client_cpu_pct=%.1f total_published=%llu server_published=%llu server_failed=%llu "
            "lost_copies=%llu lost_msgs=%llu dups=%llu reorders=%llu wrong=%llu\n",
            ninst, nsubs, nchannels, msg_size, rate > 0 ? "rate" : "max", rate,
@@ -616,7 +649,8 @@ int main(int argc, char **argv)
            (double)published_meas / el, (unsigned long long)meas_copies, (double)meas_copies / el,
            (unsigned long long)percentile(0.50), (unsigned long long)percentile(0.99),
            (unsigned long long)percentile(0.999), (unsigned long long)(lat_max_ns / 1000), scpu,
-           scpu * 100 / el, meas_copies > 0 ? scpu * 1e6 / (double)meas_copies : 0, rcpu,
+           scpu * 100 / el, meas_copies > 0 ? scpu * 1e6 / (double)meas_copies : 0,
+           meas_copies > 0 ? (double)(wr1 - wr0) / (double)meas_copies : 0, rcpu,
            published_meas > 0 ? rcpu * 1e6 / (double)published_meas : 0, ccpu * 100 / el,
            (unsigned long long)issued, srv_pub, srv_fail, (unsigned long long)lost,
            (unsigned long long)missing_msgs, (unsigned long long)dups, (unsigned long long)reorders,
