@@ -35,11 +35,12 @@
 # this session's autogroup too (see boost_priority in bench/lib.sh).
 #
 # usage (from the repository root):
-#   bash bench/cluster.sh                                  # 4 scenarios × 2 configs × 3 rounds × 7 s (~3 min)
+#   bash bench/cluster.sh                                  # 6 scenarios × 2 configs × 3 rounds × 7 s (~5 min)
 #   DURATION=3 ROUNDS=1 bash bench/cluster.sh              # a quick look
 #   SCENARIOS="100:2000 100:5000 100:10000" bash bench/cluster.sh   # latency against the rate
 #
-# environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000 SCENARIOS="1:100 1:max 100:10000 100:max"
+# environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000
+#   SCENARIOS="1:100 1:max 100:2000 100:5000 100:10000 100:max"
 #   WINDOW=20000 SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10
 #   RESULTS_DIR=... (default bench/results/cluster-<timestamp>/) KEEP_TMP=1 (keep the logs)
 #
@@ -53,7 +54,7 @@ DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-3}
 SUBS=${SUBS:-1000}
-SCENARIOS=${SCENARIOS:-"1:100 1:max 100:10000 100:max"}
+SCENARIOS=${SCENARIOS:-"1:100 1:max 100:2000 100:5000 100:10000 100:max"}
 WINDOW=${WINDOW:-20000}
 SIZE=${SIZE:-64}
 SERVER_CPU=${SERVER_CPU:-0}
