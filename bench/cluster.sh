@@ -32,7 +32,11 @@
 # Placement (2 cores): the server processes (the local one, the two cluster instances) on
 # SERVER_CPU, the client on CLIENT_CPU, redis-server on REDIS_CPU (default: the client's core;
 # it is a separate service, and its CPU is reported apart). Everything at nice NICE (-10), and
-# this session's autogroup too (see boost_priority in bench/lib.sh).
+# this session's autogroup too (see boost_priority in bench/lib.sh). RT=N (root) runs the servers,
+# the client and Redis under SCHED_FIFO priority N instead, so that the other processes of a
+# shared machine cannot delay them (the kernel's RT throttling still leaves them 5 % of each
+# core): for the latency of the path itself, not the machine's neighbours. Keep it for short runs
+# of the rate scenarios: a max scenario holds both cores at 95 %.
 #
 # usage (from the repository root):
 #   bash bench/cluster.sh                                  # 6 scenarios × 2 configs × 3 rounds × 7 s (~5 min)
@@ -41,7 +45,7 @@
 #
 # environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000
 #   SCENARIOS="1:100 1:max 100:2000 100:5000 100:10000 100:max"
-#   WINDOW=20000 SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10
+#   WINDOW=20000 SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10 RT=0
 #   RESULTS_DIR=... (default bench/results/cluster-<timestamp>/) KEEP_TMP=1 (keep the logs)
 #
 # Output: runs.csv (every run's figures), raw-*.txt (the client's output), env.txt, table.md
@@ -61,7 +65,9 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 REDIS_CPU=${REDIS_CPU:-1}
 NICE=${NICE:--10}
+RT=${RT:-0}
 
+[[ $RT =~ ^[0-9]+$ && $RT -le 99 ]] || die "RT must be 0 (off) or a SCHED_FIFO priority 1..99"
 for v in DURATION ROUNDS SUBS WINDOW SIZE; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
 done
@@ -96,6 +102,9 @@ OUT=$(results_dir)
 
 PRIO=()
 [[ $NICE != 0 ]] && PRIO=(nice -n "$NICE")
+if [[ $RT != 0 ]]; then
+    PRIO=(chrt -f "$RT")
+fi
 
 read -r REDIS_PORT LOCAL_PORT A_PORT B_PORT <<<"$(free_ports 4)"
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT
@@ -149,7 +158,7 @@ log "local: pid $LOCAL_PID port $LOCAL_PORT; cluster: pids $A_PID $B_PID ports $
     echo "DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS SUBS=$SUBS SCENARIOS=\"$SCENARIOS\"" \
         "WINDOW=$WINDOW SIZE=$SIZE"
     echo "placement: servers on CPU $SERVER_CPU, client on CPU $CLIENT_CPU, redis-server on" \
-        "CPU $REDIS_CPU; nice $NICE"
+        "CPU $REDIS_CPU; nice $NICE; SCHED_FIFO priority $RT (0: off)"
     echo "open-file limit: $(ulimit -n)"
 } >"$OUT/env.txt"
 log "results in ${OUT#"$BENCH_ROOT"/}/"
@@ -237,8 +246,8 @@ for r in allrows:
         scenarios.append(r["scenario"])
 print(f"{subs} subscribers; local: 1 instance; cluster: 2 instances + Redis. Medians of {rounds} round(s) of {dur} s.")
 print()
-print("| channels | published | config | msg/s | copies/s | server CPU µs/copy (min–max) | server CPU % | writes/copy | p50 ms | p99 ms | Redis CPU µs/msg |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| channels | published | config | msg/s | copies/s | server CPU µs/copy (min–max) | server CPU % | writes/copy | p50 ms | p99 ms | Redis CPU µs/msg | client CPU % |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 verdict = []
 for sc in scenarios:
     ch, rate = sc.split(":")
@@ -249,11 +258,12 @@ for sc in scenarios:
         redis = fmt(med(sc, cfg, "redis_us_per_msg"), 1) if cfg == "cluster" else ""
         print(f"| {ch} | {label} | {cfg} | {fmt(med(sc, cfg, 'msgs_per_s'))} | {fmt(med(sc, cfg, 'copies_per_s'))} "
               f"| {fmt(med(sc, cfg, 'us_per_copy'), 2)} ({rng}) | {fmt(med(sc, cfg, 'server_cpu_pct'))} "
-              f"| {fmt(med(sc, cfg, 'writes_per_copy'), 2)} | {ms(med(sc, cfg, 'p50_us'))} | {ms(med(sc, cfg, 'p99_us'))} | {redis} |")
+              f"| {fmt(med(sc, cfg, 'writes_per_copy'), 2)} | {ms(med(sc, cfg, 'p50_us'))} | {ms(med(sc, cfg, 'p99_us'))} "
+              f"| {redis} | {fmt(med(sc, cfg, 'client_cpu_pct'))} |")
     def rt(f):
         return ratio(med(sc, "cluster", f), med(sc, "local", f))
     print(f"| {ch} | {label} | **cluster ÷ local** | {rt('msgs_per_s')} | {rt('copies_per_s')} "
-          f"| **{rt('us_per_copy')}** | | {rt('writes_per_copy')} | {rt('p50_us')} | {rt('p99_us')} | |")
+          f"| **{rt('us_per_copy')}** | | {rt('writes_per_copy')} | {rt('p50_us')} | {rt('p99_us')} | | |")
     c_l, c_c = med(sc, "local", "us_per_copy"), med(sc, "cluster", "us_per_copy")
     if c_l and c_c:
         verdict.append(f"- CPU per copy, {ch} channel(s), {label}: cluster {c_c:.2f} µs ÷ local {c_l:.2f} µs = "
