@@ -158,7 +158,7 @@ log "local: pid $LOCAL_PID port $LOCAL_PORT; cluster: pids $A_PID $B_PID ports $
     echo "DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS SUBS=$SUBS SCENARIOS=\"$SCENARIOS\"" \
         "WINDOW=$WINDOW SIZE=$SIZE"
     echo "placement: servers on CPU $SERVER_CPU, client on CPU $CLIENT_CPU, redis-server on" \
-        "CPU $REDIS_CPU; nice $NICE; SCHED_FIFO priority $RT (0: off)"
+        "CPU $REDIS_CPU; $(if [[ $RT != 0 ]]; then echo "SCHED_FIFO priority $RT"; else echo "nice $NICE"; fi)"
     echo "open-file limit: $(ulimit -n)"
 } >"$OUT/env.txt"
 log "results in ${OUT#"$BENCH_ROOT"/}/"
