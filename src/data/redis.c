@@ -83,6 +83,7 @@ struct conn {
     bool is_sub, ever_up, was_up;
     bool sub_up;       /* pub/sub: subscribed (confirmed) on this connection */
     int drop_err;      /* what the commands in flight get when ac goes */
+    size_t sub_bytes;  /* pub/sub: bytes of the messages handed out by the current read */
     unsigned failures; /* attempts failed in a row */
     uint64_t backoff;
     uint64_t connect_deadline;
@@ -282,8 +283,20 @@ static void on_io(flare_watch_t *wt, unsigned events, void *ud)
 {
     (void)wt;
     conn_t *c = ud;
-    if (c->ac != NULL && (events & (FLARE_WATCH_READ | FLARE_WATCH_ERROR | FLARE_WATCH_HUP)))
+    /* hiredis reads 16 KiB per call. A subscriber connection whose messages
+     * came close to that likely has more waiting: it reads again (up to
+     * 256 KiB in one loop turn), so that a backlog of messages is fanned out
+     * together and leaves in one write per subscriber, not in one loop turn
+     * (and one write per subscriber) per 16 KiB. A guess that was wrong
+     * costs one read answered EAGAIN. */
+    for (int i = 0; i < 16 && c->ac != NULL &&
+                    (events & (FLARE_WATCH_READ | FLARE_WATCH_ERROR | FLARE_WATCH_HUP));
+         i++) {
+        c->sub_bytes = 0;
         redisAsyncHandleRead(c->ac); /* may free the context: c->ac is NULL then */
+        if (!c->is_sub || c->sub_bytes < 12 * 1024)
+            break;
+    }
     if (c->ac != NULL && (events & FLARE_WATCH_WRITE))
         redisAsyncHandleWrite(c->ac);
 }
@@ -348,6 +361,7 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     stat_add(&c->ws->st->messages, 1);
+    c->sub_bytes += pat.len + chan.len + msg.len + 40; /* 40: about its framing */
     s->cb(pat, chan, msg, s->ud);
 }
 
