@@ -50,7 +50,7 @@ static inline __attribute__((always_inline)) size_t put_status_line(char *p, int
     return 22;
 }
 
-static bool status_has_body(int status)
+static bool h1_status_has_body(int status)
 {
     return !(status < 200 || status == 204 || status == 304);
 }
@@ -90,7 +90,7 @@ static char *put_headers(char *p, const flare_res_hdr_t *h)
     return p;
 }
 
-/* Inlined into respond (the hot path: a call there measured +30
+/* Inlined into h1_respond (the hot path: a call there measured +30
  * instructions per request); other callers use head_out. */
 static inline __attribute__((always_inline)) int serialize_head(struct flare_req *ex,
                                                                 flare_buf_t *out, int status,
@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
     /* ... and a response to a request whose streamed body is still
      * arriving ends the connection (the rest of the body is not read) */
     bool close = (ex->flags & (EX_CLOSE | EX_BODY_OPEN)) || (w->draining && ex->next == NULL);
-    bool body = status_has_body(status);
+    bool body = h1_status_has_body(status);
 
     size_t need = STATUS_LINE_MAX + sizeof("Server: flare\r\n") + FLARE_DATE_LINE_LEN +
                   sizeof("Content-Type: \r\n") + ctype.len + sizeof("Content-Length: \r\n") + 20 +
@@ -163,7 +163,7 @@ static inline __attribute__((always_inline)) int respond_body(struct flare_req *
     size_t mark = out->len;
     if (serialize_head(ex, out, status, ctype, body.len, false) != 0)
         goto nomem;
-    if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && body.len > 0) {
+    if (!(ex->flags & EX_HEAD_ONLY) && h1_status_has_body(status) && body.len > 0) {
         flare_conn_t *c = ex->conn;
         if (release != NULL && out == &c->s.wbuf && body.len >= 4096) {
             /* borrowed: goes out by reference in the same writev */
@@ -188,13 +188,13 @@ nomem:
     return FLARE_ENOMEM;
 }
 
-static int respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
+static int h1_respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
 {
     return respond_body(ex, status, ctype, body, NULL, NULL);
 }
 
-static int respond_ref(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
-                       const flare_release_t *ref)
+static int h1_respond_ref(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                          const flare_release_t *ref)
 {
     return respond_body(ex, status, ctype, body, ref->fn, ref->ud);
 }
@@ -212,8 +212,8 @@ static void close_pending_file(void *ud)
     }
 }
 
-static int respond_file(struct flare_req *ex, int status, flare_str_t ctype, int fd, uint64_t off,
-                        uint64_t len)
+static int h1_respond_file(struct flare_req *ex, int status, flare_str_t ctype, int fd,
+                           uint64_t off, uint64_t len)
 {
     int rc = 0;
     flare_buf_t *out = out_buf(ex);
@@ -222,7 +222,7 @@ static int respond_file(struct flare_req *ex, int status, flare_str_t ctype, int
         rc = FLARE_ENOMEM;
         goto out;
     }
-    if (!(ex->flags & EX_HEAD_ONLY) && status_has_body(status) && len > 0) {
+    if (!(ex->flags & EX_HEAD_ONLY) && h1_status_has_body(status) && len > 0) {
         flare_conn_t *c = ex->conn;
         if (len <= SENDFILE_MIN) {
             if (flare__buf_reserve(out, (size_t)len) != 0) {
@@ -262,18 +262,18 @@ out:
     return rc;
 }
 
-static int stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
+static int h1_stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
 {
     flare_buf_t *out = out_buf(ex);
     if (head_out(ex, out, status, ctype, 0, true) != 0)
         return FLARE_ENOMEM;
-    if (!status_has_body(status) || (ex->flags & EX_HEAD_ONLY))
+    if (!h1_status_has_body(status) || (ex->flags & EX_HEAD_ONLY))
         ex->flags |= EX_HEAD_ONLY; /* writes are dropped, end adds nothing */
     return 0;
 }
 
 /* One chunk: size in hex, CRLF, data, CRLF. */
-static int stream_write(struct flare_req *ex, flare_str_t data)
+static int h1_stream_write(struct flare_req *ex, flare_str_t data)
 {
     flare_buf_t *out = out_buf(ex);
     if (flare__buf_reserve(out, data.len + 20) != 0)
@@ -296,7 +296,7 @@ static int stream_write(struct flare_req *ex, flare_str_t data)
     return 0;
 }
 
-static int stream_end(struct flare_req *ex)
+static int h1_stream_end(struct flare_req *ex)
 {
     if (ex->flags & EX_HEAD_ONLY)
         return 0;
@@ -332,17 +332,17 @@ static int upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn,
  * gives 0 or 1), so this is a plain load. */
 _Static_assert(FLARE_PROTO_HTTP10 == 0 && FLARE_PROTO_HTTP11 == 1, "minor -> flare_proto_t");
 
-static flare_proto_t protocol(const struct flare_req *ex)
+static flare_proto_t h1_protocol(const struct flare_req *ex)
 {
     return (flare_proto_t)ex->head.minor;
 }
 
-static bool secure(const struct flare_req *ex)
+static bool h1_secure(const struct flare_req *ex)
 {
     return ex->conn != NULL && ex->conn->s.tr != NULL; /* TLS: the only transport with an object */
 }
 
-static int peer(const struct flare_req *ex, uint8_t addr[16])
+static int h1_peer(const struct flare_req *ex, uint8_t addr[16])
 {
     const flare_conn_t *c = ex->conn;
     if (c == NULL || c->peer_family == 0)
@@ -353,7 +353,7 @@ static int peer(const struct flare_req *ex, uint8_t addr[16])
 
 /* What waits for the client: the stream's output when this exchange is
  * the head of the queue, its own buffer until then. */
-static size_t unsent(const struct flare_req *ex)
+static size_t h1_unsent(const struct flare_req *ex)
 {
     const flare_conn_t *c = ex->conn;
     if (c == NULL)
@@ -362,17 +362,17 @@ static size_t unsent(const struct flare_req *ex)
 }
 
 const flare_proto_ops_t flare__http1_ops = {
-    .respond = respond,
-    .respond_ref = respond_ref,
-    .respond_file = respond_file,
-    .stream_begin = stream_begin,
-    .stream_write = stream_write,
-    .stream_end = stream_end,
+    .respond = h1_respond,
+    .respond_ref = h1_respond_ref,
+    .respond_file = h1_respond_file,
+    .stream_begin = h1_stream_begin,
+    .stream_write = h1_stream_write,
+    .stream_end = h1_stream_end,
     .upgrade = upgrade,
     .complete = flare__http1_complete,
-    .protocol = protocol,
-    .secure = secure,
-    .peer = peer,
-    .unsent = unsent,
+    .protocol = h1_protocol,
+    .secure = h1_secure,
+    .peer = h1_peer,
+    .unsent = h1_unsent,
     .body_read = flare__http1_body_read,
 };

@@ -11,7 +11,7 @@
 #include "core/sys.h"
 #include "http2/h2_int.h"
 
-static bool status_has_body(int status)
+static bool h2_status_has_body(int status)
 {
     return !(status < 200 || status == 204 || status == 304);
 }
@@ -150,7 +150,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     b.nva[b.n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
     if (ctype.len > 0)
         b.nva[b.n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
-    if (clen >= 0 && status_has_body(status)) {
+    if (clen >= 0 && h2_status_has_body(status)) {
         size_t l = flare__u64toa(num + 4, (uint64_t)clen);
         b.nva[b.n++] = mknv("content-length", 14, num + 4, l);
     }
@@ -164,7 +164,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     size_t n = b.n;
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
-    bool with_body = body && status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    bool with_body = body && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
     int rv = nghttp2_submit_response(h2->sess, st->id, nva, n, with_body ? &prd : NULL);
     if (rv != 0)
         return rv == NGHTTP2_ERR_NOMEM ? FLARE_ENOMEM : FLARE_ESTATE;
@@ -189,7 +189,7 @@ static int respond_body(struct flare_req *ex, int status, flare_str_t ctype, fla
                         const flare_release_t *ref)
 {
     h2_stream_t *st = ex->pstream;
-    bool with = body.len > 0 && status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    bool with = body.len > 0 && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
     if (with) {
         if (ref != NULL) {
             st->src = SRC_REF;
@@ -221,22 +221,22 @@ nomem:
     return FLARE_ENOMEM;
 }
 
-static int respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
+static int h2_respond(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body)
 {
     return respond_body(ex, status, ctype, body, NULL);
 }
 
-static int respond_ref(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
-                       const flare_release_t *ref)
+static int h2_respond_ref(struct flare_req *ex, int status, flare_str_t ctype, flare_str_t body,
+                          const flare_release_t *ref)
 {
     return respond_body(ex, status, ctype, body, ref);
 }
 
-static int respond_file(struct flare_req *ex, int status, flare_str_t ctype, int fd, uint64_t off,
-                        uint64_t len)
+static int h2_respond_file(struct flare_req *ex, int status, flare_str_t ctype, int fd,
+                           uint64_t off, uint64_t len)
 {
     h2_stream_t *st = ex->pstream;
-    bool with = len > 0 && status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    bool with = len > 0 && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
     if (with) {
         st->src = SRC_FILE;
         st->fd = fd;
@@ -251,10 +251,10 @@ static int respond_file(struct flare_req *ex, int status, flare_str_t ctype, int
     return rc;
 }
 
-static int stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
+static int h2_stream_begin(struct flare_req *ex, int status, flare_str_t ctype)
 {
     h2_stream_t *st = ex->pstream;
-    if (!status_has_body(status))
+    if (!h2_status_has_body(status))
         ex->flags |= EX_HEAD_ONLY;
     ex->out.len = 0;
     st->opos = 0;
@@ -270,7 +270,7 @@ static void resume(h2_stream_t *st)
     }
 }
 
-static int stream_write(struct flare_req *ex, flare_str_t data)
+static int h2_stream_write(struct flare_req *ex, flare_str_t data)
 {
     h2_stream_t *st = ex->pstream;
     if (ex->flags & EX_HEAD_ONLY)
@@ -283,7 +283,7 @@ static int stream_write(struct flare_req *ex, flare_str_t data)
     return 0;
 }
 
-static int stream_end(struct flare_req *ex)
+static int h2_stream_end(struct flare_req *ex)
 {
     h2_stream_t *st = ex->pstream;
     st->flags |= ST_EOF;
@@ -441,18 +441,18 @@ void flare__h2_error(h2_stream_t *st, int status, const char *msg)
     flare__res_error(st->ex, status, msg);
 }
 
-static flare_proto_t protocol(const struct flare_req *ex)
+static flare_proto_t h2_protocol(const struct flare_req *ex)
 {
     (void)ex;
     return FLARE_PROTO_HTTP2;
 }
 
-static bool secure(const struct flare_req *ex)
+static bool h2_secure(const struct flare_req *ex)
 {
     return ex->conn != NULL && ex->conn->s.tr != NULL;
 }
 
-static int peer(const struct flare_req *ex, uint8_t addr[16])
+static int h2_peer(const struct flare_req *ex, uint8_t addr[16])
 {
     const flare_conn_t *c = ex->conn;
     if (c == NULL || c->peer_family == 0)
@@ -462,7 +462,7 @@ static int peer(const struct flare_req *ex, uint8_t addr[16])
 }
 
 /* Streamed bytes not yet taken by nghttp2, plus the connection's output. */
-static size_t unsent(const struct flare_req *ex)
+static size_t h2_unsent(const struct flare_req *ex)
 {
     const h2_stream_t *st = ex->pstream;
     if (ex->conn == NULL || st == NULL)
@@ -471,16 +471,16 @@ static size_t unsent(const struct flare_req *ex)
 }
 
 const flare_proto_ops_t flare__h2_ops = {
-    .respond = respond,
-    .respond_ref = respond_ref,
-    .respond_file = respond_file,
-    .stream_begin = stream_begin,
-    .stream_write = stream_write,
-    .stream_end = stream_end,
+    .respond = h2_respond,
+    .respond_ref = h2_respond_ref,
+    .respond_file = h2_respond_file,
+    .stream_begin = h2_stream_begin,
+    .stream_write = h2_stream_write,
+    .stream_end = h2_stream_end,
     .upgrade = NULL, /* WebSocket stays on HTTP/1.1 */
     .complete = complete,
-    .protocol = protocol,
-    .secure = secure,
-    .peer = peer,
-    .unsent = unsent,
+    .protocol = h2_protocol,
+    .secure = h2_secure,
+    .peer = h2_peer,
+    .unsent = h2_unsent,
 };
