@@ -787,20 +787,23 @@ int flare__chan_submit(flare_app_t *app, flare__chan_msg_t *m, flare_channel_pub
     /* the sequencer: worker 0, for every channel (one queue: a thread's
      * messages keep their order across channels too); in a cluster, a
      * worker that publishes for this thread, chosen by the channel */
-    flare_worker_t *seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
     seq_task_t *t = malloc(sizeof(*t));
     if (t == NULL) {
         flare__chan_msg_unref(m);
         return FLARE_ENOMEM;
     }
-    *t = (seq_task_t){ ca, seq, self, m, cb, ud };
+    *t = (seq_task_t){ ca, NULL, self, m, cb, ud };
     int rc;
     if (self != NULL) {
-        rc = flare__loop_post(&seq->loop, seq_run, t);
+        t->seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
+        rc = flare__loop_post(&t->seq->loop, seq_run, t);
     } else {
-        rc = flare__app_enter(app); /* the workers stay while we are inside */
+        /* the workers stay while we are inside, and exist only then (not
+         * before the run, nor after it) */
+        rc = flare__app_enter(app);
         if (rc == 0) {
-            rc = flare__loop_post(&seq->loop, seq_run, t);
+            t->seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
+            rc = flare__loop_post(&t->seq->loop, seq_run, t);
             flare__app_leave(app);
         }
     }

@@ -268,7 +268,8 @@ flare__chan_msg_t *flare__cl_decode(flare_str_t name, uint64_t offset, flare_str
         return NULL;
     m->offset = offset;
     m->epoch_len = (uint8_t)epoch.len;
-    memcpy(m->epoch, epoch.ptr, epoch.len);
+    if (epoch.len > 0) /* none after an epoch change with no message yet */
+        memcpy(m->epoch, epoch.ptr, epoch.len);
     m->except_inst = exinst;
     m->except_id = exid;
     return m;

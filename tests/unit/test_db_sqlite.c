@@ -456,9 +456,12 @@ static void test_wal_readers_beside_writer(void **state)
     make_path();
     remove_db();
     /* one reader: the long read holds it, so the first INSERT (never seen,
-     * not known to write yet) must be told apart on the idle writer; a
-     * generous queue deadline, as a sanitizer on a loaded machine is slow */
-    flare_db_config_t cfg = { .pool_size = 1, .threads = 3, .queue_timeout_ms = 60000 };
+     * not known to write yet) must be told apart on the idle writer;
+     * generous queue and query deadlines, as a sanitizer on a loaded machine
+     * is slow (the long read passed the default 10 s under ASan at load 8) */
+    flare_db_config_t cfg = {
+        .pool_size = 1, .threads = 3, .queue_timeout_ms = 60000, .query_timeout_ms = 60000
+    };
     char url[96];
     snprintf(url, sizeof(url), "sqlite:%s", dbpath);
     start(url, &cfg, 2);
