@@ -390,7 +390,9 @@ static void worker_trim(flare_worker_t *w)
     w->trimmed += freed;
     if (w->trimmed >= TRIM_RELEASE) {
         w->trimmed = 0;
+#ifndef FLARE__SANITIZED
         malloc_trim(0);
+#endif
     }
 }
 

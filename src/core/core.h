@@ -12,6 +12,26 @@
 #define flare__unlikely(x)   __builtin_expect(!!(x), 0)
 #define FLARE__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* FLARE__ASAN: AddressSanitizer replaces malloc. FLARE__SANITIZED: any
+ * sanitizer that replaces malloc (ASan, TSan). There glibc's malloc is never
+ * called, so the first malloc_trim sets its arena up, and two workers
+ * trimming at once race in that set-up (one walks bins the other has not
+ * filled yet): glibc's malloc functions are not called at all. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FLARE__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLARE__ASAN 1
+#endif
+#endif
+#if defined(FLARE__ASAN) || defined(__SANITIZE_THREAD__)
+#define FLARE__SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FLARE__SANITIZED 1
+#endif
+#endif
+
 /* FNV-1a, 64 bits: the hash of every table keyed by bytes (SQL texts,
  * session ids, channel names, paths). Not for keys an attacker picks to
  * collide where a bucket's length matters: those tables bound their chains. */

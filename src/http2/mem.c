@@ -16,12 +16,8 @@
 
 #include "http2/h2_int.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef FLARE__ASAN
 #define H2M_PASSTHROUGH 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define H2M_PASSTHROUGH 1
-#endif
 #endif
 
 #define H2M_MIN_SHIFT 5            /* 32 bytes */
