@@ -7,6 +7,9 @@
 #   cluster  two instances (--workers 1 each, --cluster redis://...) and a private redis-server
 #            (--save '' --appendonly no): half the subscribers on each (every channel has
 #            subscribers on both), the messages published through both in turn
+#   null     (NULL_FANOUT=1) bench/fanout_null, the same protocol with nothing of a real server
+#            (one thread, edge-triggered epoll, one write per connection per loop turn): the
+#            kernel's cost of the same fan-out, the ceiling any server on this machine meets
 #
 # The load: bench/cluster_client opens SUBS WebSocket subscribers (/sub?ch=N) spread over the
 # channels and the instances, and one control connection (/pub) per instance, through which it
@@ -46,6 +49,7 @@
 # environment: DURATION=5 WARMUP=1 ROUNDS=3 SUBS=1000
 #   SCENARIOS="1:100 1:max 100:2000 100:5000 100:10000 100:max"
 #   WINDOW=20000 SIZE=64 (message bytes) SERVER_CPU=0 CLIENT_CPU=1 REDIS_CPU=1 NICE=-10 RT=0
+#   NULL_FANOUT=0 (1: the null fan-out as a third config in every round)
 #   RESULTS_DIR=... (default bench/results/cluster-<timestamp>/) KEEP_TMP=1 (keep the logs)
 #
 # Output: runs.csv (every run's figures), raw-*.txt (the client's output), env.txt, table.md
@@ -66,6 +70,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 REDIS_CPU=${REDIS_CPU:-1}
 NICE=${NICE:--10}
 RT=${RT:-0}
+NULL_FANOUT=${NULL_FANOUT:-0}
 
 [[ $RT =~ ^[0-9]+$ && $RT -le 99 ]] || die "RT must be 0 (off) or a SCHED_FIFO priority 1..99"
 for v in DURATION ROUNDS SUBS WINDOW SIZE; do
@@ -90,12 +95,13 @@ blog=$BENCH_TMP/build.log
 if ! { cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DFLARE_TESTS=OFF -DFLARE_WERROR=OFF \
     -DFLARE_LTO=ON -DFLARE_FRAME_POINTERS=OFF -DFLARE_SANITIZE= -DFLARE_FUZZ=OFF \
     -DFLARE_EXAMPLES=ON >"$blog" 2>&1 &&
-    cmake --build "$BUILD_DIR" -j2 --target cluster_server cluster_client >>"$blog" 2>&1; }; then
+    cmake --build "$BUILD_DIR" -j2 --target cluster_server cluster_client fanout_null >>"$blog" 2>&1; }; then
     tail -n 20 "$blog" >&2
     die "build failed (see above)"
 fi
 SRV_BIN=$BENCH_BIN/cluster_server
 CLI_BIN=$BENCH_BIN/cluster_client
+NULL_BIN=$BENCH_BIN/fanout_null
 
 [[ -n ${RESULTS_DIR:-} ]] || RESULTS_DIR=$BENCH_ROOT/bench/results/cluster-$(date +%Y%m%d-%H%M%S)
 OUT=$(results_dir)
@@ -106,7 +112,7 @@ if [[ $RT != 0 ]]; then
     PRIO=(chrt -f "$RT")
 fi
 
-read -r REDIS_PORT LOCAL_PORT A_PORT B_PORT <<<"$(free_ports 4)"
+read -r REDIS_PORT LOCAL_PORT A_PORT B_PORT NULL_PORT <<<"$(free_ports 5)"
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 
 mkdir -p "$BENCH_TMP/redis"
@@ -121,12 +127,17 @@ for _ in $(seq 1 100); do
 done
 [[ $(redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]] || die "redis-server did not start"
 
-# start_cs NAME PORT [FLAGS...] -> CS_PID
+# start_cs NAME PORT [FLAGS...] -> CS_PID (NAME null: the null fan-out)
 start_cs() {
     local name=$1 port=$2
     shift 2
-    "${PRIO[@]}" taskset -c "$SERVER_CPU" "$SRV_BIN" --listen "127.0.0.1:$port" --workers 1 "$@" \
-        </dev/null >"$BENCH_TMP/$name.log" 2>&1 &
+    if [[ $name == null ]]; then
+        "${PRIO[@]}" taskset -c "$SERVER_CPU" "$NULL_BIN" --listen "127.0.0.1:$port" \
+            </dev/null >"$BENCH_TMP/$name.log" 2>&1 &
+    else
+        "${PRIO[@]}" taskset -c "$SERVER_CPU" "$SRV_BIN" --listen "127.0.0.1:$port" --workers 1 "$@" \
+            </dev/null >"$BENCH_TMP/$name.log" 2>&1 &
+    fi
     CS_PID=$!
     BENCH_PIDS+=("$CS_PID")
     local deadline=$((SECONDS + 20))
@@ -145,6 +156,11 @@ start_cs cluster-a "$A_PORT" --cluster "$REDIS_URL"
 A_PID=$CS_PID
 start_cs cluster-b "$B_PORT" --cluster "$REDIS_URL"
 B_PID=$CS_PID
+NULL_PID=
+if [[ $NULL_FANOUT == 1 ]]; then
+    start_cs null "$NULL_PORT"
+    NULL_PID=$CS_PID
+fi
 log "local: pid $LOCAL_PID port $LOCAL_PORT; cluster: pids $A_PID $B_PID ports $A_PORT $B_PORT;" \
     "redis-server: pid $REDIS_PID port $REDIS_PORT"
 
@@ -181,6 +197,8 @@ run_one() {
     fi
     if [[ $cfg == local ]]; then
         args+=(--ports "$LOCAL_PORT" --server-pids "$LOCAL_PID")
+    elif [[ $cfg == null ]]; then
+        args+=(--ports "$NULL_PORT" --server-pids "$NULL_PID")
     else
         args+=(--ports "$A_PORT,$B_PORT" --server-pids "$A_PID,$B_PID" --redis-pid "$REDIS_PID")
     fi
@@ -190,7 +208,7 @@ run_one() {
         status=FAILED
         FAILED=$((FAILED + 1))
     fi
-    for p in "$LOCAL_PID" "$A_PID" "$B_PID" "$REDIS_PID"; do
+    for p in "$LOCAL_PID" "$A_PID" "$B_PID" "$REDIS_PID" $NULL_PID; do
         kill -0 "$p" 2>/dev/null || die "process $p died (see $raw and the logs in $BENCH_TMP)"
     done
     line=$(grep -m1 '^RESULT ' "$raw" || true)
@@ -220,6 +238,9 @@ for r in $(seq 1 "$ROUNDS"); do
         for cfg in $order; do
             run_one "$r" "$sc" "$cfg"
         done
+        if [[ $NULL_FANOUT == 1 ]]; then
+            run_one "$r" "$sc" null
+        fi
     done
 done
 
@@ -252,8 +273,10 @@ verdict = []
 for sc in scenarios:
     ch, rate = sc.split(":")
     label = f"max (window {int(window):,})" if rate == "max" else f"{int(rate):,} msg/s"
-    for cfg in ("local", "cluster"):
+    for cfg in ("local", "cluster", "null"):
         v = vals(sc, cfg, "us_per_copy")
+        if cfg == "null" and not v:
+            continue
         rng = f"{min(v):.2f}–{max(v):.2f}" if v else "–"
         redis = fmt(med(sc, cfg, "redis_us_per_msg"), 1) if cfg == "cluster" else ""
         print(f"| {ch} | {label} | {cfg} | {fmt(med(sc, cfg, 'msgs_per_s'))} | {fmt(med(sc, cfg, 'copies_per_s'))} "
@@ -264,6 +287,12 @@ for sc in scenarios:
         return ratio(med(sc, "cluster", f), med(sc, "local", f))
     print(f"| {ch} | {label} | **cluster ÷ local** | {rt('msgs_per_s')} | {rt('copies_per_s')} "
           f"| **{rt('us_per_copy')}** | | {rt('writes_per_copy')} | {rt('p50_us')} | {rt('p99_us')} | | |")
+    if vals(sc, "null", "us_per_copy"):
+        for cfg in ("local", "cluster"):
+            def rn(f):
+                return ratio(med(sc, cfg, f), med(sc, "null", f))
+            print(f"| {ch} | {label} | {cfg} ÷ null | {rn('msgs_per_s')} | {rn('copies_per_s')} "
+                  f"| {rn('us_per_copy')} | | {rn('writes_per_copy')} | {rn('p50_us')} | {rn('p99_us')} | | |")
     c_l, c_c = med(sc, "local", "us_per_copy"), med(sc, "cluster", "us_per_copy")
     if c_l and c_c:
         verdict.append(f"- CPU per copy, {ch} channel(s), {label}: cluster {c_c:.2f} µs ÷ local {c_l:.2f} µs = "
@@ -271,7 +300,8 @@ for sc in scenarios:
     p99c, p99l = med(sc, "cluster", "p99_us"), med(sc, "local", "p99_us")
     if rate != "max" and int(rate) >= 10000 and p99c is not None:
         verdict.append(f"- p99 at {int(rate):,} msg/s, {ch} channel(s), cluster: {p99c / 1000:.2f} ms "
-                       f"(local {ms(p99l)} ms; target ≤ 5 ms: {'met' if p99c <= 5000 else 'MISSED'})")
+                       f"(local {ms(p99l)} ms, null fan-out {ms(med(sc, 'null', 'p99_us'))} ms; "
+                       f"target ≤ 5 ms: {'met' if p99c <= 5000 else 'MISSED'})")
 print()
 print("Targets:")
 print("\n".join(verdict) if verdict else "- (no complete pair of runs)")
