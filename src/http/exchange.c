@@ -61,6 +61,17 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     return ex;
 }
 
+void flare__ex_orphan(flare_worker_t *w, struct flare_req *ex)
+{
+    ex->conn = NULL;
+    ex->flags |= EX_ORPHAN;
+    ex->oprev = NULL;
+    ex->next = w->orphans;
+    if (w->orphans != NULL)
+        w->orphans->oprev = ex;
+    w->orphans = ex;
+}
+
 void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
 {
     /* exchange finished: observers (metrics) */

@@ -209,6 +209,11 @@ _Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compi
 struct flare_req *flare__ex_get(struct flare_worker *w);
 /* Runs the cleanups, resets the arena, recycles it. */
 void flare__ex_put(struct flare_worker *w, struct flare_req *ex);
+/* Its connection or stream is gone while a handler still owes (or is
+ * streaming) the response: it leaves the protocol for the worker's orphan
+ * list, where a late send (or the worker's end) completes and frees it.
+ * The one way an exchange becomes an orphan. */
+void flare__ex_orphan(struct flare_worker *w, struct flare_req *ex);
 
 /* Routes a parsed head: the route (HEAD falls back to GET), the path
  * parameters, the middleware chain (for 404/405 and automatic OPTIONS too). */

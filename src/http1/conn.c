@@ -32,7 +32,6 @@
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
 #define MAX_INFLIGHT 64         /* pipelined requests in flight before we stop reading */
-#define LINGER_MS    2000       /* read-and-discard time after an error response */
 #define MAX_IOV      64
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
@@ -120,14 +119,8 @@ static void conn_end(flare_conn_t *c, bool clean)
          * has seen it, none will send), are freed now */
         if (((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER)) || ex == c->recv)
             flare__ex_put(w, ex);
-        else {
-            ex->flags |= EX_ORPHAN;
-            ex->oprev = NULL;
-            ex->next = w->orphans;
-            if (w->orphans != NULL)
-                w->orphans->oprev = ex;
-            w->orphans = ex;
-        }
+        else
+            flare__ex_orphan(w, ex);
         ex = next;
     }
     c->qhead = c->qtail = c->recv = NULL;
@@ -178,7 +171,7 @@ void flare__conn_free_dead(flare_worker_t *w)
 
 /* Error responses, and closes the server decides (draining), leave the
  * connection through a lingering close: shut the write side so the response
- * is not lost to a RST, then read and discard until EOF or LINGER_MS
+ * is not lost to a RST, then read and discard until EOF or FLARE_LINGER_MS
  * (nginx's lingering_close). When the client asked for the close itself and
  * everything it sent was read, nothing more is coming but its FIN (and TLS
  * close_notify): close at once, as nginx does (lingering_close on). That
@@ -911,14 +904,7 @@ static void stream_gone(flare_conn_t *c)
             c->qtail = prev;
         c->nqueue--;
     }
-    flare_worker_t *w = c->w;
-    ex->conn = NULL;
-    ex->flags |= EX_ORPHAN;
-    ex->oprev = NULL;
-    ex->next = w->orphans;
-    if (w->orphans != NULL)
-        w->orphans->oprev = ex;
-    w->orphans = ex;
+    flare__ex_orphan(c->w, ex);
     flare__ex_body_end(ex, FLARE_ECLOSED);
 }
 
@@ -1067,7 +1053,7 @@ void flare__conn_sweep(flare_worker_t *w)
             if (now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
                 conn_close_clean(c);
         } else if (c->s.sflags & FLARE_S_LINGER) {
-            if (now - t_active > LINGER_MS)
+            if (now - t_active > FLARE_LINGER_MS)
                 flare__conn_close(c);
         } else if (flare__unlikely(flare__stream_handshaking(&c->s))) {
             /* counted from accept: a client trickling its hello gains nothing */

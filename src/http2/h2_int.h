@@ -23,7 +23,6 @@
 #define H2_MAX_EMPTY_DATA    100  /* DATA without payload nor END_STREAM per window */
 #define H2_MAX_WU            1000 /* WINDOW_UPDATE per window, plus two per DATA sent */
 #define H2_MAX_CONT          32   /* CONTINUATION frames in one header block (CVE-2024-27316) */
-#define H2_LINGER_MS         2000
 /* NGHTTP2_ERR_TOO_MANY_CONTINUATIONS, by value: nghttp2 1.61 (and Debian
  * 12's 1.52 with the CVE-2024-28182 fix) ends a header block of more than
  * 8 CONTINUATION frames itself, before H2_MAX_CONT; answered as our own

@@ -134,13 +134,7 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
             ((ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))) {
             flare__ex_put(w, ex);
         } else {
-            ex->conn = NULL;
-            ex->flags |= EX_ORPHAN;
-            ex->oprev = NULL;
-            ex->next = w->orphans;
-            if (w->orphans != NULL)
-                w->orphans->oprev = ex;
-            w->orphans = ex;
+            flare__ex_orphan(w, ex);
         }
     }
     if (st->prev != NULL)
@@ -1120,7 +1114,7 @@ void flare__h2_sweep(flare_conn_t *c)
     const flare_config_t *cfg = &w->app->cfg;
     uint64_t now = w->loop.now;
     if (c->s.sflags & FLARE_S_LINGER) {
-        if (now - c->s.t_active > H2_LINGER_MS)
+        if (now - c->s.t_active > FLARE_LINGER_MS)
             flare__conn_close(c);
         return;
     }

@@ -336,6 +336,10 @@ static inline uint32_t flare__stream_ready(const flare_stream_t *s, uint32_t ev)
  * time is up (flare__stream_linger_read). */
 void flare__stream_linger(flare_stream_t *s);
 
+/* How long a lingering stream waits for the peer's EOF before it closes
+ * anyway: every protocol's error path (HTTP/1.1, HTTP/2, WebSocket). */
+#define FLARE_LINGER_MS 2000
+
 /* In linger: reads and drops input. true when the stream should close now
  * (EOF or an error). */
 bool flare__stream_linger_read(flare_stream_t *s);

@@ -17,7 +17,6 @@
 #include "ws/ws_int.h"
 
 #define BATCH_COPY_MAX 8192 /* in a read batch, frames up to this are queued, not written */
-#define LINGER_MS      2000 /* after our close frame: wait this long for the peer's EOF */
 
 static inline uint64_t now_ms(const flare_ws_t *ws)
 {
@@ -114,7 +113,7 @@ static void maybe_linger(flare_ws_t *ws)
     /* handshake done (or failed) and our close frame is out */
     flare__stream_linger(&ws->s);
     ws->state = WS_LINGER;
-    ws->deadline = now_ms(ws) + LINGER_MS;
+    ws->deadline = now_ms(ws) + FLARE_LINGER_MS;
     ws->s.rlen = ws->s.rpos = 0;
     flare__stream_idle(&ws->s);
 }
