@@ -1,6 +1,7 @@
-/* net/tls.c: the TLS transport driven over a socketpair against an
- * in-process OpenSSL client. Certificates (a CA, ECDSA P-256 and RSA leaves)
- * are made at run time in a temporary directory. */
+/* net/tls.c and net/tls_ctx.c: the TLS transport and the listener's
+ * contexts, driven over a socketpair against an in-process OpenSSL client.
+ * Certificates (a CA, ECDSA P-256 and RSA leaves) are made at run time in
+ * a temporary directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
