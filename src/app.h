@@ -1,6 +1,7 @@
-/* The app and its workers: what app.c wires together (lifecycle, the
- * listeners, the module table, the job pool) and what every layer reaches
- * through a worker (its loop, buffer pool, recycled exchanges). */
+/* The app and its workers: what app.c (the app object), listeners.c,
+ * worker.c and run.c (the lifecycle) wire together (the listeners, the
+ * module table, the job pool) and what every layer reaches through a
+ * worker (its loop, buffer pool, recycled exchanges). */
 #ifndef FLARE_APP_H
 #define FLARE_APP_H
 
@@ -146,14 +147,14 @@ struct flare_worker {
     void *ex_done_ud;
 };
 
-/* app.c: the worker whose thread this is, NULL on every other thread (set
+/* worker.c: the worker whose thread this is, NULL on every other thread (set
  * once when the worker's thread starts, cleared when it ends: no cost per
  * request). An API documented "call on w's thread" compares it with w to
  * refuse a call from elsewhere instead of touching that worker's state
  * from a thread it does not own. */
 extern _Thread_local flare_worker_t *flare__worker_self;
 
-/* app.c: the window in which other threads may reach the workers (see
+/* run.c: the window in which other threads may reach the workers (see
  * flare_app_t.gate). enter: 0, or FLARE_ESTATE when the workers are not up
  * (not started yet, or stopped); every 0 is paired with one leave. */
 int flare__app_enter(flare_app_t *app);

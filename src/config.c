@@ -15,6 +15,7 @@
  *     int milliseconds so that they can be handed to poll-style waits. */
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "app.h"
 
@@ -25,6 +26,25 @@
 #define MAX_HEADERS     65535u
 #define MAX_BODY        ((uint64_t)1 << 40) /* 1 TiB */
 #define MAX_CONN_BODY   ((uint64_t)1 << 42) /* 4 TiB */
+
+void flare_config_init(flare_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->workers = 0;
+    cfg->max_conns = 100000;
+    cfg->header_timeout_ms = 10000;
+    cfg->body_timeout_ms = 30000;
+    cfg->idle_timeout_ms = 60000;
+    cfg->write_timeout_ms = 30000;
+    cfg->drain_timeout_ms = 10000;
+    cfg->max_request_line = 8192;
+    cfg->max_head = 32768;
+    cfg->max_headers = 100;
+    cfg->max_body = 1024 * 1024;
+    cfg->job_threads = 4;
+    cfg->backlog = 4096;
+    cfg->max_conn_body = 0; /* 4 x max_body, whatever max_body becomes (flare_app_new) */
+}
 
 static int too_big(const char *field, uint64_t v, uint64_t max)
 {

@@ -70,7 +70,8 @@ void flare__worker_conn_hold(flare_worker_t *w);
 void flare__worker_conn_release(flare_worker_t *w);
 
 /* The hooks of every registered module, for one worker (init stops at the
- * first failure and returns it) and for the app: what app.c calls. */
+ * first failure and returns it) and for the app: what worker.c and app.c
+ * call. */
 int flare__modules_init_worker(flare_worker_t *w);
 void flare__modules_drain_worker(flare_worker_t *w);
 void flare__modules_dispose_worker(flare_worker_t *w); /* once: later calls do nothing */

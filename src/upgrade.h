@@ -1,5 +1,5 @@
 /* SIGUSR2: the in-process binary upgrade, and systemd's watchdog, both run
- * by the thread in flare_app_run while it waits for a stop (app.c). */
+ * by the thread in flare_app_run while it waits for a stop (run.c). */
 #ifndef FLARE_UPGRADE_H
 #define FLARE_UPGRADE_H
 

@@ -1,5 +1,5 @@
 /* An HTTP/1.1 connection: a stream, the in-order queue of exchanges in
- * flight, and the worker-level calls app.c makes (sweep, drain, close). */
+ * flight, and the worker-level calls worker.c makes (sweep, drain, close). */
 #ifndef FLARE_HTTP1_CONN_H
 #define FLARE_HTTP1_CONN_H
 

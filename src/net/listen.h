@@ -37,7 +37,7 @@ typedef struct flare_listener {
      * binding: owned here until the workers take them (-1 once taken) */
     int *fds;
     unsigned nfds;
-    /* who takes an accepted socket (the protocol above: app.c installs
+    /* who takes an accepted socket (the protocol above: listeners.c installs
      * HTTP/1.1's flare__conn_open); it owns fd from the call on */
     void (*on_accept)(struct flare_worker *w, int fd, const struct sockaddr *sa,
                       const struct flare_listener *l);

@@ -1,6 +1,7 @@
-/* app.c + http1/: the public API driven in-process over real sockets —
- * groups, headers, streaming, borrowed bodies, jobs, posts, cleanup hooks,
- * query parameters, config errors. */
+/* The app (app.c, listeners.c, worker.c, run.c) + http1/: the public API
+ * driven in-process over real sockets — groups, headers, streaming,
+ * borrowed bodies, jobs, posts, cleanup hooks, query parameters, config
+ * errors. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* app.c start and stop under fire: other threads broadcast, post to the
+/* run.c start and stop under fire: other threads broadcast, post to the
  * workers (by index and through a worker pointer kept across runs), queue
  * blocking jobs and read statistics while the app starts and stops in a
  * loop. Every call either works or fails with FLARE_ESTATE; every post that

@@ -1,6 +1,6 @@
-/* module.c: registration, and the lifecycle hooks app.c calls (init on
- * setup, drain when a stop is asked, dispose when a worker ends, free with
- * the app): their order, their threads, a failed init, and draining that
+/* module.c: registration, and the lifecycle hooks worker.c and app.c call
+ * (init on setup, drain when a stop is asked, dispose when a worker ends,
+ * free with the app): their order, their threads, a failed init, and draining that
  * waits for the connections a module holds. */
 #include <pthread.h>
 #include <setjmp.h>

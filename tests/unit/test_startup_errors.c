@@ -1,6 +1,7 @@
-/* app.c failure paths: every system call on the way up either works or
- * fails with a code and a message naming it (flare_last_error) and its errno
- * (flare_last_errno); none leaves flare_app_run waiting forever. Signals
+/* flare_app_run's failure paths (run.c, listeners.c, worker.c): every
+ * system call on the way up either works or fails with a code and a
+ * message naming it (flare_last_error) and its errno (flare_last_errno);
+ * none leaves flare_app_run waiting forever. Signals
  * stop the app from whichever thread the kernel picks. Each case runs in a
  * child process (resource limits, signals, a changed user), watched by an
  * alarm: a hang is a killed child, and a failure. */
