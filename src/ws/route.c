@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ws/ws.h"
 #include "ws/ws_int.h"
 
 /* The app-wide states, reachable from here as long as they exist: until
@@ -331,4 +332,11 @@ int flare_ws_group_route(flare_group_t *g, const char *pattern, const flare_ws_c
     if (g == NULL)
         return flare__fail(FLARE_EINVAL, 0, "flare_ws_group_route: group is NULL");
     return add(g->app, g, pattern, cfg);
+}
+
+unsigned flare__ws_open(const flare_worker_t *w)
+{
+    const ws_app_t *wa = flare__ws_app_state(w->app);
+    const ws_worker_t *ww = wa != NULL ? flare__ws_worker(w, wa) : NULL;
+    return ww != NULL ? ww->nconns : 0;
 }

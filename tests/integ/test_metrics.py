@@ -248,6 +248,26 @@ class Metrics(ServerTestCase):
         self.assertEqual((st, json.loads(body)["status"]), (200, "ready"))
         c.close()
 
+    def test_sse_stream_is_not_a_ws_connection(self):
+        # An open server-sent event stream is held by the worker through a
+        # drain, as a WebSocket is, but flare_ws_connections counts only
+        # WebSocket connections (it counted both once).
+        s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+        try:
+            s.sendall(b"GET /sse?n=2&ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while b"data: 1" not in got:
+                chunk = s.recv(4096)
+                self.assertTrue(chunk, "the stream ended early: %r" % got)
+                got += chunk
+            self.assertTrue(got.startswith(b"HTTP/1.1 200"), got)
+            time.sleep(1.2)  # past a sweep, which samples the gauges
+            mid = self.scrape()
+            self.assertEqual(mid[key("flare_ws_connections")], 0)
+            self.assertGreaterEqual(mid[key("flare_http_connections", state="open")], 1)
+        finally:
+            s.close()
+
     def test_ws_messages_counted(self):
         import wstest
         before = self.scrape()
