@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "flare/flare.h"
-#include "http1/parser.h"
+#include "http/head.h"
 #include "loop/worker.h"
 #include "mw/chain.h"
 #include "net/listen.h"
