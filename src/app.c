@@ -11,6 +11,12 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "app_svc.h"
+#include "loop/worker.h"
+#include "module.h"
+#include "mw/chain.h"
+#include "net/tls.h"
+#include "router/router.h"
 #include "run_int.h"
 
 flare_app_t *flare_app_new(const flare_config_t *cfg)

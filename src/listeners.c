@@ -10,6 +10,9 @@
 
 #include "flare/tls.h"
 #include "app.h"
+#include "loop/worker.h"
+#include "net/listen.h"
+#include "net/tls.h"
 #include "http1/conn.h"
 #include "run_int.h"
 

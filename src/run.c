@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "app_svc.h"
+#include "loop/worker.h"
+#include "net/listen.h"
 #include "run_int.h"
 #include "sd.h"
 #include "upgrade.h"

@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "loop/worker.h"
+#include "net/listen.h"
 #include "sd.h"
 #include "upgrade.h"
 

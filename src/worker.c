@@ -11,6 +11,12 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "app_svc.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
+#include "module.h"
+#include "net/listen.h"
+#include "net/stream.h"
 #include "http1/conn.h"
 #include "http2/h2.h"
 #include "run_int.h"

@@ -46,7 +46,7 @@
 #include <locale.h>
 #include <netinet/in.h>
 
-#include "app.h"
+#include "loop/loop.h"
 #include "data/db_int.h"
 
 #define PG_NO_STMT UINT32_MAX

@@ -26,7 +26,7 @@
 
 #include <hiredis/async.h>
 
-#include "app.h"
+#include "loop/worker.h"
 #include "data/redis_int.h"
 #include "module.h"
 

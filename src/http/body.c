@@ -16,7 +16,9 @@
  *   here as one chunk and the end, with a pause only delaying the end. */
 #include <string.h>
 
-#include "app.h"
+#include "mw/chain.h"
+#include "app_svc.h"
+#include "http/exchange.h"
 
 typedef struct body_route {
     flare_body_route_t r;

@@ -7,6 +7,10 @@
 #include <time.h>
 
 #include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
+#include "mw/chain.h"
+#include "router/router.h"
 #include "obs/metrics.h"
 
 /* The start of the exchange for its observer (the access log's duration):

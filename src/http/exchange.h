@@ -16,7 +16,7 @@
 #include "core/arena.h"
 #include "core/buf.h"
 #include "flare/flare.h"
-#include "http1/parser.h"
+#include "http/head.h"
 #include "router/router.h"
 
 struct flare_req;

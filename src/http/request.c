@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "http/exchange.h"
 
 flare_method_t flare_req_method(const flare_req_t *req)
 {

@@ -9,7 +9,8 @@
 #include <emmintrin.h>
 #endif
 
-#include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
 #include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)

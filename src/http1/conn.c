@@ -27,6 +27,7 @@
 #include "net/tls.h"
 #include "http1/http1.h"
 #include "http1/conn.h"
+#include "http1/parser.h"
 #include "http2/h2.h"
 #include "obs/metrics.h"
 

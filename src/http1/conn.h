@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "app.h"
+#include "loop/worker.h"
 #include "http/exchange.h"
 #include "net/stream.h"
 

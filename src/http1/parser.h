@@ -12,49 +12,7 @@
 #include <stdint.h>
 
 #include "flare/common.h"
-
-#define FLARE_PARSE_ERROR   (-1)
-#define FLARE_PARSE_PARTIAL (-2)
-
-typedef struct flare_http_limits {
-    size_t max_request_line; /* bytes, request line without CRLF (414) */
-    size_t max_head;         /* bytes, whole head incl. request line (431) */
-    size_t max_headers;      /* header fields (431) */
-} flare_http_limits_t;
-
-typedef struct flare_http_head {
-    /* request line */
-    flare_str_t method;       /* the token as sent */
-    flare_method_t method_id; /* FLARE_METHOD_OTHER for unknown tokens */
-    flare_str_t target;       /* request-target as sent */
-    flare_str_t path;         /* target up to '?' (or all of it); absolute-form:
-                                 from the first '/' after the authority (a
-                                 static "/" if none); CONNECT: the authority;
-                                 OPTIONS *: "*" */
-    flare_str_t query;        /* after '?', without it; len 0 if none */
-    int minor;                /* HTTP/1.minor: 0 or 1 (other 1.x treated as 1) */
-
-    /* header fields, in order; array provided by the caller */
-    flare_header_t *headers;
-    size_t nheaders;
-
-    /* framing and connection semantics, derived while parsing */
-    int64_t content_length; /* -1 when absent */
-    flare_str_t host;       /* Host value (len 0 if absent; HTTP/1.0 may omit);
-                               the target's authority for absolute-form */
-    bool chunked;           /* Transfer-Encoding: chunked */
-    bool keep_alive;        /* after Connection: and version defaults */
-    bool expect_continue;   /* Expect: 100-continue */
-    bool upgrade;           /* Connection contains "upgrade" and Upgrade present */
-    bool path_pct;          /* the path has %-escapes (all well-formed: a '%' not
-                               followed by two hex digits before the query is a
-                               400): normalise it before routing
-                               (flare__router_normalize_path) */
-
-    /* on FLARE_PARSE_ERROR */
-    int status;        /* 400, 414, 431, 501, 505, 417 */
-    const char *error; /* short static text naming the problem */
-} flare_http_head_t;
+#include "http/head.h"
 
 /* Parses one request head from buf[0..len).
  * Before the call: head->headers points to an array of at least
@@ -75,10 +33,6 @@ typedef struct flare_http_head {
 int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_t *limits,
                            flare_http_head_t *head);
 
-/* The method id of a method token (FLARE_METHOD_OTHER when unknown):
- * HTTP/2's :method. */
-flare_method_t flare__http_method_id(const char *m, size_t n);
-
 /* Cheap pre-check for callers that receive a head in many small reads:
  * returns true when buf[0..len) may hold a complete head or an error worth
  * reporting now; *scanned is a resume hint (start it at 0 for each new head).
@@ -96,19 +50,6 @@ flare_method_t flare__http_method_id(const char *m, size_t n);
  * the buffered head grows past limits->max_request_line or max_head (where
  * 414 and 431 become certain; once each per head). */
 bool flare__http_head_ready(const char *buf, size_t len, size_t *scanned);
-
-/* Chunked transfer-coding decoder, resumable at any byte boundary. */
-typedef struct flare_chunked {
-    uint8_t state;
-    uint16_t line_len; /* bytes of the current size line */
-    /* bytes of the trailer section consumed so far (its fields and the
-     * final CRLF). The section ends the body, so the bytes a call adds to
-     * it are always the last ones it consumed: a caller that keeps the
-     * trailers takes in[consumed - added, consumed) after each call. */
-    uint32_t trailer_len;
-    uint64_t remaining; /* chunk-size being read, then bytes left in the chunk */
-    uint64_t total;     /* sum of the chunk sizes announced so far (<= max_body) */
-} flare_chunked_t;
 
 enum {
     FLARE_CHUNKED_DATA = 1, /* *data is a view of body bytes inside the input */

@@ -8,6 +8,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
+#include "mw/chain.h"
 
 int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw,
                        const char *who)

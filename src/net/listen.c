@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "loop/worker.h"
+#include "net/listen.h"
 #include "sd.h"
 
 static int ss_port(const struct sockaddr_storage *ss)

@@ -12,12 +12,8 @@
 
 typedef struct flare_tls flare_tls_t;
 
-/* Per-worker counters, written only by their worker (plain loads from
- * other threads are fine for statistics: relaxed atomics). */
-typedef struct flare_tls_counters {
-    _Atomic unsigned long long handshakes, resumed, handshake_errors, handshake_timeouts,
-        plaintext_http;
-} flare_tls_counters_t;
+/* Per-worker counters (loop/worker.h). */
+struct flare_tls_counters;
 
 /* Builds a listener's TLS state from *cfg (copied): loads the
  * certificates, checks each key matches its certificate, sets versions,
@@ -45,7 +41,7 @@ unsigned flare__tls_handshake_timeout(const flare_tls_t *t);
  * stream closes it). The handshake runs inside the first reads. NULL when
  * out of memory. ctr: the accepting worker's counters (kept; must outlive
  * the transport). */
-flare_transport_t *flare__tls_accept(flare_tls_t *t, int fd, flare_tls_counters_t *ctr);
+flare_transport_t *flare__tls_accept(flare_tls_t *t, int fd, struct flare_tls_counters *ctr);
 
 /* The protocol ALPN chose ("" before the handshake or without ALPN), and
  * the name the client asked for with SNI ("" when none). Views valid while

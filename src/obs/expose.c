@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "app_svc.h"
 #include "flare/db.h"
 #include "flare/log.h"
 #include "flare/tls.h"

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "module.h"
 #include "http1/conn.h"
 #include "http1/http1.h"
 #include "obs/metrics_app.h"

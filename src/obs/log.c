@@ -36,6 +36,9 @@
 
 #include "flare/log.h"
 #include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
+#include "module.h"
 #include "obs/logfmt.h"
 #include "obs/ring.h"
 #include "web/random.h"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "module.h"
 #include "http1/conn.h"
 #include "http2/h2.h"
 #include "obs/metrics_app.h"

@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "app.h"
+#include "app_svc.h"
+#include "loop/worker.h"
 #include "flare/log.h"
 #include "flare/redis.h"
 #include "flare/tls.h"

@@ -19,6 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app_svc.h"
+#include "app.h"
+#include "core/core.h"
+#include "loop/worker.h"
+#include "module.h"
 #include "web/channel.h"
 #include "web/random.h"
 #include "ws/frame.h"

@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "flare/flare.h"
 #include "flare/channel.h"
-#include "app.h"
 
 /* Subscriber kinds: the index of each one's shared form in a message. */
 enum { FLARE__CHAN_WS, FLARE__CHAN_SSE, FLARE__CHAN_FN, FLARE__CHAN_KINDS };

@@ -15,6 +15,8 @@
 
 #include <openssl/evp.h>
 
+#include "core/core.h"
+#include "module.h"
 #include "data/redis_int.h"
 #include "flare/metrics.h"
 #include "web/cluster_int.h"

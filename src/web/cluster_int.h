@@ -25,7 +25,6 @@
 
 #include "flare/cluster.h"
 #include "flare/redis.h"
-#include "app.h"
 #include "web/channel.h"
 
 #define FLARE__CL_PREFIX_MAX 64

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
+#include "loop/worker.h"
 #include "web/cluster_int.h"
 
 #define PENDING_MAX 65536 /* messages held for one channel while its gap is read */

@@ -19,7 +19,9 @@
 #include <zlib.h>
 
 #include "flare/compress.h"
-#include "app.h"
+#include "app_svc.h"
+#include "http/exchange.h"
+#include "module.h"
 
 #define DEF_GZIP_LEVEL 6
 #define DEF_BR_QUALITY 4

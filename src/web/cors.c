@@ -3,8 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "flare/middleware.h"
-#include "app.h"
+#include "app_svc.h"
 
 typedef struct cors {
     char **origins; /* exact, owned */

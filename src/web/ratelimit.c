@@ -13,8 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/core.h"
 #include "flare/middleware.h"
-#include "app.h"
+#include "app_svc.h"
 #include "web/ratelimit_int.h"
 
 #define SHARDS      64

@@ -33,8 +33,8 @@
 
 #include <openssl/evp.h>
 
+#include "core/core.h"
 #include "flare/redis.h"
-#include "app.h"
 #include "module.h"
 #include "web/ratelimit_int.h"
 

@@ -2,7 +2,6 @@
 #include <string.h>
 
 #include "flare/middleware.h"
-#include "app.h"
 #include "web/random.h"
 
 static bool id_ok(flare_str_t v)

@@ -5,6 +5,8 @@
 #include "flare/cookie.h"
 #include "flare/rest.h"
 #include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
 
 typedef struct resjson {
     flare_json_t w; /* first: flare_json_end casts back */

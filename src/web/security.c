@@ -2,8 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "flare/middleware.h"
-#include "app.h"
+#include "app_svc.h"
 
 typedef struct sec {
     char *frame, *referrer, *hsts, *csp;

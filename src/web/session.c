@@ -9,7 +9,8 @@
 #include <time.h>
 
 #include "flare/session.h"
-#include "app.h"
+#include "app_svc.h"
+#include "http/exchange.h"
 #include "web/random.h"
 
 #define SID_LEN FLARE__SESSION_ID_HEX_LEN

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "flare/redis.h"
-#include "app.h"
 
 typedef struct rstore {
     flare_redis_t *r;

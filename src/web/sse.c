@@ -24,7 +24,9 @@
 #include <string.h>
 
 #include "flare/sse.h"
-#include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
+#include "module.h"
 #include "obs/metrics.h"
 #include "web/channel.h"
 

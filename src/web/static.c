@@ -12,10 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mw/chain.h"
 #include "core/core.h"
 #include "flare/flare.h"
 #include "flare/static.h"
-#include "app.h"
+#include "app_svc.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
 #include "web/static_int.h"
 #include "web/static_parse.h"
 

@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "http1/parser.h" /* FLARE_PARSE_PARTIAL / FLARE_PARSE_ERROR */
+#include "http/head.h" /* FLARE_PARSE_PARTIAL / FLARE_PARSE_ERROR */
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
+#include "app_svc.h"
+#include "loop/worker.h"
 #include "ws/ws_int.h"
 
 #define ROOM_NAME_MAX 255

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
+#include "http/exchange.h"
+#include "loop/worker.h"
 #include "ws/ws.h"
 #include "ws/ws_int.h"
 

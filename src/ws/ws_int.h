@@ -9,7 +9,8 @@
 #include <zlib.h>
 
 #include "flare/ws.h"
-#include "app.h"
+#include "module.h"
+#include "net/stream.h"
 #include "web/channel.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"

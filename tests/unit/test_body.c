@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "app.h"
+#include "http/exchange.h"
 #include "flare/body.h"
 #include "flare/multipart.h"
 
