@@ -12,7 +12,7 @@
 
 #include "app.h"
 #include "app_svc.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "module.h"
 #include "mw/chain.h"
 #include "net/tls.h"

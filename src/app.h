@@ -1,6 +1,6 @@
 /* The app object: what app.c, listeners.c, worker.c and run.c (the
  * lifecycle) wire together (the listeners, the module table, the job pool)
- * and the few files that read its insides. A worker is loop/worker.h; what
+ * and the few files that read its insides. A worker is worker.h; what
  * the other layers ask of the app is app_svc.h. */
 #ifndef FLARE_APP_H
 #define FLARE_APP_H
@@ -11,7 +11,7 @@
 
 #include "flare/flare.h"
 #include "http/head.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "mw/chain.h"
 #include "net/listen.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 
 #define MAX_WORKERS     1024u
 #define MAX_JOB_THREADS 1024u

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 
 typedef struct job {
     struct job *next;

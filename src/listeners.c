@@ -10,7 +10,7 @@
 
 #include "flare/tls.h"
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "net/listen.h"
 #include "net/tls.h"
 #include "http1/conn.h"

@@ -2,7 +2,7 @@
 #include "module.h"
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot)
 {

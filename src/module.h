@@ -42,7 +42,7 @@ typedef struct flare_module {
  * static const) with its app-wide state, before flare_app_run or between
  * runs. *slot gets the index of its per-worker state. 0, FLARE_EEXIST (m is
  * already registered), FLARE_ESTATE (running), FLARE_ETOOBIG (more than
- * FLARE__MODULES_MAX modules, loop/worker.h). On failure nothing is kept: the caller still
+ * FLARE__MODULES_MAX modules, worker.h). On failure nothing is kept: the caller still
  * owns state. */
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot);
 

@@ -18,7 +18,7 @@
 
 #include "app.h"
 #include "app_svc.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "net/listen.h"
 #include "run_int.h"
 #include "sd.h"

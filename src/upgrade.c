@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "net/listen.h"
 #include "sd.h"
 #include "upgrade.h"

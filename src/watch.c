@@ -10,7 +10,7 @@
 
 #include "core/core.h"
 #include "loop/loop.h"
-#include "loop/worker.h"
+#include "worker.h"
 
 _Static_assert(FLARE_WATCH_READ == FLARE_IO_READ && FLARE_WATCH_WRITE == FLARE_IO_WRITE &&
                    FLARE_WATCH_ERROR == FLARE_IO_ERR && FLARE_WATCH_HUP == FLARE_IO_HUP,

@@ -13,7 +13,7 @@
 #include "app.h"
 #include "app_svc.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "module.h"
 #include "net/listen.h"
 #include "net/stream.h"

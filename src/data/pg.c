@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "core/core.h"
 #include "data/pg_int.h"
 

@@ -26,7 +26,7 @@
 
 #include <hiredis/async.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "data/redis_int.h"
 #include "module.h"
 

@@ -55,7 +55,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "core/clock.h"
 #include "core/core.h"
 #include "data/sqlite_int.h"

@@ -8,7 +8,7 @@
 
 #include "app.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "mw/chain.h"
 #include "router/router.h"
 #include "obs/metrics.h"

@@ -10,7 +10,7 @@
 #endif
 
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)

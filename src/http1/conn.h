@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "http/exchange.h"
 #include "net/stream.h"
 

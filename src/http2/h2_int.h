@@ -5,7 +5,7 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "http/exchange.h"
 #include "http1/conn.h"
 #include "http2/h2.h"

@@ -9,7 +9,7 @@
 
 #include "app.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "mw/chain.h"
 
 int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw,

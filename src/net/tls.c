@@ -24,7 +24,7 @@
 
 #include "core/core.h"
 #include "loop/loop.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "net/tls_int.h"
 
 /* The largest TLS record payload: one SSL_write of at most this many bytes

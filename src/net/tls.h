@@ -12,7 +12,7 @@
 
 typedef struct flare_tls flare_tls_t;
 
-/* Per-worker counters (loop/worker.h). */
+/* Per-worker counters (worker.h). */
 struct flare_tls_counters;
 
 /* Builds a listener's TLS state from *cfg (copied): loads the

@@ -37,7 +37,7 @@
 #include "flare/log.h"
 #include "app.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "module.h"
 #include "obs/logfmt.h"
 #include "obs/ring.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "flare/metrics.h"
 #include "http/exchange.h"
 #include "http2/h2_names.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "obs/settings_int.h"
 
 #define OFF(f)   offsetof(flare_settings_t, f)

@@ -10,7 +10,7 @@
 
 #include "app.h"
 #include "app_svc.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "flare/log.h"
 #include "flare/redis.h"
 #include "flare/tls.h"

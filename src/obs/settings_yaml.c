@@ -8,7 +8,7 @@
 #include <yaml.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "obs/settings_int.h"
 
 typedef struct loader {

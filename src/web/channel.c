@@ -22,7 +22,7 @@
 #include "app_svc.h"
 #include "app.h"
 #include "core/core.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "module.h"
 #include "web/channel.h"
 #include "web/random.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "web/channel.h"
 
 /* ---- positions ---- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "web/cluster_int.h"
 
 static cluster_t *cluster_of(flare_worker_t *w)

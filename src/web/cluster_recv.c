@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "web/cluster_int.h"
 
 #define PENDING_MAX 65536 /* messages held for one channel while its gap is read */

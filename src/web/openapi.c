@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "app.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "core/core.h"
 #include "flare/openapi.h"
 #include "module.h"

@@ -6,7 +6,7 @@
 #include "flare/rest.h"
 #include "app.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 
 typedef struct resjson {
     flare_json_t w; /* first: flare_json_end casts back */

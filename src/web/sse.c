@@ -25,7 +25,7 @@
 
 #include "flare/sse.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "module.h"
 #include "obs/metrics.h"
 #include "web/channel.h"

@@ -13,7 +13,7 @@
 
 #include "app.h"
 #include "app_svc.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "ws/ws_int.h"
 
 #define ROOM_NAME_MAX 255

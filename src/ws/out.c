@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "loop/worker.h"
+#include "worker.h"
 #include "core/sys.h"
 #include "ws/ws_int.h"
 

@@ -7,7 +7,7 @@
 
 #include "app.h"
 #include "http/exchange.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "ws/ws.h"
 #include "ws/ws_int.h"
 

@@ -29,7 +29,7 @@
 #include <openssl/x509v3.h>
 
 #include "loop/loop.h"
-#include "loop/worker.h"
+#include "worker.h"
 #include "net/tls.h"
 
 static char dir[64];

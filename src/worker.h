@@ -3,8 +3,8 @@
  * and the worker services every layer calls. Only core/ and loop/ below it:
  * the layers above are named by forward declaration. worker.c runs it,
  * app.h ties the workers to their app. */
-#ifndef FLARE_LOOP_WORKER_H
-#define FLARE_LOOP_WORKER_H
+#ifndef FLARE_WORKER_H
+#define FLARE_WORKER_H
 
 #include <pthread.h>
 #include <stdatomic.h>
