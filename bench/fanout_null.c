@@ -173,8 +173,8 @@ static void publish(conn_t *pub, const char *cmd)
         }
         size_t n = hl + put_u64(p + hl, s);
         p[n++] = ' ';
-        n += put_u64(p + n,
-                     (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+        n += put_u64(p + n, (unsigned long long)ts.tv_sec * 1000000000ull +
+                                (unsigned long long)ts.tv_nsec);
         p[n] = ' ';
         for (size_t i = 0; i < ch->n; i++)
             out_append(ch->subs[i], p, hl + size);
