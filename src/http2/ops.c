@@ -152,7 +152,12 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
         b.nva[b.n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
     if (clen >= 0 && h2_status_has_body(status)) {
         size_t l = flare__u64toa(num + 4, (uint64_t)clen);
-        b.nva[b.n++] = mknv("content-length", 14, num + 4, l);
+        /* never indexed: a per-response value nghttp2 leaves out of its
+         * dynamic table anyway; the flag spares its encoder the search of
+         * the static table's values (literal with the name's index either
+         * way) */
+        b.nva[b.n] = mknv("content-length", 14, num + 4, l);
+        b.nva[b.n++].flags |= NGHTTP2_NV_FLAG_NO_INDEX;
     }
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
         if (h->name.len != 0)
