@@ -74,6 +74,7 @@ bool flare__h2_content_length(const uint8_t *v, size_t n, int64_t *out);
 
 typedef struct h2_stream {
     struct h2_stream *next, *prev; /* the connection's streams */
+    struct h2_stream *hnext;       /* the connection's table bucket (H2_TAB) */
     struct h2_stream *rnext;       /* ready list */
     struct flare_h2 *h2;
     struct flare_req *ex;
@@ -126,6 +127,7 @@ enum {
 };
 
 #define H2_GAPS 4
+#define H2_TAB  64 /* buckets of the connection's stream table (a power of two) */
 
 typedef struct flare_h2 {
     nghttp2_session *sess;
@@ -133,7 +135,10 @@ typedef struct flare_h2 {
     h2_stream_t *streams;
     unsigned nstreams;
     h2_stream_t *ready, **ready_tail;
-    h2_stream_t *hot; /* the stream last looked up (a block's fields come one by one) */
+    /* the streams by id: bucket (id >> 1) % H2_TAB (client ids are odd and
+     * rising), chained by hnext. Flare's own: nghttp2's stream user data
+     * is a map lookup per access, and three of them per request */
+    h2_stream_t *tab[H2_TAB];
     uint32_t flags;
     uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
     const char *why;

@@ -73,21 +73,21 @@ static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
     if (h2->streams != NULL)
         h2->streams->prev = st;
     h2->streams = st;
+    h2_stream_t **b = &h2->tab[((uint32_t)id >> 1) % H2_TAB];
+    st->hnext = *b;
+    *b = st;
     h2->nstreams++;
     h2->ctr.streams++;
     flare__metrics_h2(w, FLARE__H2C_STREAMS);
     return st;
 }
 
-/* nghttp2_session_get_stream_user_data is a map lookup: the stream of the
- * frame being decoded is asked for once per field. */
-static h2_stream_t *stream_of(flare_h2_t *h2, int32_t id)
+/* The stream of id, or NULL (never opened, refused, or freed). */
+static h2_stream_t *stream_of(const flare_h2_t *h2, int32_t id)
 {
-    if (h2->hot != NULL && h2->hot->id == id)
-        return h2->hot;
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(h2->sess, id);
-    if (st != NULL)
-        h2->hot = st;
+    h2_stream_t *st = h2->tab[((uint32_t)id >> 1) % H2_TAB];
+    while (st != NULL && st->id != id)
+        st = st->hnext;
     return st;
 }
 
@@ -114,8 +114,10 @@ static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
 static void stream_free(flare_h2_t *h2, h2_stream_t *st)
 {
     flare_worker_t *w = h2->c->w;
-    if (h2->hot == st)
-        h2->hot = NULL;
+    h2_stream_t **b = &h2->tab[((uint32_t)st->id >> 1) % H2_TAB];
+    while (*b != st)
+        b = &(*b)->hnext;
+    *b = st->hnext;
     ready_remove(h2, st);
     flare__h2_src_release(st);
     /* its body leaves the budget; the window it held back comes back (the
@@ -313,11 +315,8 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
     }
-    h2_stream_t *st = stream_new(h2, f->hd.stream_id);
-    if (st == NULL)
+    if (stream_new(h2, f->hd.stream_id) == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    nghttp2_session_set_stream_user_data(sess, f->hd.stream_id, st);
-    h2->hot = st;
     return 0;
 }
 
@@ -698,13 +697,11 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud
 
 static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t code, void *ud)
 {
-    (void)code;
+    (void)sess, (void)code;
     flare_h2_t *h2 = ud;
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
-    if (st != NULL) {
-        nghttp2_session_set_stream_user_data(sess, id, NULL);
+    h2_stream_t *st = stream_of(h2, id);
+    if (st != NULL)
         stream_free(h2, st);
-    }
     return 0;
 }
 
@@ -1204,11 +1201,8 @@ void flare__h2_drain(flare_conn_t *c)
 void flare__h2_end(flare_conn_t *c)
 {
     flare_h2_t *h2 = H2(c);
-    while (h2->streams != NULL) {
-        h2_stream_t *st = h2->streams;
-        nghttp2_session_set_stream_user_data(h2->sess, st->id, NULL);
-        stream_free(h2, st);
-    }
+    while (h2->streams != NULL)
+        stream_free(h2, h2->streams);
     h2->ready = NULL;
     h2->ready_tail = &h2->ready;
 }
