@@ -687,10 +687,14 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         if (f->hd.type == NGHTTP2_DATA)
             h2->w_data_out++;
         /* answered before the request ended (413, an early error): tell
-         * the client to stop sending (RFC 9113 8.1) */
-        if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-            nghttp2_session_get_stream_remote_close(sess, f->hd.stream_id) == 0)
-            nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+         * the client to stop sending (RFC 9113 8.1). ST_ENDED_IN is what
+         * nghttp2_session_get_stream_remote_close says (a map lookup) */
+        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            h2_stream_t *st = stream_of(h2, f->hd.stream_id);
+            if (st != NULL && !(st->flags & ST_ENDED_IN))
+                nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                          NGHTTP2_NO_ERROR);
+        }
     }
     return 0;
 }
