@@ -69,6 +69,11 @@ int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size
                           const uint8_t *value, size_t vlen);
 /* the block's required pseudo-headers are there (8.3.1, 8.5 for CONNECT) */
 bool flare__h2_head_ok(uint8_t seen, bool connect);
+/* :path's bytes: H2T_TARGET none is a control byte, space or DEL;
+ * H2T_PLAIN neither is any '?' or '%' (the path is the whole target, with
+ * nothing to decode) */
+enum { H2T_PLAIN = 1u << 0, H2T_TARGET = 1u << 1 };
+unsigned flare__h2_target_class(const uint8_t *p, size_t n);
 /* 1*DIGIT, at most 18 of them */
 bool flare__h2_content_length(const uint8_t *v, size_t n, int64_t *out);
 

@@ -729,6 +729,16 @@ static bool finish_head(h2_stream_t *st)
         flare__h2_error(st, 400, "invalid :path");
         return false;
     }
+    unsigned cls = flare__h2_target_class((const uint8_t *)t, n);
+    if (cls & H2T_PLAIN) {
+        h->path = h->target;
+        h->query = (flare_str_t){ t + n, 0 };
+        return true;
+    }
+    if (!(cls & H2T_TARGET)) {
+        flare__h2_error(st, 400, "invalid :path");
+        return false;
+    }
     const char *q = memchr(t, '?', n);
     size_t plen = q != NULL ? (size_t)(q - t) : n;
     h->path = (flare_str_t){ t, plen };

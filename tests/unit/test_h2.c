@@ -475,6 +475,33 @@ static void test_fields_required(void **state)
     assert_int_equal(v, 999999999999999999LL);
 }
 
+/* :path's bytes in one pass (finish_head): every byte value, at every
+ * position of paths from 1 to 20 bytes (the eight-at-a-time part and the
+ * tail), against the definition byte by byte */
+static void test_target_class(void **state)
+{
+    (void)state;
+    char t[20];
+    for (size_t n = 1; n <= sizeof(t); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(t, 'a', n);
+                t[0] = '/';
+                t[at] = (char)c;
+                bool target = c > 0x20 && c != 0x7f;
+                bool plain = target && c != '%' && c != '?';
+                unsigned want = (plain ? H2T_PLAIN : 0) | (target ? H2T_TARGET : 0);
+                assert_int_equal(flare__h2_target_class((const uint8_t *)t, n), want);
+            }
+        }
+    }
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/plaintext", 10),
+                     H2T_PLAIN | H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a?b=1", 6), H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a%20b", 6), H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a b?c", 6), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_fields_request),
         cmocka_unit_test(test_fields_malformed),
         cmocka_unit_test(test_fields_required),
+        cmocka_unit_test(test_target_class),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
