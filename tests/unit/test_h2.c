@@ -475,6 +475,43 @@ static void test_fields_required(void **state)
     assert_int_equal(v, 999999999999999999LL);
 }
 
+/* A regular field's name and value bytes (checked eight at a time, the
+ * rest one by one): every byte value at every position of names and values
+ * from 1 to 20 bytes, against the definitions byte by byte (a name: token
+ * characters, no upper case; a value: VCHAR, obs-text, SP, HTAB, not at
+ * either end for the blanks) */
+static void test_fields_bytes(void **state)
+{
+    (void)state;
+    static const char tchar[] = "!#$%&'*+-.^_`|~";
+    uint8_t name[20], value[20];
+    for (size_t n = 1; n <= sizeof(name); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(name, 'x', n);
+                name[0] = 'x'; /* not a known name, not a pseudo-header */
+                name[at] = (uint8_t)c;
+                bool tok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                           (c != 0 && strchr(tchar, (int)c) != NULL);
+                bool want = tok && !(at == 0 && c == ':');
+                uint8_t seen = 0;
+                int got = flare__h2_check_field(&seen, false, name, n, (const uint8_t *)"v", 1);
+                if ((got != H2F_BAD) != want)
+                    fail_msg("name of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+                memset(value, 'v', n);
+                value[at] = (uint8_t)c;
+                bool vch = c == '\t' || (c >= 0x20 && c != 0x7f);
+                bool blank = c == ' ' || c == '\t';
+                want = vch && !(blank && (at == 0 || at == n - 1));
+                seen = 0;
+                got = flare__h2_check_field(&seen, false, (const uint8_t *)"x-v", 3, value, n);
+                if ((got != H2F_BAD) != want)
+                    fail_msg("value of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+            }
+        }
+    }
+}
+
 /* :path's bytes in one pass (finish_head): every byte value, at every
  * position of paths from 1 to 20 bytes (the eight-at-a-time part and the
  * tail), against the definition byte by byte */
@@ -524,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_fields_request),
         cmocka_unit_test(test_fields_malformed),
         cmocka_unit_test(test_fields_required),
+        cmocka_unit_test(test_fields_bytes),
         cmocka_unit_test(test_target_class),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
