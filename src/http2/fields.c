@@ -92,6 +92,24 @@ static bool words(const uint8_t *p, size_t n, bool (*ok8)(uint64_t))
     return ok8(load8(p + n - 8)); /* the last word, overlapping */
 }
 
+/* 'a'..'z', '0'..'9', '-', '.', ':' only: a host name or address and a
+ * port (the other authority characters go to the byte loop) */
+static inline bool host8(uint64_t x)
+{
+    uint64_t low = x & ~HIGH;
+    uint64_t az = (low + (0x80 - 'a') * ONES) & ~(low + (0x7f - 'z') * ONES);
+    /* '-' 0x2d .. ':' 0x3a, but '/' 0x2f */
+    uint64_t dc = (low + (0x80 - '-') * ONES) & ~(low + (0x7f - ':') * ONES);
+    uint64_t sl = x ^ ('/' * ONES);
+    uint64_t not_slash = ((sl & ~HIGH) + ~HIGH) | sl; /* high bit: the byte is not '/' */
+    return ((az | (dc & not_slash)) & ~x & HIGH) == HIGH;
+}
+
+static bool authority_ok(const uint8_t *p, size_t n)
+{
+    return words(p, n, host8) || all(p, n, C_AUTH);
+}
+
 static bool name_ok(const uint8_t *p, size_t n)
 {
     return words(p, n, name8) || all(p, n, C_NAME);
@@ -153,7 +171,7 @@ static int pseudo(uint8_t *seen, bool trailer, const uint8_t *name, size_t nlen,
              all(value, vlen, C_SCHEME);
     } else if (IS(name, nlen, ":authority")) {
         kind = H2F_AUTHORITY, bit = H2S_AUTHORITY;
-        ok = all(value, vlen, C_AUTH);
+        ok = authority_ok(value, vlen);
     } else {
         return H2F_BAD; /* unknown, :status, :protocol (not enabled) */
     }

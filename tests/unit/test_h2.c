@@ -512,6 +512,30 @@ static void test_fields_bytes(void **state)
     }
 }
 
+/* :authority's bytes (host names and ports eight at a time, the rest of
+ * RFC 3986's authority characters one by one) */
+static void test_fields_authority(void **state)
+{
+    (void)state;
+    static const char ok[] = "-._~!$&'()*+,;=:@[]%";
+    uint8_t v[20];
+    for (size_t n = 1; n <= sizeof(v); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(v, 'a', n);
+                v[at] = (uint8_t)c;
+                bool want = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || (c != 0 && strchr(ok, (int)c) != NULL);
+                uint8_t seen = 0;
+                int got =
+                    flare__h2_check_field(&seen, false, (const uint8_t *)":authority", 10, v, n);
+                if ((got != H2F_BAD) != want)
+                    fail_msg(":authority of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+            }
+        }
+    }
+}
+
 /* :path's bytes in one pass (finish_head): every byte value, at every
  * position of paths from 1 to 20 bytes (the eight-at-a-time part and the
  * tail), against the definition byte by byte */
@@ -562,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_fields_malformed),
         cmocka_unit_test(test_fields_required),
         cmocka_unit_test(test_fields_bytes),
+        cmocka_unit_test(test_fields_authority),
         cmocka_unit_test(test_target_class),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
