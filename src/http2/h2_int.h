@@ -30,6 +30,7 @@
  * CONTINUATION defence, ENHANCE_YOUR_CALM, not as a protocol error */
 #define H2_ERR_TOO_MANY_CONT (-905)
 #define H2_COPY_MAX          1024 /* borrowed body pieces this small are copied, not queued */
+#define H2_ONE_FRAME         16384 /* a body that fits one DATA frame (SETTINGS_MAX_FRAME_SIZE's least) */
 
 enum { SRC_NONE, SRC_BUF, SRC_REF, SRC_FILE, SRC_STREAM };
 
@@ -181,6 +182,12 @@ typedef struct flare_h2 {
     uint32_t in_left;
     uint8_t in_hd[9];
     uint8_t in_hdlen;
+    /* a PRIORITY frame's stream dependency, gathered as it comes in: bytes
+     * still to come (of 4), the bytes so far, the frame's stream (RFC 9113
+     * 5.3.1: none may depend on itself) */
+    uint8_t prio_left;
+    uint32_t prio_dep;
+    int32_t prio_sid;
     flare_h2_counters_t ctr;
     nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;

@@ -170,6 +170,13 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
     bool with_body = body && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    if (with_body && (clen < 0 || clen > H2_ONE_FRAME)) {
+        /* more than one DATA frame (a file, a stream): incremental (RFC
+         * 9218), so it takes turns with the other streams' DATA instead of
+         * keeping the connection until it is done */
+        static const nghttp2_extpri inc = { NGHTTP2_EXTPRI_DEFAULT_URGENCY, 1 };
+        nghttp2_session_change_extpri_stream_priority(h2->sess, st->id, &inc, 1);
+    }
     int rv = nghttp2_submit_response(h2->sess, st->id, nva, n, with_body ? &prd : NULL);
     if (rv != 0)
         return rv == NGHTTP2_ERR_NOMEM ? FLARE_ENOMEM : FLARE_ESTATE;

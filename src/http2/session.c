@@ -276,6 +276,10 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
     case NGHTTP2_PRIORITY:
         if (++h2->w_prio > H2_MAX_PRIORITY)
             return calm(h2, FLARE__H2F_PRIORITY, "PRIORITY flood");
+        /* RFC 9113 6.3, which nghttp2 no longer checks once RFC 7540's
+         * priorities are off (SETTINGS_NO_RFC7540_PRIORITIES) */
+        if (hd->stream_id == 0)
+            return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY on stream 0");
         break;
     case NGHTTP2_WINDOW_UPDATE:
         if (++h2->w_wu > H2_MAX_WU + 2 * h2->w_data_out)
@@ -952,8 +956,23 @@ static void data_on_closed_stream(flare_h2_t *h2, int32_t id)
  * parses everything. mem_recv's result, or the first error. */
 static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
 {
-    const uint8_t *end = p + len, *fed = p;
+    const uint8_t *end = p + len, *fed = p, *prio_at = p;
     while (p < end) {
+        while (h2->prio_left > 0 && p < end) {
+            h2->prio_dep = h2->prio_dep << 8 | *p++;
+            h2->in_left--;
+            if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
+                /* RFC 9113 5.3.1: a stream error; a connection error here
+                 * (5.4.1), as nghttp2 made it. What came before the frame
+                 * is nghttp2's first. */
+                if (prio_at > fed) {
+                    ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
+                    if (n < 0)
+                        return n;
+                }
+                return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
+            }
+        }
         if (h2->in_left > 0) {
             size_t k = (size_t)(end - p) < h2->in_left ? (size_t)(end - p) : h2->in_left;
             p += k;
@@ -976,11 +995,23 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
             hd = h2->in_hd;
         }
         h2->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-        if (hd[3] != NGHTTP2_DATA)
+        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY)
             continue;
         int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
                                 (uint32_t)hd[7] << 8 | hd[8]) &
                                0x7fffffff);
+        if (hd[3] == NGHTTP2_PRIORITY) {
+            /* its stream dependency (the payload's first 4 bytes, of 5: any
+             * other length is nghttp2's FRAME_SIZE_ERROR) is looked at as
+             * it comes in, maybe in a later read (prio_left) */
+            if (h2->in_left == 5 && id != 0) {
+                prio_at = hs;
+                h2->prio_sid = id;
+                h2->prio_left = 4;
+                h2->prio_dep = 0;
+            }
+            continue;
+        }
         if (hs > fed) {
             ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(hs - fed));
             if (n < 0)
@@ -1122,6 +1153,7 @@ void flare__h2_start(flare_conn_t *c)
         { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW },
         { NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, mhl > UINT32_MAX ? UINT32_MAX : (uint32_t)mhl },
         { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
+        { NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1 },
     };
     if (nghttp2_submit_settings(h2->sess, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0 ||
         nghttp2_session_set_local_window_size(h2->sess, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW) != 0)
