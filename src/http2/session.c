@@ -442,19 +442,26 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
     case H2F_SCHEME:
         return 0;
     case H2F_METHOD:
+        /* a method Flare knows is its static name, not a copy */
+        h->method_id = flare__http_method_id((const char *)value, vlen);
+        if (h->method_id != FLARE_METHOD_OTHER) {
+            h->method = flare_method_name(h->method_id);
+            return 0;
+        }
+        v = adup(ex, value, vlen);
+        if (v.ptr == NULL) /* not empty: fields.c */
+            goto nomem;
+        h->method = v;
+        return 0;
     case H2F_PATH:
     case H2F_AUTHORITY:
         v = adup(ex, value, vlen);
         if (v.ptr == NULL && vlen > 0)
             goto nomem;
-        if (kind == H2F_METHOD) {
-            h->method = v;
-            h->method_id = flare__http_method_id(v.ptr, v.len);
-        } else if (kind == H2F_PATH) {
+        if (kind == H2F_PATH)
             h->target = v;
-        } else {
+        else
             h->host = v;
-        }
         return 0;
     default:
         break;
