@@ -134,17 +134,17 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
             names += h->name.len;
         }
     }
-    flare_h2_nvb_t b = { flare__arena_alloc(&ex->arena, cap * sizeof(nghttp2_nv) + 24 + names), 0,
-                         cap, NULL };
-    if (b.nva == NULL)
+    size_t size = cap * sizeof(nghttp2_nv) + 24 + names;
+    nghttp2_nv *nva = flare__arena_try(&ex->arena, size);
+    if (nva == NULL && (nva = flare__arena_alloc(&ex->arena, size)) == NULL)
         return FLARE_ENOMEM;
+    flare_h2_nvb_t b = { nva, 0, cap, NULL };
     char *num = (char *)(b.nva + cap);
     b.lc = num + 24;
     if (status < 100 || status > 999)
         status = 500;
     num[0] = (char)('0' + status / 100);
-    num[1] = (char)('0' + status / 10 % 10);
-    num[2] = (char)('0' + status % 10);
+    memcpy(num + 1, flare__digits2 + 2 * (status % 100), 2);
     b.nva[b.n++] = mknv(":status", 7, num, 3);
     /* "Date: <date>\r\n" cached per worker per second */
     b.nva[b.n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
@@ -165,7 +165,6 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
         else
             flare__h2_add_block(&b, h->value);
     }
-    nghttp2_nv *nva = b.nva;
     size_t n = b.n;
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
