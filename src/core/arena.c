@@ -8,7 +8,7 @@
 #include "core/core.h"
 
 #define ARENA_CHUNK 4096
-#define ARENA_ALIGN 16
+#define ARENA_ALIGN FLARE_ARENA_ALIGN
 
 struct flare_arena_block {
     flare_arena_block_t *next;

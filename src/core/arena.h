@@ -27,6 +27,26 @@ void flare__arena_init(flare_arena_t *a);
  * block header): a size near SIZE_MAX never wraps into a small block. */
 void *flare__arena_alloc(flare_arena_t *a, size_t size);
 void *flare__arena_dup(flare_arena_t *a, const void *src, size_t size);
+
+#define FLARE_ARENA_ALIGN 16
+
+/* flare__arena_alloc's fast path, inline, for 0 < size <= a few KiB: the
+ * bytes from the current chunk, or NULL when it has not room for them
+ * (flare__arena_alloc then). */
+static inline void *flare__arena_try(flare_arena_t *a, size_t size)
+{
+#ifdef FLARE_ARENA_DEBUG
+    (void)a, (void)size;
+    return NULL;
+#else
+    size_t need = (size + FLARE_ARENA_ALIGN - 1) & ~(size_t)(FLARE_ARENA_ALIGN - 1);
+    if ((size_t)(a->end - a->cur) < need)
+        return NULL;
+    void *p = a->cur;
+    a->cur += need;
+    return p;
+#endif
+}
 /* Frees everything but the first chunk. */
 void flare__arena_reset(flare_arena_t *a);
 

@@ -29,6 +29,7 @@
  * CONTINUATION defence, ENHANCE_YOUR_CALM, not as a protocol error */
 #define H2_ERR_TOO_MANY_CONT (-905)
 #define H2_COPY_MAX          1024 /* borrowed body pieces this small are copied, not queued */
+#define H2_ONE_FRAME         16384 /* a body that fits one DATA frame (SETTINGS_MAX_FRAME_SIZE's least) */
 
 enum { SRC_NONE, SRC_BUF, SRC_REF, SRC_FILE, SRC_STREAM };
 
@@ -68,11 +69,17 @@ int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size
                           const uint8_t *value, size_t vlen);
 /* the block's required pseudo-headers are there (8.3.1, 8.5 for CONNECT) */
 bool flare__h2_head_ok(uint8_t seen, bool connect);
+/* :path's bytes: H2T_TARGET none is a control byte, space or DEL;
+ * H2T_PLAIN neither is any '?' or '%' (the path is the whole target, with
+ * nothing to decode) */
+enum { H2T_PLAIN = 1u << 0, H2T_TARGET = 1u << 1 };
+unsigned flare__h2_target_class(const uint8_t *p, size_t n);
 /* 1*DIGIT, at most 18 of them */
 bool flare__h2_content_length(const uint8_t *v, size_t n, int64_t *out);
 
 typedef struct h2_stream {
     struct h2_stream *next, *prev; /* the connection's streams */
+    struct h2_stream *hnext;       /* the connection's table bucket (H2_TAB) */
     struct h2_stream *rnext;       /* ready list */
     struct flare_h2 *h2;
     struct flare_req *ex;
@@ -125,6 +132,7 @@ enum {
 };
 
 #define H2_GAPS 4
+#define H2_TAB  64 /* buckets of the connection's stream table (a power of two) */
 
 typedef struct flare_h2 {
     nghttp2_session *sess;
@@ -132,7 +140,10 @@ typedef struct flare_h2 {
     h2_stream_t *streams;
     unsigned nstreams;
     h2_stream_t *ready, **ready_tail;
-    h2_stream_t *hot; /* the stream last looked up (a block's fields come one by one) */
+    /* the streams by id: bucket (id >> 1) % H2_TAB (client ids are odd and
+     * rising), chained by hnext. Flare's own: nghttp2's stream user data
+     * is a map lookup per access, and three of them per request */
+    h2_stream_t *tab[H2_TAB];
     uint32_t flags;
     uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
     const char *why;
@@ -170,6 +181,12 @@ typedef struct flare_h2 {
     uint32_t in_left;
     uint8_t in_hd[9];
     uint8_t in_hdlen;
+    /* a PRIORITY frame's stream dependency, gathered as it comes in: bytes
+     * still to come (of 4), the bytes so far, the frame's stream (RFC 9113
+     * 5.3.1: none may depend on itself) */
+    uint8_t prio_left;
+    uint32_t prio_dep;
+    int32_t prio_sid;
     flare_h2_counters_t ctr;
     nghttp2_mem mem; /* the session's allocator (mem.c) */
 } flare_h2_t;

@@ -44,25 +44,76 @@ struct flare_h2_mem {
 };
 
 #ifndef H2M_PASSTHROUGH
+#define H2M_MAX_SIZE ((size_t)1 << (H2M_MIN_SHIFT + H2M_CLASSES - 1))
+
 static size_t cls_size(unsigned cls)
 {
     return (size_t)1 << (cls + H2M_MIN_SHIFT);
 }
 
-static unsigned size_cls(size_t size)
+/* the blocks a class keeps on its list at most */
+static uint32_t cls_keep(unsigned cls)
+{
+    return H2M_KEEP >> (cls + H2M_MIN_SHIFT);
+}
+
+/* size <= H2M_MAX_SIZE: the class of the smallest power of two holding it */
+static inline unsigned size_cls(size_t size)
 {
     if (size <= ((size_t)1 << H2M_MIN_SHIFT))
         return 0;
-    /* the smallest power of two holding size, as a class */
-    unsigned cls = (unsigned)(64 - __builtin_clzll((unsigned long long)(size - 1))) - H2M_MIN_SHIFT;
-    return cls < H2M_CLASSES ? cls : H2M_BIG;
+    return (unsigned)(64 - __builtin_clzll((unsigned long long)(size - 1))) - H2M_MIN_SHIFT;
 }
 
-static flare_h2_mem_t *pool(flare_worker_t *w)
+/* A block from a class's list, or NULL: the hot path, a few instructions
+ * (nghttp2 asks for about five blocks per request and frees as many). */
+static inline void *take(flare_h2_mem_t *m, size_t size)
+{
+    if (flare__unlikely(m == NULL || size > H2M_MAX_SIZE))
+        return NULL;
+    unsigned cls = size_cls(size);
+    h2m_hdr_t *b = m->free[cls];
+    if (flare__unlikely(b == NULL))
+        return NULL;
+    m->free[cls] = b->h.next;
+    if (--m->nfree[cls] < m->low[cls])
+        m->low[cls] = m->nfree[cls];
+    return b + 1;
+}
+
+/* A new block: of its class's size (kept on the list once freed), or, too
+ * large for a class, of its own size. Out of line: the callers of take()
+ * stay leaves. */
+__attribute__((cold, noinline)) static void *fresh(flare_worker_t *w, size_t size)
 {
     if (w->h2mem == NULL)
         w->h2mem = calloc(1, sizeof(*w->h2mem));
-    return w->h2mem;
+    unsigned cls = w->h2mem != NULL && size <= H2M_MAX_SIZE ? size_cls(size) : H2M_BIG;
+    size_t real = cls != H2M_BIG ? cls_size(cls) : size;
+    if (real > UINT32_MAX - sizeof(h2m_hdr_t))
+        return NULL;
+    h2m_hdr_t *b = malloc(sizeof(*b) + real);
+    if (b == NULL)
+        return NULL;
+    b->h.cls = cls;
+    b->h.size = (uint32_t)real;
+    return b + 1;
+}
+
+static inline void give(flare_worker_t *w, void *ptr)
+{
+    if (ptr == NULL)
+        return;
+    h2m_hdr_t *b = (h2m_hdr_t *)ptr - 1;
+    flare_h2_mem_t *m = w->h2mem;
+    unsigned cls = b->h.cls;
+    if (flare__unlikely(cls == H2M_BIG || m == NULL || m->nfree[cls] >= cls_keep(cls))) {
+        free(b);
+        return;
+    }
+    b->h.next = m->free[cls];
+    m->free[cls] = b;
+    m->nfree[cls]++;
 }
 #endif
 
@@ -72,27 +123,8 @@ void *flare__h2_malloc(flare_worker_t *w, size_t size)
     (void)w;
     return malloc(size);
 #else
-    unsigned cls = size_cls(size);
-    flare_h2_mem_t *m = cls != H2M_BIG ? pool(w) : NULL;
-    h2m_hdr_t *b;
-    if (m != NULL && m->free[cls] != NULL) {
-        b = m->free[cls];
-        m->free[cls] = b->h.next;
-        if (--m->nfree[cls] < m->low[cls])
-            m->low[cls] = m->nfree[cls];
-        return b + 1;
-    }
-    if (m == NULL)
-        cls = H2M_BIG;
-    size_t real = cls != H2M_BIG ? cls_size(cls) : size;
-    if (real > UINT32_MAX - sizeof(*b))
-        return NULL;
-    b = malloc(sizeof(*b) + real);
-    if (b == NULL)
-        return NULL;
-    b->h.cls = cls;
-    b->h.size = (uint32_t)real;
-    return b + 1;
+    void *p = take(w->h2mem, size);
+    return flare__likely(p != NULL) ? p : fresh(w, size);
 #endif
 }
 
@@ -102,18 +134,7 @@ void flare__h2_mfree(flare_worker_t *w, void *ptr)
     (void)w;
     free(ptr);
 #else
-    if (ptr == NULL)
-        return;
-    h2m_hdr_t *b = (h2m_hdr_t *)ptr - 1;
-    flare_h2_mem_t *m = w->h2mem;
-    unsigned cls = b->h.cls;
-    if (cls == H2M_BIG || m == NULL || (size_t)(m->nfree[cls] + 1) * cls_size(cls) > H2M_KEEP) {
-        free(b);
-        return;
-    }
-    b->h.next = m->free[cls];
-    m->free[cls] = b;
-    m->nfree[cls]++;
+    give(w, ptr);
 #endif
 }
 

@@ -134,17 +134,17 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
             names += h->name.len;
         }
     }
-    flare_h2_nvb_t b = { flare__arena_alloc(&ex->arena, cap * sizeof(nghttp2_nv) + 24 + names), 0,
-                         cap, NULL };
-    if (b.nva == NULL)
+    size_t size = cap * sizeof(nghttp2_nv) + 24 + names;
+    nghttp2_nv *nva = flare__arena_try(&ex->arena, size);
+    if (nva == NULL && (nva = flare__arena_alloc(&ex->arena, size)) == NULL)
         return FLARE_ENOMEM;
+    flare_h2_nvb_t b = { nva, 0, cap, NULL };
     char *num = (char *)(b.nva + cap);
     b.lc = num + 24;
     if (status < 100 || status > 999)
         status = 500;
     num[0] = (char)('0' + status / 100);
-    num[1] = (char)('0' + status / 10 % 10);
-    num[2] = (char)('0' + status % 10);
+    memcpy(num + 1, flare__digits2 + 2 * (status % 100), 2);
     b.nva[b.n++] = mknv(":status", 7, num, 3);
     /* "Date: <date>\r\n" cached per worker per second */
     b.nva[b.n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
@@ -152,7 +152,12 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
         b.nva[b.n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
     if (clen >= 0 && h2_status_has_body(status)) {
         size_t l = flare__u64toa(num + 4, (uint64_t)clen);
-        b.nva[b.n++] = mknv("content-length", 14, num + 4, l);
+        /* never indexed: a per-response value nghttp2 leaves out of its
+         * dynamic table anyway; the flag spares its encoder the search of
+         * the static table's values (literal with the name's index either
+         * way) */
+        b.nva[b.n] = mknv("content-length", 14, num + 4, l);
+        b.nva[b.n++].flags |= NGHTTP2_NV_FLAG_NO_INDEX;
     }
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next) {
         if (h->name.len != 0)
@@ -160,11 +165,17 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
         else
             flare__h2_add_block(&b, h->value);
     }
-    nghttp2_nv *nva = b.nva;
     size_t n = b.n;
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
     bool with_body = body && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    if (with_body && (clen < 0 || clen > H2_ONE_FRAME)) {
+        /* more than one DATA frame (a file, a stream): incremental (RFC
+         * 9218), so it takes turns with the other streams' DATA instead of
+         * keeping the connection until it is done */
+        static const nghttp2_extpri inc = { NGHTTP2_EXTPRI_DEFAULT_URGENCY, 1 };
+        nghttp2_session_change_extpri_stream_priority(h2->sess, st->id, &inc, 1);
+    }
     int rv = nghttp2_submit_response(h2->sess, st->id, nva, n, with_body ? &prd : NULL);
     if (rv != 0)
         return rv == NGHTTP2_ERR_NOMEM ? FLARE_ENOMEM : FLARE_ESTATE;

@@ -73,21 +73,21 @@ static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
     if (h2->streams != NULL)
         h2->streams->prev = st;
     h2->streams = st;
+    h2_stream_t **b = &h2->tab[((uint32_t)id >> 1) % H2_TAB];
+    st->hnext = *b;
+    *b = st;
     h2->nstreams++;
     h2->ctr.streams++;
     flare__metrics_h2(w, FLARE__H2C_STREAMS);
     return st;
 }
 
-/* nghttp2_session_get_stream_user_data is a map lookup: the stream of the
- * frame being decoded is asked for once per field. */
-static h2_stream_t *stream_of(flare_h2_t *h2, int32_t id)
+/* The stream of id, or NULL (never opened, refused, or freed). */
+static h2_stream_t *stream_of(const flare_h2_t *h2, int32_t id)
 {
-    if (h2->hot != NULL && h2->hot->id == id)
-        return h2->hot;
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(h2->sess, id);
-    if (st != NULL)
-        h2->hot = st;
+    h2_stream_t *st = h2->tab[((uint32_t)id >> 1) % H2_TAB];
+    while (st != NULL && st->id != id)
+        st = st->hnext;
     return st;
 }
 
@@ -114,8 +114,10 @@ static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
 static void stream_free(flare_h2_t *h2, h2_stream_t *st)
 {
     flare_worker_t *w = h2->c->w;
-    if (h2->hot == st)
-        h2->hot = NULL;
+    h2_stream_t **b = &h2->tab[((uint32_t)st->id >> 1) % H2_TAB];
+    while (*b != st)
+        b = &(*b)->hnext;
+    *b = st->hnext;
     ready_remove(h2, st);
     flare__h2_src_release(st);
     /* its body leaves the budget; the window it held back comes back (the
@@ -268,6 +270,10 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
     case NGHTTP2_PRIORITY:
         if (++h2->w_prio > H2_MAX_PRIORITY)
             return calm(h2, FLARE__H2F_PRIORITY, "PRIORITY flood");
+        /* RFC 9113 6.3, which nghttp2 no longer checks once RFC 7540's
+         * priorities are off (SETTINGS_NO_RFC7540_PRIORITIES) */
+        if (hd->stream_id == 0)
+            return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY on stream 0");
         break;
     case NGHTTP2_WINDOW_UPDATE:
         if (++h2->w_wu > H2_MAX_WU + 2 * h2->w_data_out)
@@ -307,17 +313,54 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
     }
-    h2_stream_t *st = stream_new(h2, f->hd.stream_id);
-    if (st == NULL)
+    if (stream_new(h2, f->hd.stream_id) == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    nghttp2_session_set_stream_user_data(sess, f->hd.stream_id, st);
-    h2->hot = st;
     return 0;
 }
 
-static flare_str_t adup(struct flare_req *ex, const uint8_t *p, size_t n)
+/* Copies n <= 32 bytes by words, the last ones overlapping those before
+ * (no call to memcpy, no byte loop but for n < 4). */
+static inline void copy32(char *d, const uint8_t *p, size_t n)
 {
-    char *d = flare__arena_dup(&ex->arena, (const char *)p, n);
+    uint64_t a, b;
+    if (n >= 16) {
+        uint64_t c, e;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + 8, 8);
+        memcpy(&c, p + n - 16, 8);
+        memcpy(&e, p + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + 8, &b, 8);
+        memcpy(d + n - 16, &c, 8);
+        memcpy(d + n - 8, &e, 8);
+    } else if (n >= 8) {
+        memcpy(&a, p, 8);
+        memcpy(&b, p + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, p, 4);
+        memcpy(&y, p + n - 4, 4);
+        memcpy(d, &x, 4);
+        memcpy(d + n - 4, &y, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = (char)p[i];
+    }
+}
+
+/* A field's name or value into the exchange's arena; inline for the
+ * common case (a short one, room in the current chunk): a call to the
+ * arena and one to memcpy cost more than the copy. */
+__attribute__((always_inline)) static inline flare_str_t adup(struct flare_req *ex,
+                                                              const uint8_t *p, size_t n)
+{
+    char *d = n <= 32 ? flare__arena_try(&ex->arena, n | 1) : NULL;
+    if (d != NULL)
+        copy32(d, p, n);
+    else
+        d = flare__arena_dup(&ex->arena, (const char *)p, n);
     return d != NULL ? (flare_str_t){ d, n } : FLARE_STR_NULL;
 }
 
@@ -393,19 +436,26 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
     case H2F_SCHEME:
         return 0;
     case H2F_METHOD:
+        /* a method Flare knows is its static name, not a copy */
+        h->method_id = flare__http_method_id((const char *)value, vlen);
+        if (h->method_id != FLARE_METHOD_OTHER) {
+            h->method = flare_method_name(h->method_id);
+            return 0;
+        }
+        v = adup(ex, value, vlen);
+        if (v.ptr == NULL) /* not empty: fields.c */
+            goto nomem;
+        h->method = v;
+        return 0;
     case H2F_PATH:
     case H2F_AUTHORITY:
         v = adup(ex, value, vlen);
         if (v.ptr == NULL && vlen > 0)
             goto nomem;
-        if (kind == H2F_METHOD) {
-            h->method = v;
-            h->method_id = flare__http_method_id(v.ptr, v.len);
-        } else if (kind == H2F_PATH) {
+        if (kind == H2F_PATH)
             h->target = v;
-        } else {
+        else
             h->host = v;
-        }
         return 0;
     default:
         break;
@@ -682,23 +732,25 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         if (f->hd.type == NGHTTP2_DATA)
             h2->w_data_out++;
         /* answered before the request ended (413, an early error): tell
-         * the client to stop sending (RFC 9113 8.1) */
-        if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-            nghttp2_session_get_stream_remote_close(sess, f->hd.stream_id) == 0)
-            nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+         * the client to stop sending (RFC 9113 8.1). ST_ENDED_IN is what
+         * nghttp2_session_get_stream_remote_close says (a map lookup) */
+        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            h2_stream_t *st = stream_of(h2, f->hd.stream_id);
+            if (st != NULL && !(st->flags & ST_ENDED_IN))
+                nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                          NGHTTP2_NO_ERROR);
+        }
     }
     return 0;
 }
 
 static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t code, void *ud)
 {
-    (void)code;
+    (void)sess, (void)code;
     flare_h2_t *h2 = ud;
-    h2_stream_t *st = nghttp2_session_get_stream_user_data(sess, id);
-    if (st != NULL) {
-        nghttp2_session_set_stream_user_data(sess, id, NULL);
+    h2_stream_t *st = stream_of(h2, id);
+    if (st != NULL)
         stream_free(h2, st);
-    }
     return 0;
 }
 
@@ -719,6 +771,16 @@ static bool finish_head(h2_stream_t *st)
     const char *t = h->target.ptr;
     size_t n = h->target.len;
     if (n == 0 || (t[0] != '/' && !(n == 1 && t[0] == '*'))) {
+        flare__h2_error(st, 400, "invalid :path");
+        return false;
+    }
+    unsigned cls = flare__h2_target_class((const uint8_t *)t, n);
+    if (cls & H2T_PLAIN) {
+        h->path = h->target;
+        h->query = (flare_str_t){ t + n, 0 };
+        return true;
+    }
+    if (!(cls & H2T_TARGET)) {
         flare__h2_error(st, 400, "invalid :path");
         return false;
     }
@@ -895,8 +957,23 @@ static void data_on_closed_stream(flare_h2_t *h2, int32_t id)
  * parses everything. mem_recv's result, or the first error. */
 static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
 {
-    const uint8_t *end = p + len, *fed = p;
+    const uint8_t *end = p + len, *fed = p, *prio_at = p;
     while (p < end) {
+        while (h2->prio_left > 0 && p < end) {
+            h2->prio_dep = h2->prio_dep << 8 | *p++;
+            h2->in_left--;
+            if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
+                /* RFC 9113 5.3.1: a stream error; a connection error here
+                 * (5.4.1), as nghttp2 made it. What came before the frame
+                 * is nghttp2's first. */
+                if (prio_at > fed) {
+                    ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
+                    if (n < 0)
+                        return n;
+                }
+                return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
+            }
+        }
         if (h2->in_left > 0) {
             size_t k = (size_t)(end - p) < h2->in_left ? (size_t)(end - p) : h2->in_left;
             p += k;
@@ -919,11 +996,23 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
             hd = h2->in_hd;
         }
         h2->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-        if (hd[3] != NGHTTP2_DATA)
+        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY)
             continue;
         int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
                                 (uint32_t)hd[7] << 8 | hd[8]) &
                                0x7fffffff);
+        if (hd[3] == NGHTTP2_PRIORITY) {
+            /* its stream dependency (the payload's first 4 bytes, of 5: any
+             * other length is nghttp2's FRAME_SIZE_ERROR) is looked at as
+             * it comes in, maybe in a later read (prio_left) */
+            if (h2->in_left == 5 && id != 0) {
+                prio_at = hs;
+                h2->prio_sid = id;
+                h2->prio_left = 4;
+                h2->prio_dep = 0;
+            }
+            continue;
+        }
         if (hs > fed) {
             ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(hs - fed));
             if (n < 0)
@@ -1065,6 +1154,7 @@ void flare__h2_start(flare_conn_t *c)
         { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW },
         { NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, mhl > UINT32_MAX ? UINT32_MAX : (uint32_t)mhl },
         { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
+        { NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1 },
     };
     if (nghttp2_submit_settings(h2->sess, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0 ||
         nghttp2_session_set_local_window_size(h2->sess, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW) != 0)
@@ -1198,11 +1288,8 @@ void flare__h2_drain(flare_conn_t *c)
 void flare__h2_end(flare_conn_t *c)
 {
     flare_h2_t *h2 = H2(c);
-    while (h2->streams != NULL) {
-        h2_stream_t *st = h2->streams;
-        nghttp2_session_set_stream_user_data(h2->sess, st->id, NULL);
-        stream_free(h2, st);
-    }
+    while (h2->streams != NULL)
+        stream_free(h2, h2->streams);
     h2->ready = NULL;
     h2->ready_tail = &h2->ready;
 }

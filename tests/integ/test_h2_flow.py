@@ -19,9 +19,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
 import h2util  # noqa: E402
-from h2util import (DATA, END_STREAM, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE,  # noqa: E402
-                    MAX_CONCURRENT_STREAMS, NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, RST_STREAM,
-                    err_name, rst_stream, window_update)
+from h2util import (DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS,  # noqa: E402
+                    INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS, NO_ERROR, PROTOCOL_ERROR,
+                    REFUSED_STREAM, RST_STREAM, err_name, frame, rst_stream, window_update)
 
 HELLO = b"Hello, World!"
 STATIC = flaretest.temp_dir("flare-h2-static-")
@@ -86,6 +86,27 @@ class Flow(h2util.H2TestCase):
         got = b"".join(body)
         self.assertEqual(len(got), len(BIG))
         self.assertTrue(got == BIG, "static file bytes differ")
+
+    def test_large_response_takes_turns(self):
+        # a 2 MiB file and a small response asked for in one write, the
+        # client's windows wide open: the file's DATA takes turns with the
+        # other stream's (RFC 9218 incremental: Flare's responses of more than
+        # one DATA frame), it does not keep the connection until it is done
+        c = self.raw(settings=[(INITIAL_WINDOW_SIZE, (1 << 31) - 1)])
+        c.send(window_update(0, (1 << 31) - 1 - 65535))
+
+        def get(path):
+            return c.encode([(":method", "GET"), (":scheme", "http"), (":authority", "localhost"),
+                             (":path", path)])
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, get("/static/2m.bin")) +
+               frame(HEADERS, END_STREAM | END_HEADERS, 3, get("/plaintext")))
+        status, _, body, _ = c.response(3, timeout=20)
+        self.assertEqual((status, body), (200, HELLO))
+        self.assertFalse(c.streams.get(1, {}).get("ended"),
+                         "the 2 MiB response ended before the small one asked for with it")
+        status, _, body, _ = c.response(1, timeout=20)
+        self.assertEqual((status, len(body)), (200, len(BIG)))
+        self.assertTrue(body == BIG, "static file bytes differ")
 
     def test_static_file_with_h2connection(self):
         c = self.client()

@@ -9,6 +9,7 @@ a stream error."""
 import os
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flaretest  # noqa: E402
@@ -228,6 +229,35 @@ class BadFrames(h2util.H2TestCase):
         f = c.until(lambda x: x.type in (GOAWAY, RST_STREAM), what="PROTOCOL_ERROR for self-dependency")
         code = struct.unpack(">I", f.payload[-4:] if f.type == RST_STREAM else f.payload[4:8])[0]
         self.assertEqual(code, PROTOCOL_ERROR, c.history())
+
+    def test_priority_depending_on_itself_in_pieces(self):
+        # the same with the frame cut where a read may end: in its header,
+        # before, inside and after the stream dependency (RFC 7540's
+        # priorities are off, SETTINGS_NO_RFC7540_PRIORITIES: Flare checks
+        # the dependency itself, as the bytes come)
+        for cut in (4, 9, 11, 13):
+            c = self.raw()
+            c.alive_check(1)
+            f = h2util.priority(3, dep=3)
+            c.send(f[:cut])
+            time.sleep(0.05)
+            c.send(f[cut:])
+            c.expect_goaway(PROTOCOL_ERROR)
+            c.close()
+
+    def test_priority_in_pieces(self):
+        # a PRIORITY frame on another stream, cut the same ways, then a
+        # request: nothing but the response happens
+        c = self.raw()
+        sid = 1
+        for cut in (4, 9, 11, 13):
+            f = h2util.priority(sid + 2, dep=sid)
+            c.send(f[:cut])
+            time.sleep(0.05)
+            c.send(f[cut:])
+            c.alive_check(sid)
+            sid += 2
+        self.assertIsNone(c.goaway, c.history())
 
     def test_padding_longer_than_payload(self):
         c = self.raw()

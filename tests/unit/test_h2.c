@@ -475,6 +475,94 @@ static void test_fields_required(void **state)
     assert_int_equal(v, 999999999999999999LL);
 }
 
+/* A regular field's name and value bytes (checked eight at a time, the
+ * rest one by one): every byte value at every position of names and values
+ * from 1 to 20 bytes, against the definitions byte by byte (a name: token
+ * characters, no upper case; a value: VCHAR, obs-text, SP, HTAB, not at
+ * either end for the blanks) */
+static void test_fields_bytes(void **state)
+{
+    (void)state;
+    static const char tchar[] = "!#$%&'*+-.^_`|~";
+    uint8_t name[20], value[20];
+    for (size_t n = 1; n <= sizeof(name); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(name, 'x', n);
+                name[0] = 'x'; /* not a known name, not a pseudo-header */
+                name[at] = (uint8_t)c;
+                bool tok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                           (c != 0 && strchr(tchar, (int)c) != NULL);
+                bool want = tok && !(at == 0 && c == ':');
+                uint8_t seen = 0;
+                int got = flare__h2_check_field(&seen, false, name, n, (const uint8_t *)"v", 1);
+                if ((got != H2F_BAD) != want)
+                    fail_msg("name of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+                memset(value, 'v', n);
+                value[at] = (uint8_t)c;
+                bool vch = c == '\t' || (c >= 0x20 && c != 0x7f);
+                bool blank = c == ' ' || c == '\t';
+                want = vch && !(blank && (at == 0 || at == n - 1));
+                seen = 0;
+                got = flare__h2_check_field(&seen, false, (const uint8_t *)"x-v", 3, value, n);
+                if ((got != H2F_BAD) != want)
+                    fail_msg("value of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+            }
+        }
+    }
+}
+
+/* :authority's bytes (host names and ports eight at a time, the rest of
+ * RFC 3986's authority characters one by one) */
+static void test_fields_authority(void **state)
+{
+    (void)state;
+    static const char ok[] = "-._~!$&'()*+,;=:@[]%";
+    uint8_t v[20];
+    for (size_t n = 1; n <= sizeof(v); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(v, 'a', n);
+                v[at] = (uint8_t)c;
+                bool want = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || (c != 0 && strchr(ok, (int)c) != NULL);
+                uint8_t seen = 0;
+                int got =
+                    flare__h2_check_field(&seen, false, (const uint8_t *)":authority", 10, v, n);
+                if ((got != H2F_BAD) != want)
+                    fail_msg(":authority of %zu bytes, 0x%02x at %zu: %d", n, c, at, got);
+            }
+        }
+    }
+}
+
+/* :path's bytes in one pass (finish_head): every byte value, at every
+ * position of paths from 1 to 20 bytes (the eight-at-a-time part and the
+ * tail), against the definition byte by byte */
+static void test_target_class(void **state)
+{
+    (void)state;
+    char t[20];
+    for (size_t n = 1; n <= sizeof(t); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (unsigned c = 0; c < 256; c++) {
+                memset(t, 'a', n);
+                t[0] = '/';
+                t[at] = (char)c;
+                bool target = c > 0x20 && c != 0x7f;
+                bool plain = target && c != '%' && c != '?';
+                unsigned want = (plain ? H2T_PLAIN : 0) | (target ? H2T_TARGET : 0);
+                assert_int_equal(flare__h2_target_class((const uint8_t *)t, n), want);
+            }
+        }
+    }
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/plaintext", 10),
+                     H2T_PLAIN | H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a?b=1", 6), H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a%20b", 6), H2T_TARGET);
+    assert_int_equal(flare__h2_target_class((const uint8_t *)"/a b?c", 6), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +585,9 @@ int main(void)
         cmocka_unit_test(test_fields_request),
         cmocka_unit_test(test_fields_malformed),
         cmocka_unit_test(test_fields_required),
+        cmocka_unit_test(test_fields_bytes),
+        cmocka_unit_test(test_fields_authority),
+        cmocka_unit_test(test_target_class),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
