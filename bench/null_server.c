@@ -6,7 +6,18 @@
  * "\r\n\r\n" and that many copies of the canned response go out in a single write(). What
  * any real server costs beyond this is the price of being a real server.
  *
- *   null_server --listen HOST:PORT [--content-type TYPE] [--body TEXT | --body-file PATH]
+ *   null_server --listen HOST:PORT [--io epoll|uring] [--content-type TYPE]
+ *               [--body TEXT | --body-file PATH]
+ *
+ * --io uring (built when liburing is there: bench/CMakeLists.txt) answers the same way on the
+ * io_uring design a completion backend would use, the ceiling for one: multishot accept;
+ * multishot receive into a ring of provided buffers (set up by hand: Debian's liburing 2.3
+ * has no io_uring_setup_buf_ring), each buffer handed back as soon as it is scanned; one send
+ * per connection per loop turn from the canned run (never more than one in flight: the next
+ * goes when it completes); one io_uring_submit_and_wait per turn; SINGLE_ISSUER and
+ * DEFER_TASKRUN where the kernel has them, the ring's fd registered. Connections keep being
+ * read while output is owed (a client that stops reading holds only its own send). The
+ * signalfd is read through the ring too.
  *
  * The canned response is "200 OK" with Content-Type TYPE (default text/plain) and the body
  * TEXT or the contents of PATH (default "Hello, World!"; a file may hold any bytes): bench/run.sh
@@ -30,6 +41,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +62,11 @@ struct conn {
     size_t owed;     /* response bytes still to write */
     uint8_t matched; /* bytes of "\r\n\r\n" matched at the end of the last read */
     uint8_t open;
+    /* --io uring only */
+    uint8_t recving; /* a multishot receive is armed */
+    uint8_t sending; /* a send is in flight */
+    uint8_t closing; /* close once nothing is in flight */
+    uint8_t dirty;   /* on the list of connections with output to queue */
 };
 
 static struct conn *conns;
@@ -246,6 +263,242 @@ static void on_accept(int ep, int lfd)
     }
 }
 
+#ifdef NULL_URING
+#include <liburing.h>
+#include <sys/mman.h>
+
+/* ---- --io uring ---- */
+
+enum { U_ACCEPT = 1, U_RECV, U_SEND, U_SIGNAL };
+#define U_DATA(type, fd) (((uint64_t)(type) << 32) | (uint32_t)(fd))
+#define U_ENTRIES        4096
+#define U_NBUFS          2048 /* provided buffers (a power of two) */
+#define U_BUF_SIZE       4096
+#define U_BGID           1
+
+static struct io_uring ring;
+static struct io_uring_buf_ring *br;
+static char *bufbase;
+static int *dirty;
+static size_t ndirty, dirty_cap;
+
+static struct io_uring_sqe *u_sqe(void)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+    if (!sqe) {
+        io_uring_submit(&ring);
+        sqe = io_uring_get_sqe(&ring);
+        if (!sqe)
+            die("io_uring_get_sqe");
+    }
+    return sqe;
+}
+
+static void u_arm_accept(int lfd)
+{
+    struct io_uring_sqe *sqe = u_sqe();
+    io_uring_prep_multishot_accept(sqe, lfd, NULL, NULL, SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(sqe, U_DATA(U_ACCEPT, lfd));
+}
+
+static void u_arm_recv(int fd, struct conn *c)
+{
+    struct io_uring_sqe *sqe = u_sqe();
+    io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = U_BGID;
+    io_uring_sqe_set_data64(sqe, U_DATA(U_RECV, fd));
+    c->recving = 1;
+}
+
+static void u_send(int fd, struct conn *c)
+{
+    size_t phase = (response_len - c->owed % response_len) % response_len;
+    size_t avail = out_copies * response_len;
+    size_t len = c->owed < avail ? c->owed : avail;
+    struct io_uring_sqe *sqe = u_sqe();
+    io_uring_prep_send(sqe, fd, out + phase, len, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, U_DATA(U_SEND, fd));
+    c->sending = 1;
+}
+
+static void u_mark_dirty(int fd, struct conn *c)
+{
+    if (c->dirty)
+        return;
+    if (ndirty == dirty_cap) {
+        dirty_cap = dirty_cap ? dirty_cap * 2 : 1024;
+        dirty = realloc(dirty, dirty_cap * sizeof *dirty);
+        if (!dirty)
+            die("realloc");
+    }
+    dirty[ndirty++] = fd;
+    c->dirty = 1;
+}
+
+/* Closes once neither the receive nor a send is in flight (a closed fd's
+ * multishot receive would keep the socket alive: shutdown ends it first). */
+static void u_close(int fd, struct conn *c)
+{
+    if (c->recving || c->sending) {
+        if (!c->closing)
+            shutdown(fd, SHUT_RDWR);
+        c->closing = 1;
+        return;
+    }
+    close(fd);
+    memset(c, 0, sizeof *c);
+}
+
+static void u_setup_buffers(void)
+{
+    size_t ring_sz = U_NBUFS * sizeof(struct io_uring_buf);
+    br = mmap(NULL, ring_sz, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+    if (br == MAP_FAILED)
+        die("mmap");
+    struct io_uring_buf_reg reg = { .ring_addr = (unsigned long)br,
+                                    .ring_entries = U_NBUFS,
+                                    .bgid = U_BGID };
+    int rc = io_uring_register_buf_ring(&ring, &reg, 0);
+    if (rc < 0) {
+        errno = -rc;
+        die("io_uring_register_buf_ring");
+    }
+    io_uring_buf_ring_init(br);
+    bufbase = malloc((size_t)U_NBUFS * U_BUF_SIZE);
+    if (!bufbase)
+        die("malloc");
+    int mask = io_uring_buf_ring_mask(U_NBUFS);
+    for (int i = 0; i < U_NBUFS; i++)
+        io_uring_buf_ring_add(br, bufbase + (size_t)i * U_BUF_SIZE, U_BUF_SIZE, (unsigned short)i,
+                              mask, i);
+    io_uring_buf_ring_advance(br, U_NBUFS);
+}
+
+static void u_on_recv(int fd, struct io_uring_cqe *cqe)
+{
+    struct conn *c = conn_get(fd);
+    int res = cqe->res;
+    if (res > 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
+        unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        char *buf = bufbase + (size_t)bid * U_BUF_SIZE;
+        size_t n = c->closing ? 0 : count_requests(buf, (size_t)res, &c->matched);
+        io_uring_buf_ring_add(br, buf, U_BUF_SIZE, (unsigned short)bid,
+                              io_uring_buf_ring_mask(U_NBUFS), 0);
+        io_uring_buf_ring_advance(br, 1);
+        if (n) {
+            c->owed += n * response_len;
+            u_mark_dirty(fd, c);
+        }
+    }
+    if (!(cqe->flags & IORING_CQE_F_MORE)) {
+        c->recving = 0;
+        if (c->closing)
+            u_close(fd, c);
+        else if (res > 0 || res == -ENOBUFS)
+            u_arm_recv(fd, c); /* the multishot ended early (no buffer, or the kernel's choice) */
+        else
+            u_close(fd, c); /* EOF or an error */
+    }
+}
+
+static void u_on_send(int fd, int res)
+{
+    struct conn *c = conn_get(fd);
+    c->sending = 0;
+    if (res < 0) {
+        c->owed = 0;
+        u_close(fd, c);
+        return;
+    }
+    c->owed -= (size_t)res;
+    if (c->closing)
+        u_close(fd, c);
+    else if (c->owed)
+        u_mark_dirty(fd, c);
+}
+
+static int run_uring(int lfd, int sfd)
+{
+    struct io_uring_params p = { .flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN };
+    int rc = io_uring_queue_init_params(U_ENTRIES, &ring, &p);
+    if (rc == -EINVAL) { /* an older kernel: without them */
+        p = (struct io_uring_params){ 0 };
+        rc = io_uring_queue_init_params(U_ENTRIES, &ring, &p);
+    }
+    if (rc < 0) {
+        errno = -rc;
+        die("io_uring_queue_init");
+    }
+    io_uring_register_ring_fd(&ring); /* fewer fd lookups per enter; optional */
+    u_setup_buffers();
+    out_reserve(out_initial_copies()); /* never grown while sends point into it */
+
+    u_arm_accept(lfd);
+    struct signalfd_siginfo si;
+    struct io_uring_sqe *sqe = u_sqe();
+    io_uring_prep_read(sqe, sfd, &si, sizeof si, 0);
+    io_uring_sqe_set_data64(sqe, U_DATA(U_SIGNAL, sfd));
+
+    for (;;) {
+        for (size_t i = 0; i < ndirty; i++) {
+            struct conn *c = conn_get(dirty[i]);
+            c->dirty = 0;
+            if (c->owed && !c->sending && !c->closing)
+                u_send(dirty[i], c);
+        }
+        ndirty = 0;
+        rc = io_uring_submit_and_wait(&ring, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+            errno = -rc;
+            die("io_uring_submit_and_wait");
+        }
+        unsigned head, seen = 0;
+        struct io_uring_cqe *cqe;
+        io_uring_for_each_cqe(&ring, head, cqe)
+        {
+            seen++;
+            uint64_t ud = io_uring_cqe_get_data64(cqe);
+            int type = (int)(ud >> 32), fd = (int)(uint32_t)ud;
+            switch (type) {
+            case U_ACCEPT:
+                if (cqe->res >= 0) {
+                    int one = 1;
+                    setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    struct conn *c = conn_get(cqe->res);
+                    memset(c, 0, sizeof *c);
+                    c->open = 1;
+                    u_arm_recv(cqe->res, c);
+                }
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    u_arm_accept(lfd);
+                break;
+            case U_RECV:
+                u_on_recv(fd, cqe);
+                break;
+            case U_SEND:
+                u_on_send(fd, cqe->res);
+                break;
+            case U_SIGNAL:
+                io_uring_cq_advance(&ring, seen);
+                for (size_t k = 0; k < conns_cap; k++)
+                    if (conns[k].open)
+                        close((int)k);
+                io_uring_queue_exit(&ring);
+                close(lfd);
+                free(conns);
+                free(out);
+                free(response);
+                free(bufbase);
+                free(dirty);
+                return 0;
+            }
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+}
+#endif
+
 static int listen_on(const char *spec)
 {
     char host[256];
@@ -294,7 +547,7 @@ static int listen_on(const char *spec)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: null_server --listen HOST:PORT [--content-type TYPE]"
+    fprintf(f, "usage: null_server --listen HOST:PORT [--io epoll|uring] [--content-type TYPE]"
                " [--body TEXT | --body-file PATH]\n");
 }
 
@@ -351,11 +604,14 @@ int main(int argc, char **argv)
     const char *ctype = "text/plain";
     const char *body_text = "Hello, World!";
     const char *body_path = NULL;
+    const char *io = "epoll";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc)
             listen_spec = argv[++i];
         else if (!strncmp(argv[i], "--listen=", 9))
             listen_spec = argv[i] + 9;
+        else if (!strcmp(argv[i], "--io") && i + 1 < argc)
+            io = argv[++i];
         else if (!strcmp(argv[i], "--content-type") && i + 1 < argc)
             ctype = argv[++i];
         else if (!strcmp(argv[i], "--body") && i + 1 < argc)
@@ -374,6 +630,17 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    bool uring = !strcmp(io, "uring");
+    if (!uring && strcmp(io, "epoll") != 0) {
+        fprintf(stderr, "null_server: --io wants epoll or uring, got '%s'\n", io);
+        return 2;
+    }
+#ifndef NULL_URING
+    if (uring) {
+        fprintf(stderr, "null_server: built without liburing: --io uring is not available\n");
+        return 2;
+    }
+#endif
     if (body_path) {
         size_t len;
         char *b = read_file(body_path, &len);
@@ -400,6 +667,10 @@ int main(int argc, char **argv)
         die("signalfd");
 
     int lfd = listen_on(listen_spec);
+#ifdef NULL_URING
+    if (uring)
+        return run_uring(lfd, sfd);
+#endif
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
         die("epoll_create1");

@@ -53,8 +53,9 @@ cluster_pkgs=("${build_pkgs[@]}" redis-server nginx-light)
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl doxygen)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
 # nghttp2-client: h2load, the HTTP/2 load generator.
+# liburing-dev: bench/null_server's io_uring mode (the io_uring ceiling).
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
-    openssl nghttp2-client)
+    openssl nghttp2-client liburing-dev)
 
 mode=${1:-build}
 needs_locale=0
