@@ -482,6 +482,7 @@ FLARE_API unsigned flare_worker_id(const flare_worker_t *w);
  * first. */
 #include "flare/body.h"
 #include "flare/channel.h"
+#include "flare/client.h"
 #include "flare/cluster.h"
 #include "flare/compress.h"
 #include "flare/cookie.h"

@@ -1,0 +1,1259 @@
+/* flare/client.h: HTTP/1.1 requests from a worker's loop.
+ *
+ * Per worker and per client: origins (scheme, host, port), each with its
+ * resolved address, a list of idle keep-alive connections, a count of
+ * open ones and a queue of calls waiting for one. A call takes an idle
+ * connection, or opens one while the origin is under its limit, or waits.
+ * A connection is a socket (TLS through OpenSSL directly on it), a watcher
+ * and a receive buffer; it serves one call at a time.
+ *
+ * A call's life: waiting (for the name, for a connection) -> connecting ->
+ * TLS handshake -> sending -> waiting for the first byte -> receiving ->
+ * the callback. One timer per call enforces the phase's timeout and the
+ * total. The answer's head is read by http1/resp_head.h's strict parser,
+ * a chunked body by the server's own decoder.
+ *
+ * Built on the public loop handles (flare/loop.h: watchers, timers) and
+ * the blocking-job pool for name resolution: nothing here reaches into the
+ * server's connection code. */
+#include "flare/client.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/url.h"
+#include "core/core.h"
+#include "flare/loop.h"
+#include "http1/parser.h"
+#include "http1/resp_head.h"
+#include "module.h"
+#include "worker.h"
+
+#define CLIENT_MAX_FIELDS 100
+#define DNS_CACHE_MS      30000
+#define SWEEP_MS          1000
+
+static const flare_http_limits_t resp_limits = { .max_request_line = 8192,
+                                                 .max_head = 65536,
+                                                 .max_headers = CLIENT_MAX_FIELDS };
+
+typedef struct origin origin_t;
+typedef struct cconn cconn_t;
+typedef struct cworker cworker_t;
+
+struct flare_client {
+    flare_client_t *next; /* the app's clients */
+    unsigned index;
+    flare_client_config_t cfg;
+    char *ca_file;
+    SSL_CTX *ssl_ctx;
+};
+
+/* The app's clients (the module's state). */
+typedef struct client_set {
+    flare_client_t *head;
+    unsigned n;
+    unsigned slot;
+} client_set_t;
+
+struct cworker {
+    cworker_t *next;
+    flare_client_t *cl;
+    flare_worker_t *w;
+    origin_t *origins;
+    flare_timer_t *sweep; /* closes idle pooled connections */
+    flare_timer_t *kick;  /* starts the calls made since the last turn */
+    bool disposing;
+};
+
+typedef struct rjob rjob_t;
+
+struct origin {
+    origin_t *next;
+    cworker_t *cw;
+    char *host; /* NUL-terminated */
+    uint16_t port;
+    bool tls, ip6;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    uint64_t addr_until; /* ms; 0: not resolved (a literal address never expires) */
+    rjob_t *resolving;
+    cconn_t *idle; /* idle keep-alive connections, most recent first */
+    cconn_t *all;  /* every open connection (all_next) */
+    bool failing;  /* failing the waiting calls: no new resolution */
+    unsigned nconns;
+    flare_client_call_t *wait_head, *wait_tail;
+    SSL_SESSION *session; /* for resumption */
+};
+
+enum { S_CONNECTING, S_HANDSHAKE, S_SEND, S_RECV, S_IDLE };
+
+struct cconn {
+    cconn_t *next; /* idle list */
+    cconn_t *all_next;
+    origin_t *o;
+    int fd;
+    flare_watch_t *watch;
+    SSL *ssl;
+    int state;
+    flare_client_call_t *call;
+    char *buf;
+    size_t len, cap;
+    bool reused; /* it served an answer: a close before the next is a stale connection */
+    uint64_t idle_since;
+};
+
+struct flare_client_call {
+    flare_client_call_t *next; /* the origin's wait queue */
+    cworker_t *cw;
+    origin_t *o;
+    cconn_t *conn;
+    char *out; /* the request, serialized */
+    size_t outlen, sent;
+    bool head_req, idempotent, retried, waiting;
+    flare_client_fn cb;
+    void *ud;
+    flare_timer_t *timer;
+    uint64_t deadline; /* the total, ms */
+    uint64_t phase_deadline;
+    /* the answer */
+    bool have_head, got_byte;
+    int status;
+    bool keep_alive;
+    flare_resp_body_t body_kind;
+    int64_t content_length;
+    flare_header_t *fields; /* copied out of the buffer */
+    size_t nfields;
+    flare_chunked_t ch;
+    char *body;
+    size_t body_len, body_cap;
+};
+
+static _Thread_local char err_text[256];
+
+static void set_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void set_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_text, sizeof(err_text), fmt, ap);
+    va_end(ap);
+}
+
+const char *flare_client_error_text(void)
+{
+    return err_text;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- connections ---- */
+
+static void conn_io(flare_watch_t *wt, unsigned events, void *ud);
+static void call_fail(flare_client_call_t *call, int rc);
+static void origin_dispatch(origin_t *o);
+static void call_start_send(flare_client_call_t *call);
+
+static void conn_close(cconn_t *c)
+{
+    origin_t *o = c->o;
+    /* off the idle list */
+    for (cconn_t **pp = &o->idle; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    for (cconn_t **pp = &o->all; *pp != NULL; pp = &(*pp)->all_next) {
+        if (*pp == c) {
+            *pp = c->all_next;
+            break;
+        }
+    }
+    flare_watch_free(c->watch);
+    if (c->ssl != NULL)
+        SSL_free(c->ssl);
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->buf);
+    free(c);
+    o->nconns--;
+}
+
+static void phase(flare_client_call_t *call, unsigned ms)
+{
+    uint64_t now = now_ms();
+    call->phase_deadline = ms ? now + ms : UINT64_MAX;
+    uint64_t next = call->phase_deadline < call->deadline ? call->phase_deadline : call->deadline;
+    flare_timer_start(call->timer, next > now ? next - now : 0);
+}
+
+static int conn_want(cconn_t *c, unsigned events)
+{
+    return flare_watch_set(c->watch, events);
+}
+
+/* The socket as an OpenSSL error says, or errno. */
+static void tls_err(const char *what)
+{
+    unsigned long e = ERR_get_error();
+    char buf[160];
+    if (e != 0)
+        ERR_error_string_n(e, buf, sizeof(buf));
+    else
+        snprintf(buf, sizeof(buf), "%s", errno ? strerror(errno) : "connection closed");
+    ERR_clear_error();
+    set_err("%s: %s", what, buf);
+}
+
+static void handshake(cconn_t *c)
+{
+    flare_client_call_t *call = c->call;
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        call_start_send(call);
+        return;
+    }
+    int e = SSL_get_error(c->ssl, r);
+    if (e == SSL_ERROR_WANT_READ) {
+        conn_want(c, FLARE_WATCH_READ);
+        return;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        conn_want(c, FLARE_WATCH_WRITE);
+        return;
+    }
+    long v = SSL_get_verify_result(c->ssl);
+    if (v != X509_V_OK)
+        set_err("TLS handshake with %s:%u: certificate: %s", c->o->host, c->o->port,
+                X509_verify_cert_error_string(v));
+    else
+        tls_err("TLS handshake");
+    call_fail(call, FLARE_ETLS);
+}
+
+static int tls_setup(cconn_t *c, flare_client_t *cl)
+{
+    origin_t *o = c->o;
+    c->ssl = SSL_new(cl->ssl_ctx);
+    if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1)
+        return FLARE_ENOMEM;
+    SSL_set_connect_state(c->ssl);
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL_set_alpn_protos(c->ssl, alpn, sizeof(alpn) - 1);
+    struct in6_addr a6;
+    struct in_addr a4;
+    bool literal = inet_pton(AF_INET, o->host, &a4) == 1 || inet_pton(AF_INET6, o->host, &a6) == 1;
+    if (literal) {
+        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), o->host) != 1)
+            return FLARE_ETLS;
+    } else {
+        SSL_set_tlsext_host_name(c->ssl, o->host);
+        if (SSL_set1_host(c->ssl, o->host) != 1)
+            return FLARE_ETLS;
+    }
+    if (o->session != NULL)
+        SSL_set_session(c->ssl, o->session);
+    return 0;
+}
+
+/* Opens a new connection to o for call. */
+static void conn_open(origin_t *o, flare_client_call_t *call)
+{
+    cconn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        call_fail(call, FLARE_ENOMEM);
+        return;
+    }
+    c->o = o;
+    c->fd = socket(o->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    o->nconns++;
+    c->all_next = o->all;
+    o->all = c;
+    call->conn = c;
+    c->call = call;
+    if (c->fd < 0) {
+        set_err("socket: %s", strerror(errno));
+        call_fail(call, FLARE_ESYS);
+        return;
+    }
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(c->fd, (struct sockaddr *)&o->addr, o->addrlen) != 0 && errno != EINPROGRESS) {
+        set_err("connect to %s:%u: %s", o->host, o->port, strerror(errno));
+        call_fail(call, FLARE_ESYS);
+        return;
+    }
+    c->state = S_CONNECTING;
+    int rc = flare_watch_new(call->cw->w, c->fd, FLARE_WATCH_WRITE, conn_io, c, &c->watch);
+    if (rc == 0 && o->tls)
+        rc = tls_setup(c, call->cw->cl);
+    if (rc != 0) {
+        set_err("connection set-up: %s", flare_strerror(rc));
+        call_fail(call, rc);
+        return;
+    }
+    phase(call, call->cw->cl->cfg.connect_timeout_ms);
+}
+
+/* ---- calls ---- */
+
+static void call_free(flare_client_call_t *call)
+{
+    flare_timer_free(call->timer);
+    free(call->out);
+    free(call->fields);
+    free(call->body);
+    free(call);
+}
+
+static void wait_remove(flare_client_call_t *call)
+{
+    origin_t *o = call->o;
+    flare_client_call_t *prev = NULL;
+    for (flare_client_call_t *x = o->wait_head; x != NULL; prev = x, x = x->next) {
+        if (x == call) {
+            if (prev != NULL)
+                prev->next = x->next;
+            else
+                o->wait_head = x->next;
+            if (o->wait_tail == x)
+                o->wait_tail = prev;
+            break;
+        }
+    }
+    call->next = NULL;
+    call->waiting = false;
+}
+
+/* Ends call with an error: its connection (whose state is unknown) is
+ * closed, the callback runs, the call is freed. */
+static void call_fail(flare_client_call_t *call, int rc)
+{
+    origin_t *o = call->o;
+    if (call->waiting)
+        wait_remove(call);
+    if (call->conn != NULL) {
+        cconn_t *c = call->conn;
+        call->conn = NULL;
+        c->call = NULL;
+        conn_close(c);
+    }
+    if (err_text[0] == '\0')
+        set_err("%s", flare_strerror(rc));
+    flare_client_fn cb = call->cb;
+    void *ud = call->ud;
+    call_free(call);
+    cb(rc, NULL, ud);
+    err_text[0] = '\0';
+    origin_dispatch(o); /* a slot may have opened */
+}
+
+static void call_done(flare_client_call_t *call, bool reusable)
+{
+    cconn_t *c = call->conn;
+    origin_t *o = call->o;
+    call->conn = NULL;
+    c->call = NULL;
+    if (c->ssl != NULL && o->session == NULL)
+        o->session = SSL_get1_session(c->ssl);
+    if (reusable && call->keep_alive) {
+        c->state = S_IDLE;
+        c->reused = true;
+        c->len = 0;
+        c->idle_since = now_ms();
+        c->next = o->idle;
+        o->idle = c;
+        conn_want(c, FLARE_WATCH_READ); /* a close or stray bytes: closed */
+    } else {
+        conn_close(c);
+    }
+    flare_timer_stop(call->timer);
+    flare_client_res_t res = { .status = call->status,
+                               .headers = call->fields,
+                               .nheaders = call->nfields,
+                               .body = { call->body ? call->body : "", call->body_len } };
+    call->cb(0, &res, call->ud);
+    call_free(call);
+    origin_dispatch(o);
+}
+
+static void call_start_send(flare_client_call_t *call)
+{
+    cconn_t *c = call->conn;
+    c->state = S_SEND;
+    call->sent = 0;
+    phase(call, call->cw->cl->cfg.idle_timeout_ms);
+    conn_want(c, FLARE_WATCH_WRITE);
+}
+
+/* Gives call a connection, or queues it. */
+static void call_acquire(flare_client_call_t *call)
+{
+    origin_t *o = call->o;
+    if (o->idle != NULL) {
+        cconn_t *c = o->idle;
+        o->idle = c->next;
+        c->next = NULL;
+        c->call = call;
+        call->conn = c;
+        call_start_send(call);
+        return;
+    }
+    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+    if (resolved && o->nconns < call->cw->cl->cfg.max_per_origin) {
+        conn_open(o, call);
+        return;
+    }
+    call->waiting = true;
+    call->next = NULL;
+    if (o->wait_tail != NULL)
+        o->wait_tail->next = call;
+    else
+        o->wait_head = call;
+    o->wait_tail = call;
+    if (!resolved)
+        origin_dispatch(o); /* starts the resolution */
+}
+
+/* ---- name resolution (the job pool) ---- */
+
+struct rjob {
+    origin_t *o; /* NULL once the origin is gone: the result is dropped */
+    char *host;
+    char port[8];
+    int rc;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char why[128];
+};
+
+static void resolve_work(void *ud)
+{
+    rjob_t *j = ud;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC,
+                              .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG };
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(j->host, j->port, &hints, &res);
+    if (g != 0 || res == NULL) {
+        j->rc = FLARE_ENOTFOUND;
+        snprintf(j->why, sizeof(j->why), "%s", g != 0 ? gai_strerror(g) : "no address");
+    } else {
+        memcpy(&j->addr, res->ai_addr, res->ai_addrlen);
+        j->addrlen = res->ai_addrlen;
+    }
+    if (res != NULL)
+        freeaddrinfo(res);
+}
+
+static void resolve_done(void *ud)
+{
+    rjob_t *j = ud;
+    origin_t *o = j->o;
+    if (o != NULL) {
+        o->resolving = NULL;
+        if (j->rc != 0) {
+            /* every call waiting for the name fails */
+            o->failing = true;
+            while (o->wait_head != NULL) {
+                set_err("resolve %s: %s", o->host, j->why);
+                call_fail(o->wait_head, j->rc);
+            }
+            o->failing = false;
+        } else {
+            o->addr = j->addr;
+            o->addrlen = j->addrlen;
+            o->addr_until = now_ms() + DNS_CACHE_MS;
+            origin_dispatch(o);
+        }
+    }
+    free(j->host);
+    free(j);
+}
+
+/* Serves the waiting calls while connections are there to take. */
+static void origin_dispatch(origin_t *o)
+{
+    if (o->failing || o->cw->disposing)
+        return;
+    while (o->wait_head != NULL) {
+        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+        if (!resolved) {
+            if (o->resolving != NULL)
+                return;
+            rjob_t *j = calloc(1, sizeof(*j));
+            if (j == NULL || (j->host = strdup(o->host)) == NULL) {
+                free(j);
+                set_err("out of memory resolving %s", o->host);
+                call_fail(o->wait_head, FLARE_ENOMEM);
+                continue;
+            }
+            j->o = o;
+            snprintf(j->port, sizeof(j->port), "%u", o->port);
+            int rc = flare_worker_job(o->cw->w, resolve_work, resolve_done, j);
+            if (rc != 0) {
+                free(j->host);
+                free(j);
+                set_err("resolve %s: %s", o->host, flare_strerror(rc));
+                call_fail(o->wait_head, rc);
+                continue;
+            }
+            o->resolving = j;
+            return;
+        }
+        if (o->idle == NULL && o->nconns >= o->cw->cl->cfg.max_per_origin)
+            return;
+        flare_client_call_t *call = o->wait_head;
+        wait_remove(call);
+        call_acquire(call);
+    }
+}
+
+/* ---- reading the answer ---- */
+
+static int keep_fields(flare_client_call_t *call, const flare_resp_head_t *h)
+{
+    size_t bytes = h->nheaders * sizeof(flare_header_t);
+    for (size_t i = 0; i < h->nheaders; i++)
+        bytes += h->headers[i].name.len + h->headers[i].value.len + 2;
+    flare_header_t *out = malloc(bytes ? bytes : 1);
+    if (out == NULL)
+        return FLARE_ENOMEM;
+    char *s = (char *)(out + h->nheaders);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        flare_str_t n = h->headers[i].name, v = h->headers[i].value;
+        memcpy(s, n.ptr, n.len);
+        s[n.len] = '\0';
+        out[i].name = (flare_str_t){ s, n.len };
+        s += n.len + 1;
+        if (v.len > 0)
+            memcpy(s, v.ptr, v.len);
+        s[v.len] = '\0';
+        out[i].value = (flare_str_t){ s, v.len };
+        s += v.len + 1;
+    }
+    call->fields = out;
+    call->nfields = h->nheaders;
+    return 0;
+}
+
+static int body_add(flare_client_call_t *call, const char *p, size_t n)
+{
+    if (call->body_len + n > call->cw->cl->cfg.max_response) {
+        set_err("the answer's body is larger than %zu bytes", call->cw->cl->cfg.max_response);
+        return FLARE_ETOOBIG;
+    }
+    if (call->body_cap - call->body_len < n + 1) {
+        size_t cap = call->body_cap ? call->body_cap : 4096;
+        while (cap - call->body_len < n + 1)
+            cap *= 2;
+        char *nb = realloc(call->body, cap);
+        if (nb == NULL)
+            return FLARE_ENOMEM;
+        call->body = nb;
+        call->body_cap = cap;
+    }
+    memcpy(call->body + call->body_len, p, n);
+    call->body_len += n;
+    call->body[call->body_len] = '\0';
+    return 0;
+}
+
+static void consume(cconn_t *c, size_t n)
+{
+    memmove(c->buf, c->buf + n, c->len - n);
+    c->len -= n;
+}
+
+/* What the buffer now holds: 1 the answer is whole, 0 more is needed, or
+ * a negative code. `eof`: the server closed. */
+static int parse(flare_client_call_t *call, bool eof)
+{
+    cconn_t *c = call->conn;
+    while (!call->have_head) {
+        static _Thread_local flare_header_t fields[CLIENT_MAX_FIELDS];
+        flare_resp_head_t h = { .headers = fields };
+        int n = c->len > 0
+                    ? flare__http_parse_resp_head(c->buf, c->len, &resp_limits, call->head_req, &h)
+                    : FLARE_PARSE_PARTIAL;
+        if (n == FLARE_PARSE_ERROR) {
+            set_err("bad answer from %s:%u: %s", call->o->host, call->o->port, h.error);
+            return FLARE_EIO;
+        }
+        if (n == FLARE_PARSE_PARTIAL)
+            return eof ? FLARE_ECLOSED : 0;
+        if (h.status < 200 && h.status != 101) {
+            consume(c, (size_t)n); /* interim */
+            continue;
+        }
+        if (h.status == 101) {
+            set_err("%s:%u switched protocols unasked", call->o->host, call->o->port);
+            return FLARE_EIO;
+        }
+        call->have_head = true;
+        call->status = h.status;
+        call->keep_alive = h.keep_alive;
+        call->body_kind = h.body;
+        call->content_length = h.content_length;
+        int rc = keep_fields(call, &h);
+        if (rc != 0)
+            return rc;
+        consume(c, (size_t)n);
+        if (h.body == FLARE_RESP_BODY_LENGTH &&
+            (uint64_t)h.content_length > call->cw->cl->cfg.max_response) {
+            set_err("Content-Length %lld is more than %zu", (long long)h.content_length,
+                    call->cw->cl->cfg.max_response);
+            return FLARE_ETOOBIG;
+        }
+        flare__chunked_init(&call->ch);
+    }
+    int rc;
+    switch (call->body_kind) {
+    case FLARE_RESP_BODY_NONE:
+        return 1;
+    case FLARE_RESP_BODY_LENGTH: {
+        size_t want = (size_t)call->content_length - call->body_len;
+        size_t take = c->len < want ? c->len : want;
+        if ((rc = body_add(call, c->buf, take)) != 0)
+            return rc;
+        consume(c, take);
+        if ((size_t)call->content_length == call->body_len)
+            return 1;
+        if (eof) {
+            set_err("the body ended after %zu of %lld bytes", call->body_len,
+                    (long long)call->content_length);
+            return FLARE_EIO;
+        }
+        return 0;
+    }
+    case FLARE_RESP_BODY_CHUNKED:
+        for (;;) {
+            size_t used = 0;
+            flare_str_t data;
+            int status;
+            const char *why;
+            int d = flare__chunked_decode(&call->ch, c->buf, c->len, call->cw->cl->cfg.max_response,
+                                          &used, &data, &status, &why);
+            if (d == FLARE_PARSE_ERROR) {
+                set_err("bad chunked body: %s", why);
+                return status == 413 ? FLARE_ETOOBIG : FLARE_EIO;
+            }
+            if (d == FLARE_CHUNKED_DATA && (rc = body_add(call, data.ptr, data.len)) != 0)
+                return rc;
+            consume(c, used);
+            if (d == FLARE_CHUNKED_DONE)
+                return 1;
+            if (d == FLARE_PARSE_PARTIAL) {
+                if (eof) {
+                    set_err("the chunked body ended early");
+                    return FLARE_EIO;
+                }
+                return 0;
+            }
+        }
+    case FLARE_RESP_BODY_CLOSE:
+        if ((rc = body_add(call, c->buf, c->len)) != 0)
+            return rc;
+        consume(c, c->len);
+        return eof ? 1 : 0;
+    }
+    return FLARE_EIO;
+}
+
+/* Reads what the socket has: >0 bytes, 0 EOF, -EAGAIN, or -errno. */
+static ssize_t conn_read(cconn_t *c)
+{
+    if (c->cap - c->len < 16384) {
+        size_t cap = c->cap ? c->cap * 2 : 32768;
+        char *nb = realloc(c->buf, cap);
+        if (nb == NULL)
+            return -ENOMEM;
+        c->buf = nb;
+        c->cap = cap;
+    }
+    if (c->ssl == NULL) {
+        ssize_t n;
+        do {
+            n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        } while (n < 0 && errno == EINTR);
+        return n < 0 ? -errno : n;
+    }
+    ERR_clear_error();
+    int n = SSL_read(c->ssl, c->buf + c->len, (int)(c->cap - c->len));
+    if (n > 0)
+        return n;
+    int e = SSL_get_error(c->ssl, n);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+        return -EAGAIN;
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)
+        return errno ? -errno : 0; /* a close without close_notify: EOF */
+    tls_err("TLS read");
+    return -EPROTO;
+}
+
+static void on_recv(cconn_t *c)
+{
+    flare_client_call_t *call = c->call;
+    for (;;) {
+        ssize_t n = conn_read(c);
+        if (n == -EAGAIN)
+            return;
+        if (n > 0) {
+            c->len += (size_t)n;
+            if (!call->got_byte) {
+                call->got_byte = true;
+            }
+            phase(call, call->cw->cl->cfg.idle_timeout_ms);
+        }
+        bool eof = n <= 0;
+        if (eof && !call->got_byte && c->reused && call->idempotent && !call->retried) {
+            /* the server had closed this pooled connection: once more on a
+             * new one */
+            call->retried = true;
+            call->conn = NULL;
+            c->call = NULL;
+            conn_close(c);
+            call_acquire(call);
+            return;
+        }
+        if (n < 0 && n != -EPROTO)
+            set_err("%s:%u: %s", call->o->host, call->o->port, strerror((int)-n));
+        int rc = parse(call, eof);
+        if (rc == 1) {
+            call_done(call, !eof && c->len == 0);
+            return;
+        }
+        if (rc < 0 || eof) {
+            if (rc == 0 || rc == FLARE_ECLOSED) {
+                if (err_text[0] == '\0')
+                    set_err("%s:%u closed the connection before the answer was whole",
+                            call->o->host, call->o->port);
+                rc = n == -EPROTO ? FLARE_ETLS : FLARE_ECLOSED;
+            }
+            call_fail(call, rc);
+            return;
+        }
+    }
+}
+
+static void on_send(cconn_t *c)
+{
+    flare_client_call_t *call = c->call;
+    while (call->sent < call->outlen) {
+        ssize_t n;
+        if (c->ssl == NULL) {
+            n = send(c->fd, call->out + call->sent, call->outlen - call->sent, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN)
+                return;
+            if (n < 0) {
+                int e = errno;
+                if (c->reused && call->idempotent && !call->retried && call->sent == 0) {
+                    call->retried = true;
+                    call->conn = NULL;
+                    c->call = NULL;
+                    conn_close(c);
+                    call_acquire(call);
+                    return;
+                }
+                set_err("send to %s:%u: %s", call->o->host, call->o->port, strerror(e));
+                call_fail(call, FLARE_ECLOSED);
+                return;
+            }
+        } else {
+            ERR_clear_error();
+            int r = SSL_write(c->ssl, call->out + call->sent, (int)(call->outlen - call->sent));
+            if (r <= 0) {
+                int e = SSL_get_error(c->ssl, r);
+                if (e == SSL_ERROR_WANT_WRITE)
+                    return;
+                if (e == SSL_ERROR_WANT_READ) {
+                    conn_want(c, FLARE_WATCH_READ);
+                    return;
+                }
+                tls_err("TLS write");
+                call_fail(call, FLARE_ECLOSED);
+                return;
+            }
+            n = r;
+        }
+        call->sent += (size_t)n;
+        phase(call, call->cw->cl->cfg.idle_timeout_ms);
+    }
+    c->state = S_RECV;
+    c->len = 0;
+    phase(call, call->cw->cl->cfg.first_byte_timeout_ms);
+    conn_want(c, FLARE_WATCH_READ);
+}
+
+static void conn_io(flare_watch_t *wt, unsigned events, void *ud)
+{
+    (void)wt;
+    cconn_t *c = ud;
+    switch (c->state) {
+    case S_CONNECTING: {
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+            soerr = errno;
+        if (soerr != 0) {
+            set_err("connect to %s:%u: %s", c->o->host, c->o->port, strerror(soerr));
+            call_fail(c->call, FLARE_ESYS);
+            return;
+        }
+        if (c->ssl != NULL) {
+            c->state = S_HANDSHAKE;
+            handshake(c);
+        } else {
+            call_start_send(c->call);
+            on_send(c);
+        }
+        return;
+    }
+    case S_HANDSHAKE:
+        handshake(c);
+        return;
+    case S_SEND:
+        on_send(c);
+        return;
+    case S_RECV:
+        on_recv(c);
+        return;
+    case S_IDLE:
+        /* an idle connection has nothing to say: a close, or junk */
+        (void)events;
+        conn_close(c);
+        return;
+    }
+}
+
+/* ---- timeouts ---- */
+
+static void call_timeout(void *ud)
+{
+    flare_client_call_t *call = ud;
+    uint64_t now = now_ms();
+    const char *what = now >= call->deadline ? "the call's total time"
+                       : call->conn == NULL  ? "waiting for a connection"
+                       : call->conn->state == S_CONNECTING || call->conn->state == S_HANDSHAKE
+                           ? "connecting"
+                       : call->conn->state == S_SEND ? "sending the request"
+                       : call->got_byte              ? "reading the answer"
+                                                     : "waiting for the first byte";
+    if (now < call->deadline && now < call->phase_deadline) {
+        /* moved meanwhile */
+        phase(call, (unsigned)(call->phase_deadline - now));
+        return;
+    }
+    set_err("%s:%u: timed out %s", call->o->host, call->o->port, what);
+    call_fail(call, FLARE_ETIMEDOUT);
+}
+
+static void kick(void *ud)
+{
+    cworker_t *cw = ud;
+    for (origin_t *o = cw->origins; o != NULL; o = o->next)
+        origin_dispatch(o);
+}
+
+static void sweep(void *ud)
+{
+    cworker_t *cw = ud;
+    uint64_t now = now_ms();
+    for (origin_t *o = cw->origins; o != NULL; o = o->next) {
+        for (cconn_t *c = o->idle, *next; c != NULL; c = next) {
+            next = c->next;
+            if (now - c->idle_since >= cw->cl->cfg.pool_idle_ms)
+                conn_close(c);
+        }
+    }
+    flare_timer_start(cw->sweep, SWEEP_MS);
+}
+
+/* ---- the module: per-worker state ---- */
+
+static int init_worker(flare_worker_t *w, void *state);
+static void dispose_worker(flare_worker_t *w, void *state);
+static void free_app(flare_app_t *app, void *state);
+
+static const flare_module_t client_module = {
+    .name = "client",
+    .init_worker = init_worker,
+    .dispose_worker = dispose_worker,
+    .free_app = free_app,
+};
+
+static int init_worker(flare_worker_t *w, void *state)
+{
+    client_set_t *set = state;
+    cworker_t *list = NULL;
+    for (flare_client_t *cl = set->head; cl != NULL; cl = cl->next) {
+        cworker_t *cw = calloc(1, sizeof(*cw));
+        if (cw == NULL)
+            goto fail;
+        cw->cl = cl;
+        cw->w = w;
+        cw->next = list;
+        list = cw;
+    }
+    flare__worker_module_set(w, set->slot, list);
+    return 0;
+fail:
+    while (list != NULL) {
+        cworker_t *n = list->next;
+        free(list);
+        list = n;
+    }
+    return FLARE_ENOMEM;
+}
+
+static void dispose_worker(flare_worker_t *w, void *state)
+{
+    client_set_t *set = state;
+    cworker_t *cw = flare__worker_module_state(w, set->slot);
+    while (cw != NULL) {
+        cworker_t *next = cw->next;
+        cw->disposing = true;
+        for (origin_t *o = cw->origins, *on; o != NULL; o = on) {
+            on = o->next;
+            /* calls in flight or waiting: their callbacks run with EUNAVAIL */
+            while (o->wait_head != NULL) {
+                set_err("the worker is shutting down");
+                call_fail(o->wait_head, FLARE_EUNAVAIL);
+            }
+            while (o->all != NULL) {
+                if (o->all->call != NULL) {
+                    set_err("the worker is shutting down");
+                    call_fail(o->all->call, FLARE_EUNAVAIL); /* closes it */
+                } else {
+                    conn_close(o->all);
+                }
+            }
+            if (o->resolving != NULL)
+                o->resolving->o = NULL;
+            if (o->session != NULL)
+                SSL_SESSION_free(o->session);
+            free(o->host);
+            free(o);
+        }
+        flare_timer_free(cw->sweep);
+        flare_timer_free(cw->kick);
+        free(cw);
+        cw = next;
+    }
+    flare__worker_module_set(w, set->slot, NULL);
+}
+
+static void free_app(flare_app_t *app, void *state)
+{
+    (void)app;
+    client_set_t *set = state;
+    for (flare_client_t *cl = set->head, *n; cl != NULL; cl = n) {
+        n = cl->next;
+        SSL_CTX_free(cl->ssl_ctx);
+        free(cl->ca_file);
+        free(cl);
+    }
+    free(set);
+}
+
+int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg, flare_client_t **out)
+{
+    *out = NULL;
+    if (app == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_client_new: app is NULL");
+    if (flare__app_running(app))
+        return flare__fail(FLARE_ESTATE, 0, "flare_client_new: the app is running");
+    flare_client_t *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL)
+        return FLARE_ENOMEM;
+    if (cfg != NULL)
+        cl->cfg = *cfg;
+    flare_client_config_t *c = &cl->cfg;
+    if (c->connect_timeout_ms == 0)
+        c->connect_timeout_ms = 5000;
+    if (c->first_byte_timeout_ms == 0)
+        c->first_byte_timeout_ms = 30000;
+    if (c->idle_timeout_ms == 0)
+        c->idle_timeout_ms = 30000;
+    if (c->total_timeout_ms == 0)
+        c->total_timeout_ms = 60000;
+    if (c->pool_idle_ms == 0)
+        c->pool_idle_ms = 30000;
+    if (c->max_per_origin == 0)
+        c->max_per_origin = 32;
+    if (c->max_response == 0)
+        c->max_response = (size_t)64 << 20;
+    int rc = FLARE_ENOMEM;
+    if (c->ca_file != NULL && (cl->ca_file = strdup(c->ca_file)) == NULL)
+        goto fail;
+    c->ca_file = cl->ca_file;
+    cl->ssl_ctx = SSL_CTX_new(TLS_client_method());
+    if (cl->ssl_ctx == NULL)
+        goto fail;
+    SSL_CTX_set_min_proto_version(cl->ssl_ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(cl->ssl_ctx, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_session_cache_mode(cl->ssl_ctx, SSL_SESS_CACHE_CLIENT);
+    if (cl->ca_file != NULL ? SSL_CTX_load_verify_locations(cl->ssl_ctx, cl->ca_file, NULL) != 1
+                            : SSL_CTX_set_default_verify_paths(cl->ssl_ctx) != 1) {
+        unsigned long e = ERR_get_error();
+        char why[160];
+        ERR_error_string_n(e, why, sizeof(why));
+        ERR_clear_error();
+        rc = flare__fail(FLARE_ETLS, 0, "flare_client_new: CA %s: %s",
+                         cl->ca_file ? cl->ca_file : "(system store)", why);
+        goto fail;
+    }
+    client_set_t *set = flare__app_module_state(app, &client_module);
+    if (set == NULL) {
+        set = calloc(1, sizeof(*set));
+        if (set == NULL)
+            goto fail;
+        rc = flare__app_module(app, &client_module, set, &set->slot);
+        if (rc != 0) {
+            free(set);
+            goto fail;
+        }
+    }
+    cl->index = set->n++;
+    cl->next = set->head;
+    set->head = cl;
+    *out = cl;
+    return 0;
+fail:
+    SSL_CTX_free(cl->ssl_ctx);
+    free(cl->ca_file);
+    free(cl);
+    return rc;
+}
+
+/* ---- starting a call ---- */
+
+static cworker_t *worker_state(flare_client_t *cl, flare_worker_t *w)
+{
+    client_set_t *set = flare__app_module_state(w->app, &client_module);
+    if (set == NULL)
+        return NULL;
+    for (cworker_t *cw = flare__worker_module_state(w, set->slot); cw != NULL; cw = cw->next) {
+        if (cw->cl == cl)
+            return cw;
+    }
+    return NULL;
+}
+
+static origin_t *origin_get(cworker_t *cw, const flare_url_t *u)
+{
+    for (origin_t *o = cw->origins; o != NULL; o = o->next) {
+        if (o->tls == u->tls && o->port == u->port && strlen(o->host) == u->host.len &&
+            strncasecmp(o->host, u->host.ptr, u->host.len) == 0)
+            return o;
+    }
+    origin_t *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->host = malloc(u->host.len + 1);
+    if (o->host == NULL) {
+        free(o);
+        return NULL;
+    }
+    memcpy(o->host, u->host.ptr, u->host.len);
+    o->host[u->host.len] = '\0';
+    o->port = u->port;
+    o->tls = u->tls;
+    o->ip6 = u->ip6;
+    o->cw = cw;
+    /* a literal address needs no resolution */
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&o->addr;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&o->addr;
+    if (inet_pton(AF_INET, o->host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(o->port);
+        o->addrlen = sizeof(*s4);
+        o->addr_until = UINT64_MAX;
+    } else if (inet_pton(AF_INET6, o->host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(o->port);
+        o->addrlen = sizeof(*s6);
+        o->addr_until = UINT64_MAX;
+    }
+    o->next = cw->origins;
+    cw->origins = o;
+    return o;
+}
+
+static bool line_ok(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\r' || *s == '\n' || *s == '\0')
+            return false;
+    }
+    return true;
+}
+
+/* The request's bytes: head and body. */
+static int serialize(flare_client_call_t *call, const char *method, const flare_url_t *u,
+                     const flare_client_req_t *req)
+{
+    size_t need = strlen(method) + u->target.len + u->authority.len + 128 + req->body.len;
+    for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++)
+        need += strlen(req->headers[i]) + 2;
+    char *p = malloc(need);
+    if (p == NULL)
+        return FLARE_ENOMEM;
+    size_t n = (size_t)snprintf(p, need, "%s %s%.*s HTTP/1.1\r\nHost: %.*s\r\n", method,
+                                u->target.ptr[0] == '?' ? "/" : "", (int)u->target.len,
+                                u->target.ptr, (int)u->authority.len, u->authority.ptr);
+    for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++) {
+        size_t l = strlen(req->headers[i]);
+        memcpy(p + n, req->headers[i], l);
+        memcpy(p + n + l, "\r\n", 2);
+        n += l + 2;
+    }
+    bool body = req->body.len > 0 || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+                strcmp(method, "PATCH") == 0;
+    if (body)
+        n += (size_t)snprintf(p + n, need - n, "Content-Length: %zu\r\n", req->body.len);
+    memcpy(p + n, "\r\n", 2);
+    n += 2;
+    if (req->body.len > 0) {
+        memcpy(p + n, req->body.ptr, req->body.len);
+        n += req->body.len;
+    }
+    call->out = p;
+    call->outlen = n;
+    return 0;
+}
+
+/* Headers the client writes itself, or that would change the framing. */
+static bool reserved_header(const char *h)
+{
+    static const char *const names[] = { "host:",       "content-length:", "transfer-encoding:",
+                                         "connection:", "upgrade:",        "te:",
+                                         "trailer:" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strncasecmp(h, names[i], strlen(names[i])) == 0)
+            return true;
+    }
+    return false;
+}
+
+int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_client_req_t *req,
+                         flare_client_fn cb, void *ud, flare_client_call_t **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (c == NULL || w == NULL || req == NULL || cb == NULL || req->url == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_client_request: NULL argument");
+    if (!flare__worker_on_thread(w))
+        return flare__fail(FLARE_ESTATE, 0, "flare_client_request: not on the worker's thread");
+    cworker_t *cw = worker_state(c, w);
+    if (cw == NULL)
+        return flare__fail(FLARE_ESTATE, 0, "flare_client_request: the worker is not running");
+    const char *method = req->method ? req->method : "GET";
+    flare_str_t m = { method, strlen(method) };
+    if (!flare__is_token(m))
+        return flare__fail(FLARE_EINVAL, 0, "flare_client_request: bad method \"%s\"", method);
+    flare_url_t u;
+    const char *why;
+    if (flare__url_parse(req->url, &u, &why) != 0)
+        return flare__fail(FLARE_EINVAL, 0, "flare_client_request: %s: %s", req->url, why);
+    for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++) {
+        const char *h = req->headers[i];
+        const char *colon = strchr(h, ':');
+        if (colon == NULL || colon == h || !line_ok(h) ||
+            !flare__is_token((flare_str_t){ h, (size_t)(colon - h) }))
+            return flare__fail(FLARE_EINVAL, 0, "flare_client_request: bad header \"%s\"", h);
+        if (reserved_header(h))
+            return flare__fail(FLARE_EINVAL, 0,
+                               "flare_client_request: \"%s\": the client sets this header", h);
+    }
+    if (cw->sweep == NULL) {
+        int rc = flare_timer_new(w, sweep, cw, &cw->sweep);
+        if (rc == 0)
+            rc = flare_timer_new(w, kick, cw, &cw->kick);
+        if (rc != 0) {
+            flare_timer_free(cw->sweep);
+            cw->sweep = NULL;
+            return rc;
+        }
+        flare_timer_start(cw->sweep, SWEEP_MS);
+    }
+    origin_t *o = origin_get(cw, &u);
+    if (o == NULL)
+        return FLARE_ENOMEM;
+    flare_client_call_t *call = calloc(1, sizeof(*call));
+    if (call == NULL)
+        return FLARE_ENOMEM;
+    call->cw = cw;
+    call->o = o;
+    call->cb = cb;
+    call->ud = ud;
+    call->head_req = strcmp(method, "HEAD") == 0;
+    call->idempotent = call->head_req || strcmp(method, "GET") == 0 || strcmp(method, "PUT") == 0 ||
+                       strcmp(method, "DELETE") == 0 || strcmp(method, "OPTIONS") == 0;
+    int rc = serialize(call, method, &u, req);
+    if (rc == 0)
+        rc = flare_timer_new(w, call_timeout, call, &call->timer);
+    if (rc != 0) {
+        call_free(call);
+        return rc;
+    }
+    unsigned total = req->timeout_ms ? req->timeout_ms : c->cfg.total_timeout_ms;
+    call->deadline = now_ms() + total;
+    phase(call, 0);
+    /* started from the loop, never inside this call: the callback may not
+     * run before the caller has its handle */
+    call->waiting = true;
+    if (o->wait_tail != NULL)
+        o->wait_tail->next = call;
+    else
+        o->wait_head = call;
+    o->wait_tail = call;
+    if (out != NULL)
+        *out = call;
+    if (!flare_timer_active(cw->kick))
+        flare_timer_start(cw->kick, 0);
+    return 0;
+}
+
+void flare_client_cancel(flare_client_call_t *call)
+{
+    if (call == NULL)
+        return;
+    origin_t *o = call->o;
+    if (call->waiting)
+        wait_remove(call);
+    if (call->conn != NULL) {
+        cconn_t *c = call->conn;
+        call->conn = NULL;
+        c->call = NULL;
+        conn_close(c);
+    }
+    call_free(call);
+    origin_dispatch(o);
+}
