@@ -37,6 +37,8 @@ SEPARATE = {
     "settings.h": "includes session.h, static.h and ws.h, which include flare.h: from flare.h's "
                   "tail it would be read before their types in a file that includes one of "
                   "them first",
+    "proxy.h": "includes client.h, which includes flare.h: from flare.h's tail it would be read "
+               "before client.h's types in a file that includes client.h first",
     "test.h": "for an application's tests, not its code: its calls block the calling thread "
               "and start the app on a thread of their own (docs/testing.md)",
 }

@@ -80,6 +80,7 @@ typedef struct flare_client_req {
                                    Host, Content-Length and Connection are the client's */
     flare_str_t body;           /* sent with Content-Length; copied */
     unsigned timeout_ms;        /* > 0: this call's total timeout */
+    const char *host;           /* the Host header's value; NULL: the URL's authority */
 } flare_client_req_t;
 
 /* An answer, valid during the callback only. */
@@ -115,6 +116,11 @@ FLARE_API void flare_client_cancel(flare_client_call_t *call);
 
 /* Inside a callback with rc != 0: a description of the failure. */
 FLARE_API const char *flare_client_error_text(void);
+
+/* Inside a callback with rc != 0: whether the request never left (the name
+ * did not resolve, the connection or its TLS handshake failed): sending it
+ * elsewhere cannot do anything twice. */
+FLARE_API bool flare_client_error_before_send(void);
 
 #ifdef __cplusplus
 }

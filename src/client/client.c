@@ -144,6 +144,7 @@ struct flare_client_call {
 };
 
 static _Thread_local char err_text[256];
+static _Thread_local bool err_before_send;
 
 static void set_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -158,6 +159,11 @@ static void set_err(const char *fmt, ...)
 const char *flare_client_error_text(void)
 {
     return err_text;
+}
+
+bool flare_client_error_before_send(void)
+{
+    return err_before_send;
 }
 
 static uint64_t now_ms(void)
@@ -354,6 +360,8 @@ static void call_fail(flare_client_call_t *call, int rc)
     origin_t *o = call->o;
     if (call->waiting)
         wait_remove(call);
+    err_before_send =
+        call->conn == NULL || call->conn->state == S_CONNECTING || call->conn->state == S_HANDSHAKE;
     if (call->conn != NULL) {
         cconn_t *c = call->conn;
         call->conn = NULL;
@@ -367,6 +375,7 @@ static void call_fail(flare_client_call_t *call, int rc)
     call_free(call);
     cb(rc, NULL, ud);
     err_text[0] = '\0';
+    err_before_send = false;
     origin_dispatch(o); /* a slot may have opened */
 }
 
@@ -1119,7 +1128,9 @@ static bool line_ok(const char *s)
 static int serialize(flare_client_call_t *call, const char *method, const flare_url_t *u,
                      const flare_client_req_t *req)
 {
-    size_t need = strlen(method) + u->target.len + u->authority.len + 128 + req->body.len;
+    flare_str_t host =
+        req->host != NULL ? (flare_str_t){ req->host, strlen(req->host) } : u->authority;
+    size_t need = strlen(method) + u->target.len + host.len + 128 + req->body.len;
     for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++)
         need += strlen(req->headers[i]) + 2;
     char *p = malloc(need);
@@ -1127,7 +1138,7 @@ static int serialize(flare_client_call_t *call, const char *method, const flare_
         return FLARE_ENOMEM;
     size_t n = (size_t)snprintf(p, need, "%s %s%.*s HTTP/1.1\r\nHost: %.*s\r\n", method,
                                 u->target.ptr[0] == '?' ? "/" : "", (int)u->target.len,
-                                u->target.ptr, (int)u->authority.len, u->authority.ptr);
+                                u->target.ptr, (int)host.len, host.ptr);
     for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++) {
         size_t l = strlen(req->headers[i]);
         memcpy(p + n, req->headers[i], l);
@@ -1182,6 +1193,8 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
     const char *why;
     if (flare__url_parse(req->url, &u, &why) != 0)
         return flare__fail(FLARE_EINVAL, 0, "flare_client_request: %s: %s", req->url, why);
+    if (req->host != NULL && (req->host[0] == '\0' || !line_ok(req->host)))
+        return flare__fail(FLARE_EINVAL, 0, "flare_client_request: bad host \"%s\"", req->host);
     for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++) {
         const char *h = req->headers[i];
         const char *colon = strchr(h, ':');
