@@ -115,6 +115,10 @@ typedef struct flare_settings {
     char *rate_limit_fail;     /* open|closed: Redis cannot decide, let through or 503 [open] */
     unsigned rate_limit_timeout_ms;    /* the longest a request waits for Redis's decision
                                           [250 ms] */
+    char **upstreams;                  /* HOST:PORT (or http:// / https:// URLs) a proxy
+                                          forwards to, NULL-terminated [none]: flare/proxy.h,
+                                          examples/gateway */
+    size_t nupstreams;                 /* entries in upstreams[] (its NULL not counted) */
     char *config_file;                 /* --config FILE or FLARE_CONFIG, NULL: none */
     bool check_config;                 /* --check-config was given */
     struct flare__settings_priv *priv; /* private */

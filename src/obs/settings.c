@@ -90,6 +90,9 @@ const settings_key_t flare__settings_keys[] = {
       "the longest a request waits for Redis's decision [250ms]", true, true },
     { "session-secure", K_ENUM, OFF(session_secure), 0, 0, 0, "auto|always|never",
       "session cookie Secure [auto: when the request came over TLS]", true, true },
+    { "upstream", K_LIST, OFF(upstreams), OFF(nupstreams), 0, 0, NULL,
+      "HOST:PORT (or an http:// or https:// URL) a proxy forwards to (repeatable) [none]", true,
+      true },
     { "static", K_LIST, OFF(statics), OFF(nstatics), 0, 0, NULL,
       "DIR served under /static, or /PREFIX=DIR (repeatable)", true, true },
     { "log", K_STR, OFF(log), 0, 0, 0, NULL, "log file, - for stderr [-]", true, true },
@@ -616,6 +619,9 @@ void flare_settings_free(flare_settings_t *s)
     for (size_t i = 0; i < s->nws_origins; i++)
         free(s->ws_origins[i]);
     free(s->ws_origins);
+    for (size_t i = 0; i < s->nupstreams; i++)
+        free(s->upstreams[i]);
+    free(s->upstreams);
     free(s->admin_listen);
     free(s->session_secure);
     free(s->rate_limit);

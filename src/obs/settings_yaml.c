@@ -455,6 +455,13 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
         fputs("\n  - ", out);
         quoted(out, s->ws_origins[i]);
     }
+    fputs("\nupstream:", out);
+    if (s->nupstreams == 0)
+        fputs(" [] # none", out);
+    for (size_t i = 0; i < s->nupstreams; i++) {
+        fputs("\n  - ", out);
+        quoted(out, s->upstreams[i]);
+    }
     fputs("\nrate-limit: ", out);
     str_or_null(out, s->rate_limit, NULL);
     if (s->rate_limit == NULL) {
