@@ -12,6 +12,7 @@
 
 #include "app.h"
 #include "app_svc.h"
+#include "config.h"
 #include "worker.h"
 #include "module.h"
 #include "mw/chain.h"
@@ -120,6 +121,20 @@ static int add_route(const char *who, flare_app_t *app, flare_method_t method, f
     route->id = (uint32_t)app->nroutes + 1;
     app->routes[app->nroutes++] = route;
     return 0;
+}
+
+flare_app_t *flare__group_app(const flare_group_t *g)
+{
+    return g->app;
+}
+
+bool flare__app_has_route(const flare_app_t *app, flare_method_t method, const char *pattern)
+{
+    for (size_t i = 0; i < app->nroutes; i++) {
+        if (app->routes[i]->method == method && strcmp(app->routes[i]->pattern, pattern) == 0)
+            return true;
+    }
+    return false;
 }
 
 int flare_route(flare_app_t *app, flare_method_t method, const char *pattern, flare_handler_fn fn,

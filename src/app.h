@@ -72,11 +72,6 @@ struct flare_app {
     struct flare_reload_hook **reload_tail;
 };
 
-/* config.c: *out = *in (NULL: the defaults) with every zero field set to
- * its default, then checked. 0, or FLARE_EINVAL with flare_last_error()
- * naming the field and its bound. */
-int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
-
 /* job pool */
 int flare__jobs_start(flare_app_t *app);
 void flare__jobs_stop(flare_app_t *app);

@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "app.h"
+#include "flare/flare.h"
 
 /* ---- worker.c ---- */
 

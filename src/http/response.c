@@ -11,6 +11,7 @@
 
 #include "http/exchange.h"
 #include "worker.h"
+#include "mw/chain.h"
 #include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)

@@ -29,6 +29,7 @@
 #include "http1/conn.h"
 #include "http1/parser.h"
 #include "http2/h2.h"
+#include "app.h"
 #include "obs/metrics.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */
