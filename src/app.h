@@ -16,6 +16,7 @@
 #include "net/listen.h"
 
 struct flare_module;
+struct flare_req;
 struct flare_router;
 
 typedef struct flare_job_pool flare_job_pool_t;
@@ -56,6 +57,9 @@ struct flare_app {
     flare_job_pool_t *jobs;
     flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
     bool mws_have_after;
+    /* the chain's last step for a request no route matched (mw/chain.c),
+     * set by flare__chains_build */
+    int (*unmatched)(struct flare_req *ex);
     char **mw_names; /* by middleware id */
     /* the modules (module.h: WebSocket, ...) in registration order, with
      * their app-wide state; written only while the app is not running */

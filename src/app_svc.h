@@ -16,7 +16,7 @@
  * (out of memory) free_fn(ptr) runs at once and FLARE_ENOMEM is returned. */
 int flare__app_own(flare_app_t *app, void *ptr, void (*free_fn)(void *ptr));
 
-/* run.c: the window in which other threads may reach the workers (see
+/* gate.c: the window in which other threads may reach the workers (see
  * flare_app_t.gate). enter: 0, or FLARE_ESTATE when the workers are not up
  * (not started yet, or stopped); every 0 is paired with one leave. */
 int flare__app_enter(flare_app_t *app);

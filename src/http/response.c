@@ -10,6 +10,7 @@
 #endif
 
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "worker.h"
 #include "mw/chain.h"
 #include "obs/metrics.h"

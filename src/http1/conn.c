@@ -28,6 +28,7 @@
 #include "http1/http1.h"
 #include "http1/conn.h"
 #include "http1/parser.h"
+#include "http/svc.h"
 #include "http2/h2.h"
 #include "app.h"
 #include "obs/metrics.h"

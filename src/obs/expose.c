@@ -14,7 +14,7 @@
 #include "app.h"
 #include "app_svc.h"
 #include "core/buf.h"
-#include "http/exchange.h"
+#include "http/svc.h"
 #include "flare/db.h"
 #include "flare/log.h"
 #include "flare/tls.h"

@@ -14,6 +14,7 @@
 #include "app_svc.h"
 #include "module.h"
 #include "net/listen.h"
+#include "http/svc.h"
 #include "http1/conn.h"
 #include "http1/http1.h"
 #include "obs/metrics_app.h"

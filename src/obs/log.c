@@ -40,7 +40,7 @@
 #include "module.h"
 #include "obs/logfmt.h"
 #include "obs/ring.h"
-#include "web/random.h"
+#include "core/random.h"
 
 enum { LOG_ERR, LOG_ACC, NLOGS };
 

@@ -12,7 +12,7 @@
 
 #include "app.h"
 #include "core/buf.h"
-#include "http/exchange.h"
+#include "http/svc.h"
 #include "obs/metrics_app.h"
 
 /* The page in three parts: before the options' head HTML, between it and

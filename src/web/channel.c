@@ -24,7 +24,7 @@
 #include "worker.h"
 #include "module.h"
 #include "web/channel.h"
-#include "web/random.h"
+#include "core/random.h"
 #include "ws/frame.h"
 
 #define PENDING_MAX 4096 /* live messages held for one subscriber while it resumes */
