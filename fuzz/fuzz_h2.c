@@ -22,6 +22,7 @@
 #include "core/arena.h"
 #include "core/buf.h"
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "http1/conn.h"
 #include "http2/h2.h"
 #include "mw/chain.h"
@@ -57,7 +58,8 @@ static flare_app_t *app_get(void)
     flare_config_t cfg = { .workers = 1 };
     app = flare_app_new(&cfg);
     if (app == NULL || flare_get(app, "/", get_root, NULL) != 0 ||
-        flare_post(app, "/echo", post_echo, NULL) != 0 || flare__chains_build(app) != 0)
+        flare_post(app, "/echo", post_echo, NULL) != 0 ||
+        flare__chains_build(app, flare__res_auto) != 0)
         abort();
     atexit(app_free);
     return app;

@@ -12,6 +12,8 @@
 
 #include "app.h"
 #include "app_svc.h"
+#include "config.h"
+#include "http/svc.h"
 #include "worker.h"
 #include "module.h"
 #include "mw/chain.h"
@@ -122,6 +124,20 @@ static int add_route(const char *who, flare_app_t *app, flare_method_t method, f
     return 0;
 }
 
+flare_app_t *flare__group_app(const flare_group_t *g)
+{
+    return g->app;
+}
+
+bool flare__app_has_route(const flare_app_t *app, flare_method_t method, const char *pattern)
+{
+    for (size_t i = 0; i < app->nroutes; i++) {
+        if (app->routes[i]->method == method && strcmp(app->routes[i]->pattern, pattern) == 0)
+            return true;
+    }
+    return false;
+}
+
 int flare_route(flare_app_t *app, flare_method_t method, const char *pattern, flare_handler_fn fn,
                 void *ud)
 {
@@ -134,6 +150,41 @@ int flare_route_mw(flare_app_t *app, flare_method_t method, const char *pattern,
     if (nmws > 0 && mws == NULL)
         return flare__fail(FLARE_EINVAL, 0, "flare_route_mw: mws is NULL and nmws is %zu", nmws);
     return add_route("flare_route_mw", app, method, NULL, pattern, fn, ud, mws, nmws);
+}
+
+/* A streaming route (flare/body.h) is an ordinary route whose handler is
+ * the http layer's flare__body_handler and whose ud is the record it makes;
+ * the app owns the record. */
+static int add_stream(flare_app_t *app, flare_group_t *g, flare_method_t method,
+                      const char *pattern, const flare_body_route_t *r, void *ud)
+{
+    if (app == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_route_stream: app is NULL");
+    void *br;
+    int rc = flare__body_route_new("flare_route_stream", r, ud, &br);
+    if (rc != 0)
+        return rc;
+    rc = g != NULL ? flare_group_route(g, method, pattern, flare__body_handler, br)
+                   : flare_route(app, method, pattern, flare__body_handler, br);
+    if (rc != 0) {
+        free(br);
+        return rc;
+    }
+    return flare__app_own(app, br, free);
+}
+
+int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
+                       const flare_body_route_t *r, void *ud)
+{
+    return add_stream(app, NULL, method, pattern, r, ud);
+}
+
+int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
+                             const flare_body_route_t *r, void *ud)
+{
+    if (g == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "flare_group_route_stream: group is NULL");
+    return add_stream(g->app, g, method, pattern, r, ud);
 }
 
 int flare_use(flare_app_t *app, const flare_middleware_t *mw)

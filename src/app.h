@@ -16,6 +16,7 @@
 #include "net/listen.h"
 
 struct flare_module;
+struct flare_req;
 struct flare_router;
 
 typedef struct flare_job_pool flare_job_pool_t;
@@ -56,6 +57,9 @@ struct flare_app {
     flare_job_pool_t *jobs;
     flare_mw_list_t mws; /* app-level middlewares (also the chain of unmatched requests) */
     bool mws_have_after;
+    /* the chain's last step for a request no route matched (mw/chain.c),
+     * set by flare__chains_build */
+    int (*unmatched)(struct flare_req *ex);
     char **mw_names; /* by middleware id */
     /* the modules (module.h: WebSocket, ...) in registration order, with
      * their app-wide state; written only while the app is not running */
@@ -71,11 +75,6 @@ struct flare_app {
     struct flare_reload_hook *reload_hooks; /* defined in app.c */
     struct flare_reload_hook **reload_tail;
 };
-
-/* config.c: *out = *in (NULL: the defaults) with every zero field set to
- * its default, then checked. 0, or FLARE_EINVAL with flare_last_error()
- * naming the field and its bound. */
-int flare__config_resolve(flare_config_t *out, const flare_config_t *in);
 
 /* job pool */
 int flare__jobs_start(flare_app_t *app);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "app.h"
+#include "config.h"
 #include "worker.h"
 
 #define MAX_WORKERS     1024u

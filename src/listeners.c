@@ -16,6 +16,11 @@
 #include "http1/conn.h"
 #include "run_int.h"
 
+bool flare__app_has_admin(const flare_app_t *app)
+{
+    return app->has_admin;
+}
+
 int flare_app_port(const flare_app_t *app)
 {
     return atomic_load(&app->port);

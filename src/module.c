@@ -26,6 +26,34 @@ bool flare__app_running(const flare_app_t *app)
     return atomic_load(&app->running);
 }
 
+int flare__app_module_replace(flare_app_t *app, const flare_module_t *m, void *state)
+{
+    if (atomic_load(&app->running))
+        return FLARE_ESTATE;
+    for (unsigned i = 0; i < app->nmodules; i++) {
+        if (app->modules[i].m == m) {
+            app->modules[i].state = state;
+            return 0;
+        }
+    }
+    return FLARE_ENOTFOUND;
+}
+
+const flare_config_t *flare__app_config(const flare_app_t *app)
+{
+    return &app->cfg;
+}
+
+unsigned flare__app_nworkers(const flare_app_t *app)
+{
+    return app->workers != NULL ? app->nworkers : 0;
+}
+
+bool flare__app_stopping(const flare_app_t *app)
+{
+    return atomic_load_explicit(&app->stopping, memory_order_relaxed);
+}
+
 void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m)
 {
     for (unsigned i = 0; i < app->nmodules; i++) {

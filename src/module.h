@@ -46,6 +46,11 @@ typedef struct flare_module {
  * owns state. */
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot);
 
+/* Replaces the app-wide state module m was registered with (a second
+ * setup of the same module keeps its slot). 0, FLARE_ESTATE (running),
+ * FLARE_ENOTFOUND (m is not registered); the caller frees the old state. */
+int flare__app_module_replace(flare_app_t *app, const flare_module_t *m, void *state);
+
 /* Whether the calling thread is w's (a module's per-worker state is that
  * thread's alone: an entry point taking a worker checks it). */
 bool flare__worker_on_thread(const flare_worker_t *w);
@@ -56,6 +61,20 @@ void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m);
 
 /* Whether flare_app_run is between its start and its return (any thread). */
 bool flare__app_running(const flare_app_t *app);
+
+/* module.c: the app's resolved configuration (every default filled in),
+ * valid until flare_app_free; from any thread (it changes only while the
+ * app is not running). */
+const flare_config_t *flare__app_config(const flare_app_t *app);
+
+/* module.c: the workers the first run made (0 before it; the same count
+ * until flare_app_free), unlike flare_app_workers, which counts the workers
+ * a run will make. flare_app_worker(app, i) is worker i. */
+unsigned flare__app_nworkers(const flare_app_t *app);
+
+/* module.c: whether a stop or an upgrade's hand-over has begun (relaxed:
+ * a hint for readiness, any thread). */
+bool flare__app_stopping(const flare_app_t *app);
 
 /* Worker w's state for a slot (NULL until the module sets it), on w's thread. */
 void *flare__worker_module_state(const flare_worker_t *w, unsigned slot);

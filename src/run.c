@@ -4,11 +4,10 @@
  * blocks SIGINT/SIGTERM/SIGUSR2/SIGHUP and waits on a signalfd + stop
  * eventfd (running an upgrade on SIGUSR2, upgrade.c, the reload hooks on
  * SIGHUP, and systemd's watchdog meanwhile), then asks every worker to
- * drain and joins them. The gate, which says when other threads may reach
- * the workers, opens and closes here. */
+ * drain and joins them. The gate (gate.c), which says when other threads
+ * may reach the workers, opens and closes here. */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,44 +18,11 @@
 #include "app.h"
 #include "app_svc.h"
 #include "worker.h"
+#include "http/svc.h"
 #include "net/listen.h"
 #include "run_int.h"
 #include "sd.h"
 #include "upgrade.h"
-
-/* ---- the gate: when other threads may reach the workers ---- */
-
-#define GATE_OPEN ((uint64_t)1 << 63)
-
-int flare__app_enter(flare_app_t *app)
-{
-    uint64_t v = atomic_fetch_add_explicit(&app->gate, 1, memory_order_acquire);
-    if (v & GATE_OPEN)
-        return 0;
-    atomic_fetch_sub_explicit(&app->gate, 1, memory_order_release);
-    return FLARE_ESTATE;
-}
-
-void flare__app_leave(flare_app_t *app)
-{
-    atomic_fetch_sub_explicit(&app->gate, 1, memory_order_release);
-}
-
-/* After every worker has started: what they are is now visible to whoever
- * enters (the release pairs with enter's acquire). */
-static void gate_open(flare_app_t *app)
-{
-    atomic_fetch_or_explicit(&app->gate, GATE_OPEN, memory_order_release);
-}
-
-/* No caller enters from now on; waits for those inside (each holds it for a
- * post or a sum of counters: microseconds) before anything is freed. */
-static void gate_close(flare_app_t *app)
-{
-    atomic_fetch_and_explicit(&app->gate, ~GATE_OPEN, memory_order_acq_rel);
-    while ((atomic_load_explicit(&app->gate, memory_order_acquire) & ~GATE_OPEN) != 0)
-        sched_yield();
-}
 
 /* ---- signals ----
  *
@@ -271,7 +237,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     int rc = flare__sd_init(); /* NOTIFY_SOCKET, WATCHDOG_*, LISTEN_* */
     if (rc != 0)
         goto out;
-    rc = flare__chains_build(app);
+    rc = flare__chains_build(app, flare__res_auto);
     if (rc != 0)
         goto out;
     rc = flare__workers_alloc(app);
@@ -310,7 +276,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     flare_upgrade_t up;
     flare__upgrade_init(&up);
     if (rc == 0) {
-        gate_open(app);
+        flare__app_gate_open(app);
         flare__sd_ready(); /* every worker runs: systemd (or the old process) may go on */
         served = true;
         rc = wait_for_stop(app, rs.sfd, rs.hup_fd, &up, &handover);
@@ -329,7 +295,7 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
 out:
     /* From here no other thread reaches a worker: what they posted before
      * is run by the loops' dispose. */
-    gate_close(app);
+    flare__app_gate_close(app);
     signals_give_back(&rs);
     if (app->workers != NULL) {
         for (unsigned i = 0; i < app->nworkers; i++)

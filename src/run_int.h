@@ -1,12 +1,12 @@
 /* What flare_app_run (run.c) takes from the app's other files: the steps
- * of a run that worker.c, listeners.c and app.c own. Nothing outside those
- * four files includes this. */
+ * of a run that worker.c, listeners.c, gate.c and app.c own. Nothing
+ * outside those five files includes this. */
 #ifndef FLARE_RUN_INT_H
 #define FLARE_RUN_INT_H
 
 #include <stdbool.h>
 
-#include "app.h"
+#include "flare/flare.h"
 
 /* ---- worker.c ---- */
 
@@ -36,6 +36,16 @@ int flare__listeners_begin(flare_app_t *app, const char *listen_addr);
 /* The run's end for its listeners. `handover`: an upgrade's new process
  * holds the sockets; `served`: this run's workers ran. */
 void flare__listeners_end(flare_app_t *app, bool handover, bool served);
+
+/* ---- gate.c ---- */
+
+/* After every worker has started: what they are is now visible to whoever
+ * enters (the release pairs with flare__app_enter's acquire). */
+void flare__app_gate_open(flare_app_t *app);
+
+/* No caller enters from now on; waits for those inside (each holds it for a
+ * post or a sum of counters: microseconds) before anything is freed. */
+void flare__app_gate_close(flare_app_t *app);
 
 /* ---- app.c ---- */
 

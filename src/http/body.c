@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "mw/chain.h"
-#include "app_svc.h"
 #include "http/exchange.h"
+#include "http/svc.h"
 
 typedef struct body_route {
     flare_body_route_t r;
@@ -43,43 +43,22 @@ uint64_t flare__ex_body_limit(const struct flare_req *ex, uint64_t app_limit)
     return own != 0 ? own : app_limit;
 }
 
-static int add_stream(flare_app_t *app, flare_group_t *g, flare_method_t method,
-                      const char *pattern, const flare_body_route_t *r, void *ud)
+int flare__body_route_new(const char *who, const flare_body_route_t *r, void *ud, void **out)
 {
-    if (app == NULL || r == NULL || r->on_chunk == NULL || r->on_end == NULL)
-        return flare__fail(FLARE_EINVAL, 0, "flare_route_stream: %s is NULL",
-                           app == NULL           ? "app"
-                           : r == NULL           ? "the callbacks"
+    if (r == NULL || r->on_chunk == NULL || r->on_end == NULL)
+        return flare__fail(FLARE_EINVAL, 0, "%s: %s is NULL", who,
+                           r == NULL             ? "the callbacks"
                            : r->on_chunk == NULL ? "on_chunk"
                                                  : "on_end");
     if (r->max_body > ((uint64_t)1 << 62))
-        return flare__fail(FLARE_EINVAL, 0, "flare_route_stream: max_body is more than 2^62");
+        return flare__fail(FLARE_EINVAL, 0, "%s: max_body is more than 2^62", who);
     body_route_t *br = malloc(sizeof(*br));
     if (br == NULL)
         return FLARE_ENOMEM;
     br->r = *r;
     br->ud = ud;
-    int rc = g != NULL ? flare_group_route(g, method, pattern, flare__body_handler, br)
-                       : flare_route(app, method, pattern, flare__body_handler, br);
-    if (rc != 0) {
-        free(br);
-        return rc;
-    }
-    return flare__app_own(app, br, free);
-}
-
-int flare_route_stream(flare_app_t *app, flare_method_t method, const char *pattern,
-                       const flare_body_route_t *r, void *ud)
-{
-    return add_stream(app, NULL, method, pattern, r, ud);
-}
-
-int flare_group_route_stream(flare_group_t *g, flare_method_t method, const char *pattern,
-                             const flare_body_route_t *r, void *ud)
-{
-    if (g == NULL)
-        return flare__fail(FLARE_EINVAL, 0, "flare_group_route_stream: group is NULL");
-    return add_stream(g->app, g, method, pattern, r, ud);
+    *out = br;
+    return 0;
 }
 
 /* Calls into the handler the way dispatch does: a response sent during

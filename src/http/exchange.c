@@ -8,6 +8,7 @@
 
 #include "app.h"
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "worker.h"
 #include "mw/chain.h"
 #include "router/router.h"

@@ -244,9 +244,6 @@ static inline void flare__ex_sent(struct flare_req *ex)
 
 /* ---- src/http/body.c: streaming request bodies ---- */
 
-/* The handler of every streaming route (route->fn): identifies them. */
-int flare__body_handler(flare_req_t *req, flare_res_t *res, void *ud);
-
 /* Whether ex's route streams its body, and the body limit that applies to
  * it: the streaming route's own, else app_limit (the app's max_body). */
 bool flare__ex_body_route(const struct flare_req *ex);
@@ -265,42 +262,17 @@ bool flare__ex_body_end(struct flare_req *ex, int err);
 
 /* ---- src/http/response.c ---- */
 
-int flare__res_error(struct flare_req *ex, int status, const char *msg);
-int flare__res_auto(struct flare_req *ex); /* 404, 405 + Allow, automatic OPTIONS */
 /* Switches protocols after this response (HTTP/1.1: 101 Switching
  * Protocols, Upgrade: <token>, Connection: Upgrade, plus headers added with
  * flare_res_header); once everything before it is out, fn gets the stream.
  * On 0, fn is called exactly once: with the stream, or with NULL when the
  * connection closes first. FLARE_ECLOSED: the client is gone already. */
 int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn, void *ud);
-/* Adds ready-made header lines ("Name: value\r\n"..., trusted: not
- * checked, not copied; valid until the response head is serialized, which
- * the flare_res_send* call does). For the web layer's precomputed headers. */
-int flare__res_header_block(flare_res_t *res, flare_str_t block);
-/* Holding a response until something outside has answered (the session
- * middleware waits for its store's save): called from an after hook, it
- * keeps the response that is being sent (status, headers, body: a copied
- * body is copied again into the arena, a borrowed one or a file stays
- * borrowed) instead of handing it to the protocol; the exchange stays
- * open, as for an asynchronous handler, and the caller of flare_res_send*
- * sees 0. flare__res_release, on the worker, later (or even before the
- * send call has returned), lets it go: as it was produced (status 0), or
- * replaced by a plain-text error answer `status` / `msg` (the held body is
- * released then). Headers may still be added in between. Every 0 from hold
- * must be paired with exactly one release. 0, FLARE_ESTATE (not inside the
- * after hooks of a complete response: a stream cannot be held), or
- * FLARE_ENOMEM. When the client goes meanwhile, release frees the exchange. */
-int flare__res_hold(flare_res_t *res);
-void flare__res_release(flare_res_t *res, int status, const char *msg);
 
 /* An exchange whose connection is gone: the send is a no-op that frees it. */
 int flare__res_orphan_done(struct flare_req *ex);
 
 /* ---- src/http/request.c ---- */
-
-/* A path parameter as sent (not percent-decoded), for callers that decode
- * and check it themselves (static files) */
-flare_str_t flare__req_param_raw(const flare_req_t *req, const char *name);
 
 /* Adds a request trailer field (the protocols, once the body has ended;
  * never to the header fields). name and value must live as long as the

@@ -10,7 +10,9 @@
 #endif
 
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "worker.h"
+#include "mw/chain.h"
 #include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)

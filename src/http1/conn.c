@@ -28,7 +28,9 @@
 #include "http1/http1.h"
 #include "http1/conn.h"
 #include "http1/parser.h"
+#include "http/svc.h"
 #include "http2/h2.h"
+#include "app.h"
 #include "obs/metrics.h"
 
 #define MAX_UNSENT   (1u << 20) /* response bytes waiting for a slow reader */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "http/svc.h"
 #include "http2/h2_int.h"
 
 static bool h2_status_has_body(int status)

@@ -21,6 +21,7 @@
 #include "core/sys.h"
 #include "flare/log.h"
 #include "http2/h2_int.h"
+#include "app.h"
 #include "obs/metrics.h"
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -67,8 +67,9 @@ static bool any_after(const flare_mw_rt_t *v, size_t n)
     return false;
 }
 
-int flare__chains_build(flare_app_t *app)
+int flare__chains_build(flare_app_t *app, int (*unmatched)(struct flare_req *ex))
 {
+    app->unmatched = unmatched;
     app->mws_have_after = any_after(app->mws.v, app->mws.n);
     for (size_t i = 0; i < app->nroutes; i++) {
         flare_route_t *r = app->routes[i];
@@ -153,7 +154,7 @@ int flare__chain_run(struct flare_req *ex)
     }
     if (ex->route != NULL)
         return ex->route->fn(ex, &ex->res, ex->route->ud);
-    return flare__res_auto(ex);
+    return w->app->unmatched(ex);
 }
 
 void flare__chain_after(struct flare_req *ex)

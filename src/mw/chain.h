@@ -62,7 +62,10 @@ int flare__chain_run(struct flare_req *ex);
 void flare__chain_after(struct flare_req *ex);
 int flare__mw_list_add(flare_app_t *app, flare_mw_list_t *l, const flare_middleware_t *mw,
                        const char *who);
-int flare__chains_build(flare_app_t *app);
+/* Flattens every route's chain when the app starts. `unmatched` is the
+ * chain's last step when no route matched (the http layer's automatic
+ * answer: 404, 405, OPTIONS), given by the app that wires the layers. */
+int flare__chains_build(flare_app_t *app, int (*unmatched)(struct flare_req *ex));
 void flare__chains_free(flare_app_t *app);
 
 #endif

@@ -9,8 +9,8 @@
 #include <sys/types.h>
 
 #include "loop/loop.h"
-#include "net/tls.h"
 
+typedef struct flare_tls flare_tls_t; /* net/tls.h */
 struct flare_worker;
 
 /* One listening address of the app: TCP, bound by every worker with

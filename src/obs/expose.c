@@ -11,7 +11,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "app.h"
 #include "app_svc.h"
+#include "core/buf.h"
+#include "http/svc.h"
 #include "flare/db.h"
 #include "flare/log.h"
 #include "flare/tls.h"

@@ -11,7 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app_svc.h"
 #include "module.h"
+#include "net/listen.h"
+#include "http/svc.h"
 #include "http1/conn.h"
 #include "http1/http1.h"
 #include "obs/metrics_app.h"
@@ -19,7 +22,7 @@
 bool flare__admin_elsewhere(const flare_req_t *req)
 {
     const struct flare_req *ex = req;
-    if (!ex->worker->app->has_admin)
+    if (!flare__app_has_admin(ex->worker->app))
         return false;
     return ex->conn == NULL || ex->conn->listener == NULL || !ex->conn->listener->admin;
 }
@@ -47,11 +50,11 @@ int flare_health_check(flare_app_t *app, const char *name, bool (*fn)(void *ud),
 bool flare__health_ready(flare_worker_t *w, const char **why)
 {
     flare_app_t *app = w->app;
-    if (atomic_load_explicit(&app->stopping, memory_order_relaxed) || w->draining) {
+    if (flare__app_stopping(app) || w->draining) {
         *why = "draining";
         return false;
     }
-    if (atomic_load(&app->port) == 0) {
+    if (flare_app_port(app) == 0) {
         *why = "not listening";
         return false;
     }

@@ -35,13 +35,12 @@
 #include <unistd.h>
 
 #include "flare/log.h"
-#include "app.h"
 #include "http/exchange.h"
 #include "worker.h"
 #include "module.h"
 #include "obs/logfmt.h"
 #include "obs/ring.h"
-#include "web/random.h"
+#include "core/random.h"
 
 enum { LOG_ERR, LOG_ACC, NLOGS };
 
@@ -490,10 +489,7 @@ int flare_log_setup(flare_app_t *app, const flare_log_config_t *cfg)
     log_state_t *old = flare__app_module_state(app, &log_module);
     if (old != NULL) {
         st->slot = old->slot;
-        for (unsigned i = 0; i < app->nmodules; i++) {
-            if (app->modules[i].m == &log_module)
-                app->modules[i].state = st;
-        }
+        flare__app_module_replace(app, &log_module, st);
         state_free(old);
         return 0;
     }

@@ -15,6 +15,7 @@
 #include "module.h"
 #include "http1/conn.h"
 #include "http2/h2.h"
+#include "app.h"
 #include "obs/metrics_app.h"
 #include "ws/ws.h"
 

@@ -14,10 +14,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "app.h"
 #include "worker.h"
 #include "flare/metrics.h"
-#include "http/exchange.h"
 #include "http2/h2_names.h"
 
 /* Request duration buckets (upper bounds, ns); +Inf is one more bucket. */

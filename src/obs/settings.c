@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "config.h"
 #include "worker.h"
 #include "obs/settings_int.h"
 

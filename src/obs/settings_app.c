@@ -10,6 +10,7 @@
 
 #include "app.h"
 #include "app_svc.h"
+#include "config.h"
 #include "worker.h"
 #include "flare/log.h"
 #include "flare/redis.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "app.h"
+#include "config.h"
 #include "worker.h"
 #include "obs/settings_int.h"
 

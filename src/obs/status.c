@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app.h"
+#include "core/buf.h"
+#include "http/svc.h"
 #include "obs/metrics_app.h"
 
 /* The page in three parts: before the options' head HTML, between it and

@@ -20,12 +20,11 @@
 #include <string.h>
 
 #include "app_svc.h"
-#include "app.h"
 #include "core/core.h"
 #include "worker.h"
 #include "module.h"
 #include "web/channel.h"
-#include "web/random.h"
+#include "core/random.h"
 #include "ws/frame.h"
 
 #define PENDING_MAX 4096 /* live messages held for one subscriber while it resumes */
@@ -686,16 +685,17 @@ static void fan_run(void *ud)
 static void fanout(chan_app_t *ca, flare__chan_msg_t *m)
 {
     flare_app_t *app = ca->app;
-    for (unsigned i = 0; i < app->nworkers; i++) {
+    flare_worker_t *w;
+    for (unsigned i = 0; (w = flare_app_worker(app, i)) != NULL; i++) {
         fan_task_t *t = malloc(sizeof(*t));
         if (t == NULL)
             continue; /* out of memory: that worker's subscribers miss it */
-        *t = (fan_task_t){ .ca = ca, .w = &app->workers[i], .m = m };
+        *t = (fan_task_t){ .ca = ca, .w = w, .m = m };
         t->node.fn = fan_run;
         t->node.ud = t;
         t->node.heap = false;
         flare__chan_msg_ref(m);
-        flare__loop_post_node(&app->workers[i].loop, &t->node);
+        flare__loop_post_node(&w->loop, &t->node);
     }
     flare__chan_msg_unref(m);
 }
@@ -800,14 +800,14 @@ int flare__chan_submit(flare_app_t *app, flare__chan_msg_t *m, flare_channel_pub
     *t = (seq_task_t){ ca, NULL, self, m, cb, ud };
     int rc;
     if (self != NULL) {
-        t->seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
+        t->seq = flare_app_worker(app, cluster ? m->hash % flare__app_nworkers(app) : 0);
         rc = flare__loop_post(&t->seq->loop, seq_run, t);
     } else {
         /* the workers stay while we are inside, and exist only then (not
          * before the run, nor after it) */
         rc = flare__app_enter(app);
         if (rc == 0) {
-            t->seq = &app->workers[cluster ? m->hash % app->nworkers : 0];
+            t->seq = flare_app_worker(app, cluster ? m->hash % flare__app_nworkers(app) : 0);
             rc = flare__loop_post(&t->seq->loop, seq_run, t);
             flare__app_leave(app);
         }

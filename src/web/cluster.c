@@ -20,7 +20,7 @@
 #include "data/redis_int.h"
 #include "flare/metrics.h"
 #include "web/cluster_int.h"
-#include "web/random.h"
+#include "core/random.h"
 
 /* ---- the scripts ---- */
 

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
 #include "worker.h"
 #include "web/cluster_int.h"
 
@@ -506,7 +505,7 @@ void flare__cl_interest(cluster_t *cl, flare_worker_t *w, flare_str_t name, int 
     memcpy(t->name, name.ptr, name.len);
     /* a worker thread may post to any worker (every loop exists while any
      * worker runs) */
-    if (flare__loop_post(&app->workers[0].loop, interest_run, t) != 0)
+    if (flare__loop_post(&flare_app_worker(app, 0)->loop, interest_run, t) != 0)
         free(t);
 }
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app_svc.h"
 #include "worker.h"
 #include "core/core.h"
 #include "flare/openapi.h"
@@ -546,10 +546,7 @@ int flare_route_doc(flare_app_t *app, flare_method_t method, const char *pattern
              pattern);
     if (!method_ok(method))
         return flare__fail(FLARE_EINVAL, 0, "%s: OpenAPI has no such operation", where);
-    bool found = false;
-    for (size_t i = 0; i < app->nroutes && !found; i++)
-        found = app->routes[i]->method == method && strcmp(app->routes[i]->pattern, pattern) == 0;
-    if (!found)
+    if (!flare__app_has_route(app, method, pattern))
         return flare__fail(FLARE_ENOTFOUND, 0, "%s: no such route (register it first)", where);
     oa_state_t *st;
     int rc = flare__openapi_state(app, &st);

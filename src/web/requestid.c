@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "flare/middleware.h"
-#include "web/random.h"
+#include "core/random.h"
 
 static bool id_ok(flare_str_t v)
 {

@@ -4,7 +4,7 @@
 #include "core/core.h"
 #include "flare/cookie.h"
 #include "flare/rest.h"
-#include "app.h"
+#include "module.h"
 #include "http/exchange.h"
 #include "worker.h"
 
@@ -90,7 +90,7 @@ static int send_json_error(flare_res_t *res, int status, const char *msg)
  * 415 and returns false when refused. */
 static bool check_type(flare_req_t *req, flare_res_t *res)
 {
-    if (req->worker->app->cfg.json_any_content_type)
+    if (flare__app_config(req->worker->app)->json_any_content_type)
         return true;
     flare_str_t ct = flare_req_header(req, "Content-Type");
     if (ct.ptr == NULL) {

@@ -11,7 +11,8 @@
 #include "flare/session.h"
 #include "app_svc.h"
 #include "http/exchange.h"
-#include "web/random.h"
+#include "http/svc.h"
+#include "core/random.h"
 
 #define SID_LEN FLARE__SESSION_ID_HEX_LEN
 

@@ -18,6 +18,7 @@
 #include "flare/static.h"
 #include "app_svc.h"
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "worker.h"
 #include "web/static_int.h"
 #include "web/static_parse.h"

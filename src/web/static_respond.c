@@ -9,7 +9,7 @@
 #include "core/clock.h"
 #include "core/core.h"
 #include "flare/compress.h"
-#include "http/exchange.h"
+#include "http/svc.h"
 #include "web/static_int.h"
 #include "web/static_parse.h"
 

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
 #include "app_svc.h"
 #include "worker.h"
 #include "ws/ws_int.h"
@@ -264,9 +263,9 @@ static int send_to(flare_app_t *app, const ws_app_t *wa, uint64_t id, flare_ws_o
                    flare_str_t payload)
 {
     unsigned wid = (unsigned)(id & ((1u << WORKER_BITS) - 1));
-    if ((id >> WORKER_BITS) == 0 || wid >= app->nworkers)
+    flare_worker_t *w = flare_app_worker(app, wid);
+    if ((id >> WORKER_BITS) == 0 || w == NULL)
         return FLARE_ENOTFOUND;
-    flare_worker_t *w = &app->workers[wid];
     ws_worker_t *local = local_worker(app);
     if (local != NULL && local->w == w) {
         flare_ws_t *ws = id_find(local, id);

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app_svc.h"
+#include "module.h"
 #include "http/exchange.h"
 #include "worker.h"
 #include "ws/ws.h"
@@ -176,7 +177,7 @@ static ws_route_t *route_new(flare_app_t *app, ws_app_t *wa, const flare_ws_conf
     if (c->write_limit < c->write_high_water)
         c->write_limit = c->write_high_water;
     if (c->write_timeout_ms == 0)
-        c->write_timeout_ms = app->cfg.write_timeout_ms;
+        c->write_timeout_ms = flare__app_config(app)->write_timeout_ms;
     else if (c->write_timeout_ms == FLARE_WS_NEVER)
         c->write_timeout_ms = 0;
     if (c->close_timeout_ms == 0)
@@ -291,7 +292,7 @@ static int check_cfg(flare_app_t *app, const char *pattern, const flare_ws_confi
                            app == NULL       ? "app"
                            : pattern == NULL ? "pattern"
                                              : "cfg");
-    if (atomic_load(&app->running))
+    if (flare__app_running(app))
         return flare__fail(FLARE_ESTATE, 0, "flare_ws_route %s: the app is running", pattern);
     return 0;
 }
@@ -334,7 +335,7 @@ int flare_ws_group_route(flare_group_t *g, const char *pattern, const flare_ws_c
 {
     if (g == NULL)
         return flare__fail(FLARE_EINVAL, 0, "flare_ws_group_route: group is NULL");
-    return add(g->app, g, pattern, cfg);
+    return add(flare__group_app(g), g, pattern, cfg);
 }
 
 unsigned flare__ws_open(const flare_worker_t *w)

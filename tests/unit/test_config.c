@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "app.h"
+#include "config.h"
 
 static void assert_defaults(const flare_config_t *c)
 {

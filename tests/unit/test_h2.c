@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "app.h"
 #include "http2/h2_int.h"
 #include "obs/metrics.h"
 

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "flare/common.h"
-#include "web/random.h"
+#include "core/random.h"
 
 static int cmp_str(const void *a, const void *b)
 {

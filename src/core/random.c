@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "flare/common.h"
-#include "web/random.h"
+#include "core/random.h"
 
 int flare__random_bytes(void *buf, size_t n)
 {

@@ -1,4 +1,5 @@
-/* Randomness for the web layer (internal).
+/* Randomness (internal): session ids and tokens for the web layer, request
+ * and log ids.
  *
  * Two sources, for two jobs:
  *   - secrets (session ids, tokens): the kernel CSPRNG, getrandom(2), on
@@ -8,8 +9,8 @@
  *     no syscall after the first call. Not for secrets. A forked child
  *     that keeps using a parent thread's state repeats its sequence; call
  *     flare__rand_reseed() in the child. */
-#ifndef FLARE_WEB_RANDOM_H
-#define FLARE_WEB_RANDOM_H
+#ifndef FLARE_CORE_RANDOM_H
+#define FLARE_CORE_RANDOM_H
 
 #include <stddef.h>
 #include <stdint.h>
