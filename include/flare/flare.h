@@ -305,17 +305,17 @@ FLARE_API void *flare_req_alloc(flare_req_t *req, size_t size);
 FLARE_API int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud);
 
 /* Per-request attributes: a middleware sets, a handler reads. Typed: a
- * missing key or a value of another type is a plain "not found" (false /
- * NULL), never an error path. Keys and string values are copied into the
+ * missing key or a value of another type is a plain "not found"
+ * (FLARE_ENOTFOUND / NULL), never an error path. Keys and string values are copied into the
  * request arena; pointers (ptr) are stored as given, tagged with `type` (compared
  * by address, so use a static string per type). Setting a key again
- * replaces it. The getters set *out when found. Valid until the response
+ * replaces it. The getters return 0 and set *out when found. Valid until the response
  * completes. */
 FLARE_API int flare_req_set_str(flare_req_t *req, const char *key, flare_str_t value);
 FLARE_API int flare_req_set_int(flare_req_t *req, const char *key, int64_t value);
 FLARE_API int flare_req_set_ptr(flare_req_t *req, const char *key, const char *type, void *ptr);
-FLARE_API bool flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out);
-FLARE_API bool flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out);
+FLARE_API int flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out);
+FLARE_API int flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out);
 FLARE_API void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type);
 
 /* The client's address as text ("192.0.2.1", "2001:db8::1") in the request
