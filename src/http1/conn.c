@@ -327,7 +327,7 @@ static void head_waits(flare_conn_t *c, struct flare_req *ex)
 {
     if (ex->flags & EX_NEED_CONTINUE)
         send_continue_later(c, ex);
-    if ((ex->flags & EX_STREAM) && !(c->flags & C_STREAM_OUT)) {
+    if ((ex->flags & (EX_STREAM | EX_SENT)) == EX_STREAM && !(c->flags & C_STREAM_OUT)) {
         c->flags |= C_STREAM_OUT;
         /* it may have come to the head with its backpressure already on
          * (written while queued behind another response) and the socket
