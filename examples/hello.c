@@ -216,7 +216,10 @@ static int pass(flare_req_t *req, flare_res_t *res, void *ud)
  * Line j of KiB k is "kkkkk.jj the quick brown fox jumps over the lazy dog
  * 0123456789\n" (64 bytes, k modulo 100000). With stream=MS the same text
  * goes out as N writes of 1 KiB, MS ms apart (0..10000): a chunked response
- * compressed as produced. ---- */
+ * compressed as produced. With pace=1 instead it goes out as fast as the
+ * client reads: written while flare_res_backpressured() is false, resumed
+ * from the drain callback (flare_res_on_drain), and a last line
+ * "paused P drained D\n" says how often that happened. ---- */
 static void text_kib(char *out, unsigned k)
 {
     static const char tail[] = " the quick brown fox jumps over the lazy dog 0123456789\n";
@@ -252,7 +255,36 @@ typedef struct text_stream {
     flare_res_t *res;
     flare_worker_t *w;
     unsigned next, n, ms;
+    unsigned paused, drained; /* pace=1 */
 } text_stream_t;
+
+/* pace=1: the backpressure idiom (flare/common.h) */
+static void text_pace(flare_res_t *res, void *ud)
+{
+    text_stream_t *ts = ud;
+    char kib[1024];
+    while (ts->next < ts->n && !flare_res_backpressured(res)) {
+        text_kib(kib, ts->next++);
+        if (flare_res_write(res, (flare_str_t){ kib, sizeof(kib) }) != 0) {
+            flare_res_end(res);
+            return;
+        }
+    }
+    if (ts->next < ts->n) {
+        ts->paused++; /* the drain callback resumes */
+        return;
+    }
+    int n = snprintf(kib, sizeof(kib), "paused %u drained %u\n", ts->paused, ts->drained);
+    flare_res_write(res, (flare_str_t){ kib, (size_t)n });
+    flare_res_end(res);
+}
+
+static void text_drained(flare_res_t *res, void *ud)
+{
+    text_stream_t *ts = ud;
+    ts->drained++;
+    text_pace(res, ud);
+}
 
 static void text_tick(void *ud)
 {
@@ -273,15 +305,21 @@ static int text(flare_req_t *req, flare_res_t *res, void *ud)
         (stream.ptr != NULL && text_num(stream, 10000, &ms) != 0))
         return flare_res_send(res, 400, FLARE_STR("text/plain"),
                               FLARE_STR("kb must be 1..10240 (and stream 0..10000 ms)\n"));
-    if (stream.ptr != NULL) {
+    bool pace = flare_req_query_param(req, "pace").len > 0;
+    if (stream.ptr != NULL || pace) {
         text_stream_t *ts = flare_req_alloc(req, sizeof(*ts));
         if (ts == NULL)
             return FLARE_ENOMEM;
-        *ts = (text_stream_t){ res, flare_req_worker(req), 0, (unsigned)kb, (unsigned)ms };
+        *ts = (text_stream_t){ res, flare_req_worker(req), 0, (unsigned)kb, (unsigned)ms, 0, 0 };
         int rc = flare_res_begin(res, 200, FLARE_STR("text/plain; charset=utf-8"));
+        if (rc == 0 && pace)
+            rc = flare_res_on_drain(res, 0, text_drained, ts);
         if (rc != 0)
             return rc;
-        text_tick(ts); /* the first KiB now, the rest on the timer */
+        if (pace)
+            text_pace(res, ts); /* as much as fits, the rest from text_drained */
+        else
+            text_tick(ts); /* the first KiB now, the rest on the timer */
         return 0;
     }
     char *body = flare_req_alloc(req, kb * 1024); /* lives until the response is sent */

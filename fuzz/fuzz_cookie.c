@@ -46,7 +46,7 @@ static void check_header(const uint8_t *data, size_t size)
     flare_str_t n, v;
     size_t pairs = 0;
     flare_cookie_iter_init(&it, h);
-    while (flare_cookie_next(&it, &n, &v)) {
+    while (flare_cookie_next(&it, &n, &v) == 0) {
         CHECK(pairs++ <= size);
         CHECK(n.len > 0 && inside(n, data, size) && inside(v, data, size));
         CHECK(memchr(n.ptr, ';', n.len) == NULL && memchr(n.ptr, '=', n.len) == NULL);

@@ -63,7 +63,7 @@ static void write_val(const flare_json_val_t *v, flare_json_t *w)
         flare_str_t key;
         const flare_json_val_t *m;
         flare_json_object_begin(w);
-        while (flare_json_val_next(v, &it, &key, &m)) {
+        while (flare_json_val_next(v, &it, &key, &m) == 0) {
             flare_json_key(w, key);
             write_val(m, w);
         }
@@ -118,7 +118,7 @@ static bool same(const flare_json_val_t *a, const flare_json_val_t *b)
         void *it = NULL;
         flare_str_t key;
         const flare_json_val_t *m;
-        while (flare_json_val_next(a, &it, &key, &m)) {
+        while (flare_json_val_next(a, &it, &key, &m) == 0) {
             if (!same(m, flare_json_val_getn(b, key)))
                 return false;
         }

@@ -79,16 +79,18 @@ static int feed(run_t *r, const char *base, size_t total, const char *p, size_t 
     flare_multipart_t *mp = &r->mp;
     for (;;) {
         flare_multipart_event_t ev;
-        int64_t used = flare_multipart_next(mp, p, n, &ev);
-        if (used < 0) {
-            CHECK(used == -2 || used == -10); /* FLARE_EINVAL, FLARE_ETOOBIG */
+        size_t used = 7;
+        int mrc = flare_multipart_next(mp, p, n, &used, &ev);
+        if (mrc != 0) {
+            CHECK(mrc == FLARE_EINVAL || mrc == FLARE_ETOOBIG);
+            CHECK(used == 0);
             int st = flare_multipart_err_status(mp->err);
             CHECK(st >= 400 && st < 500);
-            return (int)used;
+            return mrc;
         }
-        CHECK((size_t)used <= n);
+        CHECK(used <= n);
         p += used;
-        n -= (size_t)used;
+        n -= used;
         switch (ev.type) {
         case FLARE_MULTIPART_NEED_MORE:
             CHECK(n == 0);

@@ -477,7 +477,7 @@ static void check_gzip(const char *v, size_t n)
 static bool parse_date(const char *s, size_t n, time_t *t)
 {
     char *in = joindup(s, n, NULL, 0);
-    bool ok = flare_http_date_parse((flare_str_t){ in, n }, t);
+    bool ok = flare_http_date_parse((flare_str_t){ in, n }, t) == 0;
     free(in);
     return ok;
 }

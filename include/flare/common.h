@@ -1,11 +1,40 @@
 /* Flare: common definitions shared by every public header.
  *
  * Strings are views: flare_str_t never owns its bytes and is never assumed
- * to be NUL-terminated. Functions that fail return 0 or a negative FLARE_E*
- * code; flare_strerror() turns a code into text. */
+ * to be NUL-terminated.
+ *
+ * Return values: one convention for every public function.
+ *   - A call that can fail returns int: 0 on success or a negative FLARE_E*
+ *     code (flare_strerror() turns it into text). Results come back through
+ *     out-parameters, never as a positive return.
+ *   - Iterators (flare_form_next, flare_form_find, flare_form_next_decoded,
+ *     flare_cookie_next, flare_json_val_next) are calls like any other: 0
+ *     with the next item in the out-parameters, FLARE_EEND when there is
+ *     none left, or another negative code on an error:
+ *         while ((rc = flare_form_next(&it, &key, &value)) == 0)
+ *             ...;
+ *         if (rc != FLARE_EEND)
+ *             return rc;
+ *   - A call that cannot fail may return its value directly: a predicate
+ *     returns bool (flare_str_eq, flare_req_secure, flare_ws_backpressured),
+ *     an accessor returns the view, handle, size or count it reads (an empty
+ *     view or NULL when there is none), and a call with nothing to report
+ *     returns void. A constructor returns its new object, or NULL when it
+ *     failed (flare_app_new, flare_group_new, flare_req_alloc; the cause in
+ *     flare_last_error() where documented).
+ *   - FLARE_ASYNC (positive, never an error) is a return of request
+ *     handlers and middleware `before` hooks only: "I will finish later, on
+ *     this worker". No library function returns it.
+ *   - Backpressure (WebSocket sends, SSE sends, flare_res_write) follows one
+ *     idiom: the send queues the data and returns 0; when the bytes waiting
+ *     for the client pass the high-water mark, the handle's *_backpressured()
+ *     predicate turns true until the output falls to half the mark, when the
+ *     drain callback (flare_ws_config_t.on_drain, flare_sse_config_t.on_drain,
+ *     flare_res_on_drain) is called once. Slow down while it is true. */
 #ifndef FLARE_COMMON_H
 #define FLARE_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -40,14 +69,15 @@ static inline flare_str_t flare_str(const char *cstr)
     return s;
 }
 
-/* 1 when a and b hold the same bytes (case-sensitive), else 0. */
-static inline int flare_str_eq(flare_str_t a, flare_str_t b)
+/* True when a and b hold the same bytes (case-sensitive). */
+static inline bool flare_str_eq(flare_str_t a, flare_str_t b)
 {
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
 
-/* ASCII case-insensitive comparison of a and b (header names, tokens). */
-FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
+/* True when a and b hold the same bytes up to ASCII case (header names,
+ * tokens). */
+FLARE_API bool flare_str_ieq(flare_str_t a, flare_str_t b);
 
 /* Error codes: one table generates the enum and the messages.
  * X(NAME, value, message) */
@@ -68,16 +98,21 @@ FLARE_API int flare_str_ieq(flare_str_t a, flare_str_t b);
     X(TLS, -14, "TLS error")                                        \
     X(DB, -15, "database error")                                    \
     X(UNAVAIL, -16, "service unavailable")                          \
-    X(TIMEDOUT, -17, "timed out")
+    X(TIMEDOUT, -17, "timed out")                                   \
+    X(END, -18, "end of sequence")
 
 enum {
     FLARE_OK = 0,
 #define FLARE_ERRNO_ENUM(name, val, msg) FLARE_E##name = (val),
     FLARE_ERRNO_MAP(FLARE_ERRNO_ENUM)
 #undef FLARE_ERRNO_ENUM
-    /* Returned by a handler or hook that will finish later on its worker. */
-    FLARE_ASYNC = 1
 };
+
+/* Returned by a request handler or a middleware `before` hook that will
+ * finish later, on the same worker (it answers, or calls flare_next, from a
+ * callback of that worker). Not an error and not in the error enum: no
+ * library function returns it. Its value stays 1. */
+#define FLARE_ASYNC 1
 
 /* Text for a FLARE_E* code (or 0). Never NULL; static storage. */
 FLARE_API const char *flare_strerror(int code);

@@ -37,9 +37,9 @@ typedef struct flare_cookie_iter {
  * iterator returns point into it. */
 FLARE_API void flare_cookie_iter_init(flare_cookie_iter_t *it, flare_str_t header);
 
-/* Next pair of it: true with *name and *value set (views into the header), false
- * at the end. */
-FLARE_API bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value);
+/* Next pair of it: 0 with *name and *value set (views into the header),
+ * FLARE_EEND at the end. */
+FLARE_API int flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value);
 
 /* The value in a Cookie header's value (header) of the first cookie with
  * that name (case-sensitive, as

@@ -328,8 +328,9 @@ FLARE_API size_t flare_db_res_cols(const flare_db_res_t *r);
 FLARE_API uint64_t flare_db_res_affected(const flare_db_res_t *r);
 /* Column col's name, "" when out of range. Never NULL. */
 FLARE_API const char *flare_db_res_col_name(const flare_db_res_t *r, size_t col);
-/* Column index by name, or -1. */
-FLARE_API int flare_db_res_col_index(const flare_db_res_t *r, const char *name);
+/* The index of the first column named name in *col. 0, FLARE_ENOTFOUND (no
+ * such column), FLARE_EINVAL (a NULL argument). */
+FLARE_API int flare_db_res_col_index(const flare_db_res_t *r, const char *name, size_t *col);
 
 /* Typed getters of the value at row, col. Out of range or NULL: is_null is true and the others
  * return 0 / 0.0 / an empty view. A value of another type is converted the

@@ -305,17 +305,17 @@ FLARE_API void *flare_req_alloc(flare_req_t *req, size_t size);
 FLARE_API int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud);
 
 /* Per-request attributes: a middleware sets, a handler reads. Typed: a
- * missing key or a value of another type is a plain "not found" (false /
- * NULL), never an error path. Keys and string values are copied into the
+ * missing key or a value of another type is a plain "not found"
+ * (FLARE_ENOTFOUND / NULL), never an error path. Keys and string values are copied into the
  * request arena; pointers (ptr) are stored as given, tagged with `type` (compared
  * by address, so use a static string per type). Setting a key again
- * replaces it. The getters set *out when found. Valid until the response
+ * replaces it. The getters return 0 and set *out when found. Valid until the response
  * completes. */
 FLARE_API int flare_req_set_str(flare_req_t *req, const char *key, flare_str_t value);
 FLARE_API int flare_req_set_int(flare_req_t *req, const char *key, int64_t value);
 FLARE_API int flare_req_set_ptr(flare_req_t *req, const char *key, const char *type, void *ptr);
-FLARE_API bool flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out);
-FLARE_API bool flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out);
+FLARE_API int flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out);
+FLARE_API int flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out);
 FLARE_API void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type);
 
 /* The client's address as text ("192.0.2.1", "2001:db8::1") in the request
@@ -375,10 +375,55 @@ FLARE_API int flare_res_sendfile(flare_res_t *res, int status, flare_str_t conte
                                  uint64_t off, uint64_t len);
 
 /* Streaming with chunked transfer coding for bodies of unknown length:
- * begin (status, content_type), write data any number of times, end. */
+ * begin (status, content_type), write data any number of times, end.
+ * flare_res_write copies data and returns 0 once it is queued (also when
+ * the client reads slowly: see backpressure below), FLARE_ESTATE outside
+ * begin..end, FLARE_ENOMEM. */
 FLARE_API int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type);
 FLARE_API int flare_res_write(flare_res_t *res, flare_str_t data);
 FLARE_API int flare_res_end(flare_res_t *res);
+
+/* Backpressure of a streamed response, the idiom shared with WebSocket
+ * (flare_ws_backpressured) and SSE (flare_sse_backpressured): writes always
+ * queue; flare_res_backpressured turns true after a flare_res_write that
+ * left more than the high-water mark waiting for the client, and false
+ * again when that has fallen to half the mark, at which point the drain
+ * callback (if any) is called once, from the worker's loop, never from
+ * inside a flare_res_* call. A producer that can wait (a file, a database
+ * cursor, a generator) stops writing while it is true and resumes from the
+ * callback:
+ *
+ *   static void more(flare_res_t *res, void *ud)
+ *   {
+ *       struct job *j = ud;
+ *       while (j->left > 0 && !flare_res_backpressured(res))
+ *           flare_res_write(res, next_piece(j));
+ *       if (j->left == 0)
+ *           flare_res_end(res);
+ *   }
+ *   ... in the handler: flare_res_begin(...); flare_res_on_drain(res, 0, more, j);
+ *       more(res, j); return FLARE_ASYNC;
+ *
+ * If the client goes away the callback is not called (writes become no-ops
+ * and flare_req_connected() turns false; end the response then). */
+
+/* The default high-water mark of a streamed response (bytes). */
+#define FLARE_RES_HIGH_WATER (64u * 1024)
+
+/* Called once each time a backpressured streamed response has drained to
+ * half its high-water mark. */
+typedef void (*flare_res_drain_fn)(flare_res_t *res, void *ud);
+
+/* True while the streamed response is backpressured (see above). */
+FLARE_API bool flare_res_backpressured(const flare_res_t *res);
+
+/* Sets the high-water mark (0: FLARE_RES_HIGH_WATER) and the drain callback
+ * fn(res, ud) (NULL: none, the predicate alone) of this response; call it
+ * again to change them. Any time before the response is complete; the
+ * settings last as long as the response. 0, FLARE_ESTATE (the response is
+ * complete), FLARE_ENOMEM. */
+FLARE_API int flare_res_on_drain(flare_res_t *res, size_t high_water, flare_res_drain_fn fn,
+                                 void *ud);
 
 /* Asks for the connection to be closed after this response. */
 FLARE_API void flare_res_close(flare_res_t *res);

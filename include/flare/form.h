@@ -45,13 +45,13 @@ typedef struct flare_form_iter {
  * max_pairs may be changed afterwards (0 means no bound). */
 FLARE_API void flare_form_iter_init(flare_form_iter_t *it, flare_str_t input);
 
-/* Next pair of it as raw views: returns 1 with *key and *value set, 0 at the end,
- * FLARE_ETOOBIG when the input has more than max_pairs pairs (the caller
+/* Next pair of it as raw views: returns 0 with *key and *value set,
+ * FLARE_EEND at the end, FLARE_ETOOBIG when the input has more than max_pairs pairs (the caller
  * should answer 400, or 413/414). */
 FLARE_API int flare_form_next(flare_form_iter_t *it, flare_str_t *key, flare_str_t *value);
 
 /* Advances it to the next pair whose decoded key equals `key` (compared
- * without allocating): 1 with *raw_value set, 0 when there is none left,
+ * without allocating): 0 with *raw_value set, FLARE_EEND when there is none left,
  * FLARE_ETOOBIG as above. Repeated calls walk all values of a key. */
 FLARE_API int flare_form_find(flare_form_iter_t *it, flare_str_t key, flare_str_t *raw_value);
 
@@ -67,7 +67,7 @@ FLARE_API int flare_form_decode(flare_str_t raw, flare_alloc_fn alloc, void *ctx
 
 /* Next pair of it, decoded into *key and *value (flare_form_next +
  * flare_form_decode on both, copies from alloc(ctx, ...)). Returns
- * 1, 0 at the end, FLARE_ETOOBIG or FLARE_ENOMEM. */
+ * 0, FLARE_EEND at the end, FLARE_ETOOBIG or FLARE_ENOMEM. */
 FLARE_API int flare_form_next_decoded(flare_form_iter_t *it, flare_alloc_fn alloc, void *ctx,
                                       flare_str_t *key, flare_str_t *value);
 

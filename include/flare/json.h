@@ -227,10 +227,11 @@ FLARE_API size_t flare_json_val_len(const flare_json_val_t *v);
 FLARE_API const flare_json_val_t *flare_json_val_at(const flare_json_val_t *v, size_t i);
 
 /* Iterates the members of an object in document order: start with
- * *iter = NULL; returns true and sets key (a view valid as long as the
- * document) and *member until the end. */
-FLARE_API bool flare_json_val_next(const flare_json_val_t *obj, void **iter, flare_str_t *key,
-                                   const flare_json_val_t **member);
+ * *iter = NULL; returns 0 and sets key (a view valid as long as the
+ * document) and *member, FLARE_EEND after the last member, FLARE_EINVAL
+ * when obj is not an object. */
+FLARE_API int flare_json_val_next(const flare_json_val_t *obj, void **iter, flare_str_t *key,
+                                  const flare_json_val_t **member);
 
 /* Typed reads: 0 and *out set, or FLARE_EINVAL (and *out untouched) when v
  * has another type. A string is a view valid as long as the document,

@@ -159,15 +159,16 @@ FLARE_API int flare_multipart_init(flare_multipart_t *mp, flare_str_t content_ty
 FLARE_API int flare_multipart_init_boundary(flare_multipart_t *mp, flare_str_t boundary,
                                             const flare_multipart_limits_t *limits);
 
-/* Feeds bytes: returns how many of data[0..len) it used (0..len) and sets
- * *ev; call again with the rest (data + used) until it reports NEED_MORE,
- * which it does only when it used everything. Returns a negative code on
- * bad input: FLARE_EINVAL (malformed) or FLARE_ETOOBIG (a limit), with
- * mp->err saying which (flare_multipart_err_status gives the 4xx); every
- * later call returns the same. After DONE the rest is epilogue: used and
- * ignored (it still counts toward max_total_size). */
-FLARE_API int64_t flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len,
-                                       flare_multipart_event_t *ev);
+/* Feeds bytes: returns 0 with *used set to how many of data[0..len) it
+ * used (0..len) and *ev to what it found; call again with the rest
+ * (data + *used) until it reports NEED_MORE, which it does only when it
+ * used everything. Returns a negative code on bad input (*used 0):
+ * FLARE_EINVAL (malformed) or FLARE_ETOOBIG (a limit), with mp->err saying
+ * which (flare_multipart_err_status gives the 4xx); every later call
+ * returns the same. After DONE the rest is epilogue: used and ignored (it
+ * still counts toward max_total_size). */
+FLARE_API int flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len,
+                                   size_t *used, flare_multipart_event_t *ev);
 
 /* At the end of the body: 0 when the closing boundary was seen, else
  * FLARE_EINVAL with mp->err TRUNCATED (or the earlier error's code). */

@@ -37,11 +37,16 @@
  * thread-safe way to reach streams. The request and response handles given
  * to the handler must not be used once flare_sse_start succeeded.
  *
- * Backpressure: the stream never queues more than max_queued bytes for a
- * slow client. The send that would exceed it drops the stream instead
- * (FLARE_ETOOBIG, and on_close with the same reason): the connection is
- * closed once what is queued is written or the write timeout passes. Check
- * flare_sse_queued to slow down before that point. */
+ * Backpressure, the idiom shared with WebSocket and streamed responses
+ * (flare/common.h): sends queue and return 0; once more than high_water
+ * bytes wait for the client, flare_sse_backpressured is true until they
+ * have fallen to half of it, when on_drain is called (once, from the
+ * worker's loop). A producer that can wait pauses in between. Past
+ * max_queued the stream is dropped instead: the send that would exceed it
+ * fails with FLARE_ETOOBIG (and on_close follows with the same reason),
+ * and the connection is closed once what is queued is written or the
+ * write timeout passes. Broadcasts do not wait: a slow recipient is
+ * dropped at max_queued. */
 #ifndef FLARE_SSE_H
 #define FLARE_SSE_H
 
@@ -88,6 +93,10 @@ FLARE_API int flare_sse_format_comment(flare_str_t text, char *out, size_t cap, 
  * see above). */
 typedef void (*flare_sse_close_fn)(flare_sse_t *s, int reason, void *ud);
 
+/* on_drain: the stream was backpressured and its queue has fallen to half
+ * of high_water (flare_sse_backpressured is false again). */
+typedef void (*flare_sse_drain_fn)(flare_sse_t *s, void *ud);
+
 /* Per stream. Zero fields take their defaults. */
 typedef struct flare_sse_config {
     /* ": ping" comment every heartbeat_ms [15000]; FLARE_SSE_HEARTBEAT_OFF:
@@ -96,7 +105,11 @@ typedef struct flare_sse_config {
     size_t max_queued; /* bytes waiting for the client before the stream is dropped [256 KiB] */
     unsigned retry_ms; /* > 0: "retry:" sent first */
     flare_sse_close_fn on_close; /* may be NULL */
-    void *ud;
+    void *ud;                    /* given to on_close and on_drain */
+    /* bytes waiting for the client past which flare_sse_backpressured is
+     * true [max_queued / 4; at most max_queued] */
+    size_t high_water;
+    flare_sse_drain_fn on_drain; /* may be NULL */
 } flare_sse_config_t;
 
 /* Registers a GET route (pattern as for flare_route) whose handler fn (given ud) starts
@@ -119,14 +132,19 @@ FLARE_API int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_ss
  * copied: valid as long as the handle. */
 FLARE_API flare_str_t flare_sse_last_event_id(const flare_sse_t *s);
 
-/* Sends one event ev (flare_sse_format's rules) / a comment text. 0, FLARE_EINVAL,
+/* Sends one event ev (flare_sse_format's rules) / a comment text. 0 (queued;
+ * check flare_sse_backpressured to pace a producer), FLARE_EINVAL,
  * FLARE_ECLOSED (the stream has ended: on_close is on its way),
- * FLARE_ETOOBIG (dropped for backpressure, see above), FLARE_ENOMEM. */
+ * FLARE_ETOOBIG (past max_queued: dropped, see above), FLARE_ENOMEM. */
 FLARE_API int flare_sse_send(flare_sse_t *s, const flare_sse_event_t *ev);
 FLARE_API int flare_sse_comment(flare_sse_t *s, flare_str_t text);
 
 /* Bytes queued for the client and not yet written (0 once ended). */
 FLARE_API size_t flare_sse_queued(const flare_sse_t *s);
+
+/* True while the stream is backpressured: more than high_water bytes were
+ * waiting after a send and on_drain has not come yet (see above). */
+FLARE_API bool flare_sse_backpressured(const flare_sse_t *s);
 
 /* Whether the stream is still open (not ended, client not known gone). */
 FLARE_API bool flare_sse_open(const flare_sse_t *s);

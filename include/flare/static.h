@@ -91,10 +91,11 @@ FLARE_API int flare_group_static(flare_group_t *g, const char *prefix, const cha
  * ("application/octet-stream" when unknown). Static storage. */
 FLARE_API flare_str_t flare_mime_type(flare_str_t filename);
 
-/* Parses s as an HTTP-date into *out (seconds since the epoch; true on
- * success) (IMF-fixdate, and the obsolete RFC 850 and asctime
- * forms, as RFC 9110 section 5.6.7 requires of recipients). */
-FLARE_API bool flare_http_date_parse(flare_str_t s, time_t *out);
+/* Parses s as an HTTP-date into *out (seconds since the epoch): IMF-fixdate,
+ * and the obsolete RFC 850 and asctime forms, as RFC 9110 section 5.6.7
+ * requires of recipients. 0, or FLARE_EINVAL (not a valid date; *out
+ * untouched). */
+FLARE_API int flare_http_date_parse(flare_str_t s, time_t *out);
 
 #ifdef __cplusplus
 }

@@ -49,11 +49,6 @@ typedef enum flare_ws_opcode {
     FLARE_WS_BINARY = 2 /* bytes */
 } flare_ws_opcode_t;
 
-/* Returned (> 0) by the send functions when the message was queued but the
- * connection's unsent output is past its high-water mark: slow down until
- * on_drain (or flare_ws_buffered() falls). Not an error. */
-#define FLARE_WS_BACKPRESSURE 2
-
 /* For heartbeat_ms and the timeouts: never. */
 #define FLARE_WS_NEVER UINT_MAX
 
@@ -77,8 +72,9 @@ typedef struct flare_ws_config {
      * peer's close reason, valid during the call. After it returns the
      * handle is gone. Called once for every accepted connection. */
     void (*on_close)(flare_ws_t *ws, int code, flare_str_t reason);
-    /* The unsent output fell below half the high-water mark after a send
-     * returned FLARE_WS_BACKPRESSURE. May be NULL. */
+    /* The unsent output fell to half the high-water mark after a send
+     * had left it above the mark (flare_ws_backpressured() turns false just
+     * before). Called once per such episode. May be NULL. */
     void (*on_drain)(flare_ws_t *ws);
     void *ud; /* returned by flare_ws_route_ud() */
 
@@ -110,8 +106,8 @@ typedef struct flare_ws_config {
 
     unsigned heartbeat_ms;     /* ping this often; FLARE_WS_NEVER: no heartbeat [30 s] */
     unsigned heartbeat_misses; /* close after this many unanswered pings [2] */
-    size_t write_high_water;   /* unsent bytes past which sends report
-                                  FLARE_WS_BACKPRESSURE [1 MiB] */
+    size_t write_high_water;   /* unsent bytes past which
+                                  flare_ws_backpressured() is true [1 MiB] */
     size_t write_limit;        /* unsent bytes past which the connection is
                                   closed (on_close 1006) [16 x high water] */
     unsigned write_timeout_ms; /* unsent output making no progress this long:
@@ -133,10 +129,10 @@ FLARE_API int flare_ws_group_route(flare_group_t *g, const char *pattern,
 
 /* Sends a message: payload with opcode op, text as a text message, data as
  * a binary one (join and leave: see rooms below). The payload is copied or written before the call
- * returns. Text must be valid UTF-8 (FLARE_EINVAL otherwise). Returns 0, or FLARE_WS_BACKPRESSURE
- * (queued; output past the high-water mark), or FLARE_ECLOSED (closing or closed: nothing sent),
- * FLARE_ETOOBIG (the output passed the write limit: the connection is being dropped), FLARE_ENOMEM.
- */
+ * returns. Text must be valid UTF-8 (FLARE_EINVAL otherwise). Returns 0 (queued: when the output
+ * is now past the high-water mark, flare_ws_backpressured() says so until on_drain), or
+ * FLARE_ECLOSED (closing or closed: nothing sent), FLARE_ETOOBIG (the output passed the write
+ * limit: the connection is being dropped), FLARE_ENOMEM. */
 FLARE_API int flare_ws_send(flare_ws_t *ws, flare_ws_opcode_t op, flare_str_t payload);
 FLARE_API int flare_ws_send_text(flare_ws_t *ws, flare_str_t text);
 FLARE_API int flare_ws_send_binary(flare_ws_t *ws, flare_str_t data);
@@ -154,6 +150,13 @@ FLARE_API int flare_ws_close(flare_ws_t *ws, int code, flare_str_t reason);
 
 /* Bytes queued and not yet written to the socket. */
 FLARE_API size_t flare_ws_buffered(const flare_ws_t *ws);
+
+/* Backpressure (the idiom shared with flare_sse_backpressured and
+ * flare_res_backpressured): true from the send that left more than
+ * write_high_water bytes queued until the output has fallen to half of it,
+ * when on_drain is called. Sends still queue while it is true (up to
+ * write_limit); a producer that can wait pauses until on_drain. */
+FLARE_API bool flare_ws_backpressured(const flare_ws_t *ws);
 
 /* Per-connection application data (NULL until set). */
 FLARE_API void flare_ws_set_data(flare_ws_t *ws, void *data);

@@ -79,13 +79,13 @@ flare_str_t flare_status_reason(int status)
     }
 }
 
-int flare_str_ieq(flare_str_t a, flare_str_t b)
+bool flare_str_ieq(flare_str_t a, flare_str_t b)
 {
     if (a.len != b.len)
-        return 0;
+        return false;
     for (size_t i = 0; i < a.len; i++) {
         if (flare__lower((unsigned char)a.ptr[i]) != flare__lower((unsigned char)b.ptr[i]))
-            return 0;
+            return false;
     }
-    return 1;
+    return true;
 }

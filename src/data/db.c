@@ -393,16 +393,18 @@ const char *flare_db_res_col_name(const flare_db_res_t *r, size_t col)
     return n != NULL ? n : "";
 }
 
-int flare_db_res_col_index(const flare_db_res_t *r, const char *name)
+int flare_db_res_col_index(const flare_db_res_t *r, const char *name, size_t *col)
 {
-    if (r == NULL || r->ops == NULL || name == NULL)
-        return -1;
-    for (size_t c = 0; c < r->ncols && c <= INT_MAX; c++) {
+    if (r == NULL || name == NULL || col == NULL)
+        return FLARE_EINVAL;
+    for (size_t c = 0; r->ops != NULL && c < r->ncols; c++) {
         const char *n = r->ops->col_name(r, c);
-        if (n != NULL && strcmp(n, name) == 0)
-            return (int)c;
+        if (n != NULL && strcmp(n, name) == 0) {
+            *col = c;
+            return 0;
+        }
     }
-    return -1;
+    return FLARE_ENOTFOUND;
 }
 
 static inline bool in_range(const flare_db_res_t *r, size_t row, size_t col)

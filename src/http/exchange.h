@@ -89,26 +89,29 @@ typedef struct flare_proto_ops {
 enum {
     EX_SENT = 1u << 0, /* response complete (all bytes queued somewhere) */
     EX_IN_HANDLER = 1u << 1,
-    EX_HEAD_ONLY = 1u << 2,     /* HEAD: headers only */
-    EX_CLOSE = 1u << 3,         /* close the connection after this response */
-    EX_STREAM = 1u << 4,        /* chunked streaming begun */
-    EX_DETACHED = 1u << 5,      /* views point into ex-owned memory */
-    EX_ERROR = 1u << 6,         /* framing error response: stop parsing */
-    EX_ORPHAN = 1u << 7,        /* connection gone: sends are no-ops */
-    EX_NEED_CONTINUE = 1u << 8, /* owes "100 Continue" once it is the queue head */
-    EX_AFTER_DONE = 1u << 9,    /* after hooks have run */
-    EX_HAS_AFTER = 1u << 10,    /* the chain has after hooks */
-    EX_HELD = 1u << 11,         /* an after hook holds the response (flare__res_hold) */
-    EX_BEGINNING = 1u << 12,    /* after hooks run for flare_res_begin: cannot be held */
-    EX_BODY_STREAM = 1u << 13,  /* a streaming route fed by the protocol (flare/body.h) */
-    EX_BODY_OPEN = 1u << 14,    /* ... still being read: a response now closes the conn */
-    EX_BODY_PAUSED = 1u << 15,  /* the handler paused the body */
-    EX_BODY_READING = 1u << 16, /* the handler has started reading (100 Continue owed) */
-    EX_BODY_ENDING = 1u << 17,  /* buffered delivery: on_end waits for a resume */
-    EX_BODY_LIVE = 1u << 18,    /* a streaming route's body has not ended (either way) */
-    EX_TRAILERS = 1u << 19,     /* trailers/ntrailers hold this request's trailer fields */
-    EX_LONG = 1u << 20,         /* a long-lived stream (SSE, a protocol upgrade): counted as a
-                                   stream by the metrics, not timed (flare__metrics_stream) */
+    EX_HEAD_ONLY = 1u << 2,      /* HEAD: headers only */
+    EX_CLOSE = 1u << 3,          /* close the connection after this response */
+    EX_STREAM = 1u << 4,         /* chunked streaming begun */
+    EX_DETACHED = 1u << 5,       /* views point into ex-owned memory */
+    EX_ERROR = 1u << 6,          /* framing error response: stop parsing */
+    EX_ORPHAN = 1u << 7,         /* connection gone: sends are no-ops */
+    EX_NEED_CONTINUE = 1u << 8,  /* owes "100 Continue" once it is the queue head */
+    EX_AFTER_DONE = 1u << 9,     /* after hooks have run */
+    EX_HAS_AFTER = 1u << 10,     /* the chain has after hooks */
+    EX_HELD = 1u << 11,          /* an after hook holds the response (flare__res_hold) */
+    EX_BEGINNING = 1u << 12,     /* after hooks run for flare_res_begin: cannot be held */
+    EX_BODY_STREAM = 1u << 13,   /* a streaming route fed by the protocol (flare/body.h) */
+    EX_BODY_OPEN = 1u << 14,     /* ... still being read: a response now closes the conn */
+    EX_BODY_PAUSED = 1u << 15,   /* the handler paused the body */
+    EX_BODY_READING = 1u << 16,  /* the handler has started reading (100 Continue owed) */
+    EX_BODY_ENDING = 1u << 17,   /* buffered delivery: on_end waits for a resume */
+    EX_BODY_LIVE = 1u << 18,     /* a streaming route's body has not ended (either way) */
+    EX_TRAILERS = 1u << 19,      /* trailers/ntrailers hold this request's trailer fields */
+    EX_LONG = 1u << 20,          /* a long-lived stream (SSE, a protocol upgrade): counted as a
+                                    stream by the metrics, not timed (flare__metrics_stream) */
+    EX_BACKPRESSURED = 1u << 21, /* streamed output past its high-water mark, not yet drained
+                                    (flare_res_backpressured; flare__res_drain_check) */
+    EX_DRAIN_CB = 1u << 22,      /* ex->drain holds flare_res_on_drain's settings */
 };
 
 struct flare_res_hold;
@@ -173,8 +176,9 @@ struct flare_req {
      * -1 when none: a cleanup hook closes it if it never goes out) */
     int file_fd;
     uint64_t file_off, file_len;
-    struct flare_res_hold *hold; /* read only while EX_HELD is set */
-    uint64_t t_start_ns;         /* metrics on: when its read batch began */
+    struct flare_res_hold *hold;   /* read only while EX_HELD is set */
+    struct flare_res_drain *drain; /* read only while EX_DRAIN_CB is set */
+    uint64_t t_start_ns;           /* metrics on: when its read batch began */
     /* for the exchange-finished observer (worker.ex_done; src/obs/log.c):
      * when the head was taken up for parsing (CLOCK_REALTIME ns, set only
      * while an observer is installed), the streamed body bytes, and the log's request id (0: none
@@ -241,6 +245,19 @@ static inline void flare__ex_sent(struct flare_req *ex)
     if (!(ex->flags & EX_IN_HANDLER))
         flare__ex_complete(ex);
 }
+
+/* ---- src/http/response.c: backpressure of streamed responses ---- */
+
+/* A streamed response's output moved toward its client while it was
+ * backpressured (EX_BACKPRESSURED): when what still waits for the client
+ * (ops->unsent) is at most half the high-water mark, the flag is cleared
+ * and the flare_res_on_drain callback runs. The protocols call it from
+ * their I/O callbacks only (never inside a call of the application, so
+ * the callback is never nested in a flare_res_write), for the exchanges
+ * that carry the flag; the callback may write, end the response or close.
+ * Returns true when the flag was cleared: ex may be gone then (the callback
+ * ended the response), touch it no more. */
+bool flare__res_drain_check(struct flare_req *ex);
 
 /* ---- src/http/body.c: streaming request bodies ---- */
 

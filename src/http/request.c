@@ -267,24 +267,24 @@ int flare_req_set_ptr(flare_req_t *req, const char *key, const char *type, void 
     return 0;
 }
 
-bool flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out)
+int flare_req_get_str(const flare_req_t *req, const char *key, flare_str_t *out)
 {
     const flare_attr_t *a = key != NULL ? attr_find(req, key) : NULL;
     if (a == NULL || a->type != NULL)
-        return false;
+        return FLARE_ENOTFOUND;
     if (out != NULL)
         *out = a->str;
-    return true;
+    return 0;
 }
 
-bool flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out)
+int flare_req_get_int(const flare_req_t *req, const char *key, int64_t *out)
 {
     const flare_attr_t *a = key != NULL ? attr_find(req, key) : NULL;
     if (a == NULL || a->type != attr_int)
-        return false;
+        return FLARE_ENOTFOUND;
     if (out != NULL)
         *out = a->num;
-    return true;
+    return 0;
 }
 
 void *flare_req_get_ptr(const flare_req_t *req, const char *key, const char *type)

@@ -373,6 +373,23 @@ int flare_res_begin(flare_res_t *res, int status, flare_str_t content_type)
     return 0;
 }
 
+/* flare_res_on_drain's settings, in the exchange's arena. */
+struct flare_res_drain {
+    size_t high_water;
+    flare_res_drain_fn fn;
+    void *ud;
+};
+
+static size_t res_high_water(const struct flare_req *ex)
+{
+    return (ex->flags & EX_DRAIN_CB) ? ex->drain->high_water : FLARE_RES_HIGH_WATER;
+}
+
+static size_t res_unsent(const struct flare_req *ex)
+{
+    return ex->ops->unsent != NULL ? ex->ops->unsent(ex) : 0;
+}
+
 int flare_res_write(flare_res_t *res, flare_str_t data)
 {
     struct flare_req *ex = flare__res_ex(res);
@@ -387,7 +404,48 @@ int flare_res_write(flare_res_t *res, flare_str_t data)
         return rc;
     ex->stream_bytes += data.len;
     flare__ex_complete(ex);
+    /* Measured after the protocol moved the bytes toward the wire: what
+     * the socket took at once is not backpressure. The protocol saw a
+     * streamed response in that call and checks it after its next I/O. */
+    if (!(ex->flags & (EX_BACKPRESSURED | EX_ORPHAN)) && res_unsent(ex) > res_high_water(ex))
+        ex->flags |= EX_BACKPRESSURED;
     return 0;
+}
+
+bool flare_res_backpressured(const flare_res_t *res)
+{
+    const struct flare_req *ex = (const struct flare_req *)(const void *)res;
+    return (ex->flags & (EX_BACKPRESSURED | EX_ORPHAN)) == EX_BACKPRESSURED;
+}
+
+int flare_res_on_drain(flare_res_t *res, size_t high_water, flare_res_drain_fn fn, void *ud)
+{
+    struct flare_req *ex = flare__res_ex(res);
+    if (ex->flags & EX_SENT)
+        return FLARE_ESTATE;
+    if (!(ex->flags & EX_DRAIN_CB)) {
+        struct flare_res_drain *d = flare__arena_alloc(&ex->arena, sizeof(*d));
+        if (d == NULL)
+            return FLARE_ENOMEM;
+        ex->drain = d;
+        ex->flags |= EX_DRAIN_CB;
+    }
+    ex->drain->high_water = high_water != 0 ? high_water : FLARE_RES_HIGH_WATER;
+    ex->drain->fn = fn;
+    ex->drain->ud = ud;
+    return 0;
+}
+
+bool flare__res_drain_check(struct flare_req *ex)
+{
+    if (!(ex->flags & EX_BACKPRESSURED) || (ex->flags & (EX_ORPHAN | EX_SENT)))
+        return false;
+    if (res_unsent(ex) > res_high_water(ex) / 2)
+        return false;
+    ex->flags &= ~(uint32_t)EX_BACKPRESSURED;
+    if ((ex->flags & EX_DRAIN_CB) && ex->drain->fn != NULL)
+        ex->drain->fn(&ex->res, ex->drain->ud);
+    return true;
 }
 
 int flare_res_end(flare_res_t *res)

@@ -323,6 +323,37 @@ static __attribute__((noinline)) bool adopt_out(flare_conn_t *c, struct flare_re
     return true;
 }
 
+/* The queue head is not complete: it owes a 100 Continue, or it streams
+ * (the I/O callbacks then watch its backpressure: stream_out_check). */
+static void head_waits(flare_conn_t *c, struct flare_req *ex)
+{
+    if (ex->flags & EX_NEED_CONTINUE)
+        send_continue_later(c, ex);
+    if ((ex->flags & (EX_STREAM | EX_SENT)) == EX_STREAM && !(c->flags & C_STREAM_OUT)) {
+        c->flags |= C_STREAM_OUT;
+        /* it may have come to the head with its backpressure already on
+         * (written while queued behind another response) and the socket
+         * may take it all at once: look again after this loop turn */
+        if (ex->flags & EX_BACKPRESSURED)
+            flare__loop_ready(c->s.loop, &c->s.io);
+    }
+}
+
+/* After I/O on a connection whose head streams (C_STREAM_OUT): its drain
+ * callback when its output has fallen far enough. Runs from the I/O
+ * callback only, so the application's callback is never nested in one of
+ * its own calls. */
+static void stream_out_check(flare_conn_t *c)
+{
+    struct flare_req *ex = c->qhead;
+    if (ex == NULL || !(ex->flags & EX_STREAM) || (ex->flags & EX_SENT)) {
+        c->flags &= ~(uint32_t)C_STREAM_OUT;
+        return;
+    }
+    if (ex->flags & EX_BACKPRESSURED)
+        flare__res_drain_check(ex);
+}
+
 static void queue_advance(flare_conn_t *c)
 {
     struct flare_req *ex;
@@ -330,8 +361,9 @@ static void queue_advance(flare_conn_t *c)
         if (flare__unlikely(ex->out.len > 0) && !adopt_out(c, ex))
             return;
         if (!(ex->flags & EX_SENT) || (ex->flags & EX_IN_HANDLER)) {
-            if (ex->flags & EX_NEED_CONTINUE)
-                send_continue_later(c, ex);
+            /* one test for both rare cases: the keep-alive path pays nothing */
+            if (flare__unlikely(ex->flags & (EX_NEED_CONTINUE | EX_STREAM)))
+                head_waits(c, ex);
             return;
         }
         if (ex->flags & EX_CLOSE) {
@@ -970,8 +1002,13 @@ static void on_readable(flare_conn_t *c)
     } while (flare__unlikely(flare__stream_has_pending(s)) &&
              !(c->flags & (C_READ_PAUSED | C_CLOSING | C_UPGRADE | C_BODY_WAIT)));
     flare__conn_flush(c);
-    if (!(c->flags & C_DEAD))
+    if (flare__likely(!(c->flags & (C_DEAD | C_STREAM_OUT)))) {
         flare__stream_idle(s);
+    } else if (!(c->flags & C_DEAD)) {
+        stream_out_check(c);
+        if (!(c->flags & C_DEAD))
+            flare__stream_idle(s);
+    }
 }
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
@@ -987,8 +1024,12 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
     }
     if (events & FLARE_IO_WRITE) {
         flare__conn_flush(c);
-        if (c->flags & C_DEAD)
-            return;
+        if (c->flags & (C_DEAD | C_STREAM_OUT)) {
+            if (!(c->flags & C_DEAD))
+                stream_out_check(c);
+            if (c->flags & C_DEAD)
+                return;
+        }
     }
     if (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)) {
         if ((c->s.sflags & FLARE_S_RD_EOF) && !(c->s.sflags & FLARE_S_LINGER)) {

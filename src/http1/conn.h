@@ -24,6 +24,8 @@ enum {
     C_BODY_WAIT = 1u << 11,  /* a streamed body (c->recv) is not being read: paused/not started */
     C_H2 = 1u << 12,         /* the client preface was seen: HTTP/2 (c->h2) owns the connection */
     C_ALPN_H2 = 1u << 13,    /* ALPN chose h2: HTTP/2 takes the connection before its first byte */
+    C_STREAM_OUT = 1u << 14, /* a streamed response reached the queue head: check its
+                                backpressure after I/O (stream_out_check) */
 };
 
 struct flare_conn {

@@ -122,13 +122,15 @@ typedef struct flare_h2_counters {
 } flare_h2_counters_t;
 
 enum {
-    H2_IN_BATCH = 1u << 0, /* inside input processing: output leaves at its end */
-    H2_CLOSING = 1u << 1,  /* GOAWAY queued for an error: close once flushed */
-    H2_NOTICE = 1u << 2,   /* drain: shutdown notice sent */
-    H2_GOAWAY = 1u << 3,   /* drain: final GOAWAY sent */
-    H2_PAUSED = 1u << 4,   /* input paused: too much output queued */
-    H2_IN_RECV = 1u << 5,  /* inside nghttp2_session_mem_recv */
-    H2_IN_HDRS = 1u << 6,  /* a header block is open (HEADERS without END_HEADERS) */
+    H2_IN_BATCH = 1u << 0,   /* inside input processing: output leaves at its end */
+    H2_CLOSING = 1u << 1,    /* GOAWAY queued for an error: close once flushed */
+    H2_NOTICE = 1u << 2,     /* drain: shutdown notice sent */
+    H2_GOAWAY = 1u << 3,     /* drain: final GOAWAY sent */
+    H2_PAUSED = 1u << 4,     /* input paused: too much output queued */
+    H2_IN_RECV = 1u << 5,    /* inside nghttp2_session_mem_recv */
+    H2_IN_HDRS = 1u << 6,    /* a header block is open (HEADERS without END_HEADERS) */
+    H2_STREAM_OUT = 1u << 7, /* a response is streamed (flare_res_write): check the streams'
+                                backpressure after I/O (stream_out_check) */
 };
 
 #define H2_GAPS 4

@@ -194,6 +194,8 @@ static void complete(struct flare_req *ex)
             flare__ex_put(ex->worker, ex);
         return;
     }
+    if (flare__unlikely(ex->flags & EX_STREAM))
+        st->h2->flags |= H2_STREAM_OUT;
     flare__h2_output(st->h2);
 }
 

@@ -1089,6 +1089,38 @@ static void on_readable(flare_h2_t *h2)
         flare__stream_idle(s);
 }
 
+/* After I/O on a connection with streamed responses (H2_STREAM_OUT): the
+ * drain callback of each backpressured one whose output has fallen far
+ * enough (flow control or the socket). From the I/O callback only, never
+ * nested in a call of the application. The callbacks may end streams: the
+ * list is walked again until a pass calls none. */
+static void stream_out_check(flare_h2_t *h2)
+{
+    bool streaming;
+    bool again = true;
+    while (again) {
+        again = false;
+        streaming = false;
+        for (h2_stream_t *st = h2->streams; st != NULL; st = st->next) {
+            struct flare_req *ex = st->ex;
+            if (ex == NULL || !(ex->flags & EX_STREAM) || (ex->flags & EX_SENT))
+                continue;
+            streaming = true;
+            if ((ex->flags & EX_BACKPRESSURED) && flare__res_drain_check(ex)) {
+                /* the callback may have ended streams (this one too):
+                 * walk again from the start; a drained stream cannot
+                 * drain again before the next I/O, so this ends */
+                if (h2->c->flags & C_DEAD)
+                    return;
+                again = true;
+                break;
+            }
+        }
+    }
+    if (!streaming)
+        h2->flags &= ~(uint32_t)H2_STREAM_OUT;
+}
+
 static void h2_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     (void)l;
@@ -1113,6 +1145,8 @@ static void h2_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
         on_readable(h2);
     }
+    if (flare__unlikely(h2->flags & H2_STREAM_OUT) && !(c->flags & C_DEAD))
+        stream_out_check(h2);
 }
 
 /* ---- start, sweep, drain, end ---- */

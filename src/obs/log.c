@@ -623,7 +623,7 @@ static flare_str_t req_id(log_worker_t *lw, struct flare_req *ex, char *buf, boo
 {
     flare_str_t id;
     *made = false;
-    if (ex->attrs != NULL && flare_req_get_str(ex, FLARE_REQUEST_ID_ATTR, &id) && id.len > 0)
+    if (ex->attrs != NULL && flare_req_get_str(ex, FLARE_REQUEST_ID_ATTR, &id) == 0 && id.len > 0)
         return id;
     if (ex->log_id == 0)
         ex->log_id = lw->id_base + ++lw->id_seq;

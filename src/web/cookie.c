@@ -61,7 +61,7 @@ static flare_str_t trim(const char *a, const char *b)
     return (flare_str_t){ a, (size_t)(b - a) };
 }
 
-bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value)
+int flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *value)
 {
     while (it->p != NULL && it->p < it->end) {
         const char *seg = it->p;
@@ -81,9 +81,9 @@ bool flare_cookie_next(flare_cookie_iter_t *it, flare_str_t *name, flare_str_t *
         }
         *name = n;
         *value = v;
-        return true;
+        return 0;
     }
-    return false;
+    return FLARE_EEND;
 }
 
 flare_str_t flare_cookie_get(flare_str_t header, flare_str_t name)
@@ -91,7 +91,7 @@ flare_str_t flare_cookie_get(flare_str_t header, flare_str_t name)
     flare_cookie_iter_t it;
     flare_str_t n, v;
     flare_cookie_iter_init(&it, header);
-    while (flare_cookie_next(&it, &n, &v)) {
+    while (flare_cookie_next(&it, &n, &v) == 0) {
         if (flare_str_eq(n, name))
             return v;
     }

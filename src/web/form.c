@@ -55,9 +55,9 @@ int flare_form_next(flare_form_iter_t *it, flare_str_t *key, flare_str_t *value)
             *key = (flare_str_t){ s, (size_t)(e - s) };
             *value = (flare_str_t){ e, 0 };
         }
-        return 1;
+        return 0;
     }
-    return 0;
+    return FLARE_EEND;
 }
 
 /* Does raw decode to exactly key? No allocation. */
@@ -79,10 +79,10 @@ int flare_form_find(flare_form_iter_t *it, flare_str_t key, flare_str_t *raw_val
 {
     flare_str_t k, v;
     int rc;
-    while ((rc = flare_form_next(it, &k, &v)) == 1) {
+    while ((rc = flare_form_next(it, &k, &v)) == 0) {
         if (key_matches(k, key)) {
             *raw_value = v;
-            return 1;
+            return 0;
         }
     }
     return rc;
@@ -118,12 +118,12 @@ int flare_form_next_decoded(flare_form_iter_t *it, flare_alloc_fn alloc, void *c
 {
     flare_str_t k, v;
     int rc = flare_form_next(it, &k, &v);
-    if (rc != 1)
+    if (rc != 0)
         return rc;
     rc = flare_form_decode(k, alloc, ctx, key);
     if (rc == 0)
         rc = flare_form_decode(v, alloc, ctx, value);
-    return rc < 0 ? rc : 1;
+    return rc;
 }
 
 int flare_form_get(flare_str_t input, flare_str_t key, flare_alloc_fn alloc, void *ctx,
@@ -133,10 +133,10 @@ int flare_form_get(flare_str_t input, flare_str_t key, flare_alloc_fn alloc, voi
     flare_str_t raw;
     flare_form_iter_init(&it, input);
     int rc = flare_form_find(&it, key, &raw);
-    if (rc < 0)
-        return rc;
-    if (rc == 0)
+    if (rc == FLARE_EEND)
         return FLARE_ENOTFOUND;
+    if (rc != 0)
+        return rc;
     return flare_form_decode(raw, alloc, ctx, value);
 }
 
@@ -148,7 +148,7 @@ int flare_form_get_all(flare_str_t input, flare_str_t key, flare_alloc_fn alloc,
     int rc;
     *count = 0;
     flare_form_iter_init(&it, input);
-    while ((rc = flare_form_find(&it, key, &raw)) == 1) {
+    while ((rc = flare_form_find(&it, key, &raw)) == 0) {
         if (*count < max) {
             int drc = flare_form_decode(raw, alloc, ctx, &values[*count]);
             if (drc < 0)
@@ -156,7 +156,7 @@ int flare_form_get_all(flare_str_t input, flare_str_t key, flare_alloc_fn alloc,
         }
         (*count)++;
     }
-    return rc;
+    return rc == FLARE_EEND ? 0 : rc;
 }
 
 /* The request's query through the same parser as every other form input,

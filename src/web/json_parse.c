@@ -180,19 +180,19 @@ const flare_json_val_t *flare_json_val_at(const flare_json_val_t *v, size_t i)
     return V(json_array_get(J(v), i));
 }
 
-bool flare_json_val_next(const flare_json_val_t *obj, void **iter, flare_str_t *key,
-                         const flare_json_val_t **member)
+int flare_json_val_next(const flare_json_val_t *obj, void **iter, flare_str_t *key,
+                        const flare_json_val_t **member)
 {
     if (obj == NULL || !json_is_object(J(obj)))
-        return false;
+        return FLARE_EINVAL;
     void *it = *iter == NULL ? json_object_iter(J(obj)) : json_object_iter_next(J(obj), *iter);
     *iter = it;
     if (it == NULL)
-        return false;
+        return FLARE_EEND;
     key->ptr = json_object_iter_key(it);
     key->len = json_object_iter_key_len(it);
     *member = V(json_object_iter_value(it));
-    return true;
+    return 0;
 }
 
 int flare_json_val_str(const flare_json_val_t *v, flare_str_t *out)

@@ -486,7 +486,7 @@ static void decode_object(dctx_t *d, const flare_field_t *fields, size_t n,
         void *it = NULL;
         flare_str_t key;
         const flare_json_val_t *m;
-        while (flare_json_val_next(v, &it, &key, &m)) {
+        while (flare_json_val_next(v, &it, &key, &m) == 0) {
             if (find_field(fields, n, key) == NULL) {
                 size_t old = path_push_name(d, key.ptr, key.len);
                 add_error(d, "unknown field");

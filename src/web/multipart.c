@@ -442,8 +442,8 @@ static int64_t done(flare_multipart_t *mp, size_t used)
     return (int64_t)used;
 }
 
-int64_t flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len,
-                             flare_multipart_event_t *ev)
+static int64_t parse_next(flare_multipart_t *mp, const char *data, size_t len,
+                          flare_multipart_event_t *ev)
 {
     ev->type = FLARE_MULTIPART_NEED_MORE;
     ev->data = FLARE_STR_NULL;
@@ -579,6 +579,14 @@ int64_t flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len
         }
     }
     return done(mp, pos);
+}
+
+int flare_multipart_next(flare_multipart_t *mp, const char *data, size_t len, size_t *used,
+                         flare_multipart_event_t *ev)
+{
+    int64_t n = parse_next(mp, data, len, ev);
+    *used = n > 0 ? (size_t)n : 0;
+    return n < 0 ? (int)n : 0;
 }
 
 int flare_multipart_finish(flare_multipart_t *mp)

@@ -242,13 +242,14 @@ int flare_multipart_parse_req(flare_req_t *req, const flare_multipart_opts_t *op
     size_t left = body.len;
     for (;;) {
         flare_multipart_event_t ev;
-        int64_t used = flare_multipart_next(mp, p, left, &ev);
-        if (used < 0) {
+        size_t used;
+        int mrc = flare_multipart_next(mp, p, left, &used, &ev);
+        if (mrc != 0) {
             form->err = mp->err;
-            return (int)used;
+            return mrc;
         }
         p += used;
-        left -= (size_t)used;
+        left -= used;
         if (ev.type == FLARE_MULTIPART_NEED_MORE)
             break;
         rc = 0;
@@ -390,11 +391,12 @@ int flare_multipart_stream_feed(flare_multipart_stream_t *ms, flare_str_t data)
     size_t left = data.len;
     for (;;) {
         flare_multipart_event_t ev;
-        int64_t used = flare_multipart_next(&ms->mp, p, left, &ev);
-        if (used < 0)
-            return stream_failed(ms, (int)used, ms->mp.err);
+        size_t used;
+        int mrc = flare_multipart_next(&ms->mp, p, left, &used, &ev);
+        if (mrc != 0)
+            return stream_failed(ms, mrc, ms->mp.err);
         p += used;
-        left -= (size_t)used;
+        left -= used;
         if (ev.type == FLARE_MULTIPART_NEED_MORE)
             return 0;
         flare_multipart_field_t *f =

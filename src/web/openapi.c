@@ -212,7 +212,7 @@ static int write_val(flare_json_t *w, const flare_json_val_t *v)
         void *it = NULL;
         flare_str_t key;
         const flare_json_val_t *m;
-        while (flare_json_val_next(v, &it, &key, &m)) {
+        while (flare_json_val_next(v, &it, &key, &m) == 0) {
             flare_json_key(w, key);
             write_val(w, m);
         }

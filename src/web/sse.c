@@ -153,6 +153,7 @@ struct flare_sse {
     unsigned heartbeat_ms;
     size_t max_queued;
     flare_sse_close_fn on_close;
+    flare_sse_drain_fn on_drain;
     void *ud;
     flare__chan_sub_t *rooms; /* its channel subscriptions (linked by onext) */
     size_t idlen;
@@ -340,6 +341,15 @@ static int stream_write(flare_sse_t *s, const char *p, size_t n)
     return 0;
 }
 
+/* The response drained to half the high-water mark (from the worker's loop). */
+static void stream_drained(flare_res_t *res, void *ud)
+{
+    (void)res;
+    flare_sse_t *s = ud;
+    if (s->state == SSE_OPEN && s->on_drain != NULL)
+        s->on_drain(s, s->ud);
+}
+
 static void on_timer(void *ud)
 {
     flare_sse_t *s = ud;
@@ -381,18 +391,26 @@ int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_sse_config_t
     s->heartbeat_ms = c.heartbeat_ms != 0 ? c.heartbeat_ms : HEARTBEAT_DEFAULT;
     s->max_queued = c.max_queued != 0 ? c.max_queued : MAX_QUEUED_DEFAULT;
     s->on_close = c.on_close;
+    s->on_drain = c.on_drain;
     s->ud = c.ud;
     flare__timer_init(&s->timer, on_timer, s);
+    /* backpressure: the response's own (flare_res_on_drain), below the drop */
+    size_t high_water = c.high_water != 0 ? c.high_water : s->max_queued / 4;
+    if (high_water > s->max_queued)
+        high_water = s->max_queued;
 
     int rc;
-    if ((rc = flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-cache"))) != 0 ||
+    if ((rc = flare_res_on_drain(res, high_water, stream_drained, s)) != 0 ||
+        (rc = flare_res_header(res, FLARE_STR("Cache-Control"), FLARE_STR("no-cache"))) != 0 ||
         (rc = flare_res_header(res, FLARE_STR("X-Accel-Buffering"), FLARE_STR("no"))) != 0 ||
         (rc = flare_res_begin(res, 200, FLARE_STR("text/event-stream"))) != 0) {
+        flare_res_on_drain(res, 0, NULL, NULL); /* s is going */
         free(s);
         return rc;
     }
     /* an after hook may have answered instead, or the client left */
     if (!(req->flags & EX_STREAM) || (req->flags & EX_SENT) || !flare_req_connected(req)) {
+        flare_res_on_drain(res, 0, NULL, NULL);
         free(s);
         return FLARE_ECLOSED;
     }
@@ -472,6 +490,11 @@ size_t flare_sse_queued(const flare_sse_t *s)
     if (s->state != SSE_OPEN || req == NULL || req->ops->unsent == NULL)
         return 0;
     return req->ops->unsent(req);
+}
+
+bool flare_sse_backpressured(const flare_sse_t *s)
+{
+    return s->state == SSE_OPEN && s->req != NULL && flare_res_backpressured(&s->req->res);
 }
 
 bool flare_sse_open(const flare_sse_t *s)

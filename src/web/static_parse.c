@@ -283,7 +283,7 @@ static bool day_name(const char *s, size_t n)
     return false;
 }
 
-bool flare_http_date_parse(flare_str_t str, time_t *out)
+static bool date_parse(flare_str_t str, time_t *out)
 {
     const char *s = str.ptr;
     size_t n = str.len;
@@ -322,4 +322,9 @@ bool flare_http_date_parse(flare_str_t str, time_t *out)
     int64_t t = days_from_civil(y, (unsigned)m + 1, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec;
     *out = (time_t)t;
     return true;
+}
+
+int flare_http_date_parse(flare_str_t str, time_t *out)
+{
+    return date_parse(str, out) ? 0 : FLARE_EINVAL;
 }

@@ -84,15 +84,15 @@ int flare__static_respond(flare_req_t *req, flare_res_t *res, const static_dir_t
 
     /* conditionals, RFC 9110 section 13.2.2 */
     time_t when;
-    if (c->im.ptr != NULL
-            ? !flare__etag_match(c->im, fi->etag, true)
-            : (c->ius.ptr != NULL && flare_http_date_parse(c->ius, &when) && fi->mtime > when)) {
+    if (c->im.ptr != NULL ? !flare__etag_match(c->im, fi->etag, true)
+                          : (c->ius.ptr != NULL && flare_http_date_parse(c->ius, &when) == 0 &&
+                             fi->mtime > when)) {
         rc = flare__static_fail(res, 412, "Precondition Failed\n");
         goto done;
     }
-    if (c->inm.ptr != NULL
-            ? flare__etag_match(c->inm, fi->etag, false)
-            : (c->ims.ptr != NULL && flare_http_date_parse(c->ims, &when) && fi->mtime <= when)) {
+    if (c->inm.ptr != NULL ? flare__etag_match(c->inm, fi->etag, false)
+                           : (c->ims.ptr != NULL && flare_http_date_parse(c->ims, &when) == 0 &&
+                              fi->mtime <= when)) {
         rc = flare_res_send(res, 304, FLARE_STR_NULL, FLARE_STR_NULL);
         goto done;
     }
@@ -107,7 +107,7 @@ int flare__static_respond(flare_req_t *req, flare_res_t *res, const static_dir_t
                                   (c->ir.len > 1 && c->ir.ptr[0] == 'W' && c->ir.ptr[1] == '/')))
                 use = flare__etag_match(c->ir, fi->etag, true);
             else
-                use = flare_http_date_parse(c->ir, &when) && when == fi->mtime;
+                use = flare_http_date_parse(c->ir, &when) == 0 && when == fi->mtime;
         }
         int r = use ? flare__range_parse(c->range, fi->size, &first, &len) : FLARE__RANGE_NONE;
         if (r != FLARE__RANGE_NONE) {

@@ -279,10 +279,8 @@ static int after_send(flare_ws_t *ws, int rc)
         flare__ws_go_dead(ws); /* a consumer that does not read is dropped, not buffered */
         return FLARE_ETOOBIG;
     }
-    if (queued > c->write_high_water) {
-        ws->flags |= WF_BACKPRESSED;
-        return FLARE_WS_BACKPRESSURE;
-    }
+    if (queued > c->write_high_water)
+        ws->flags |= WF_BACKPRESSED; /* queued all the same: flare_ws_backpressured says so */
     return 0;
 }
 
@@ -764,6 +762,11 @@ int flare_ws_close(flare_ws_t *ws, int code, flare_str_t reason)
 size_t flare_ws_buffered(const flare_ws_t *ws)
 {
     return flare__stream_unsent(&ws->s);
+}
+
+bool flare_ws_backpressured(const flare_ws_t *ws)
+{
+    return (ws->flags & WF_BACKPRESSED) != 0;
 }
 
 void flare_ws_set_data(flare_ws_t *ws, void *data)

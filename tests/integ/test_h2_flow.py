@@ -9,6 +9,7 @@ shutdown with streams in flight."""
 
 import gzip
 import os
+import re
 import signal
 import socket
 import struct
@@ -285,6 +286,48 @@ class Exchanges(h2util.H2TestCase):
         self.assertEqual(body, text_body(8))
         frames = [f for f in c.log if f.sid == 1 and f.type == DATA and f.payload]
         self.assertGreaterEqual(len(frames), 2, "a streamed response in %d DATA frame(s)" % len(frames))
+
+    def test_streaming_response_paced_by_backpressure(self):
+        # /text?pace=1 writes while flare_res_backpressured() is false and
+        # resumes from its drain callback (flare_res_on_drain): a client
+        # that opens its flow-control windows slowly makes it pause, each
+        # pause ends with a drain, and every byte arrives in order
+        kb = 2048
+        c = self.raw(settings=[(INITIAL_WINDOW_SIZE, 16384)])
+        c.auto_window = False
+        c.request(1, "/text?kb=%d&pace=1" % kb)
+        conn_window, stream_window = 65535, 16384
+        head, body = None, []
+        deadline = time.monotonic() + 60
+        while True:
+            f = c.until(lambda x: x.sid in (0, 1) and x.type in (HEADERS, DATA, RST_STREAM, GOAWAY),
+                        timeout=max(deadline - time.monotonic(), 0.1), what="the paced response")
+            if f.type in (RST_STREAM, GOAWAY):
+                self.fail("stream ended early: %s" % c.history())
+            if f.type == HEADERS:
+                head = dict(f.headers)
+            else:
+                conn_window -= len(f.payload)
+                stream_window -= len(f.payload)
+                body.append(f.payload)
+                if conn_window < 32768:
+                    c.send(window_update(0, 65535 - conn_window))
+                    conn_window = 65535
+                if stream_window == 0 and not f.flags & END_STREAM:
+                    time.sleep(0.001)
+                    c.send(window_update(1, 16384))
+                    stream_window = 16384
+            if f.flags & END_STREAM:
+                break
+        self.assertEqual(head.get(":status"), "200", head)
+        got = b"".join(body)
+        want = text_body(kb)
+        self.assertEqual(got[:len(want)], want)
+        m = re.fullmatch(rb"paused (\d+) drained (\d+)\n", got[len(want):])
+        self.assertIsNotNone(m, got[len(want):][:200])
+        paused, drained = int(m[1]), int(m[2])
+        self.assertGreaterEqual(paused, 1, "the producer never saw backpressure")
+        self.assertEqual(drained, paused, "a pause that no drain callback ended")
 
     def test_compressed_response(self):
         c = self.raw()

@@ -35,7 +35,7 @@ static void test_iterate(void **state)
     flare_str_t n, v;
     size_t k = 0;
     flare_cookie_iter_init(&it, S(hdr));
-    while (flare_cookie_next(&it, &n, &v)) {
+    while (flare_cookie_next(&it, &n, &v) == 0) {
         assert_true(k < sizeof(expected) / sizeof(expected[0]));
         assert_view(n, expected[k][0]);
         assert_view(v, expected[k][1]);
@@ -43,14 +43,14 @@ static void test_iterate(void **state)
         k++;
     }
     assert_int_equal(k, sizeof(expected) / sizeof(expected[0]));
-    assert_false(flare_cookie_next(&it, &n, &v));
+    assert_int_equal(flare_cookie_next(&it, &n, &v), FLARE_EEND);
 
     flare_cookie_iter_init(&it, S(""));
-    assert_false(flare_cookie_next(&it, &n, &v));
+    assert_int_equal(flare_cookie_next(&it, &n, &v), FLARE_EEND);
     flare_cookie_iter_init(&it, FLARE_STR_NULL);
-    assert_false(flare_cookie_next(&it, &n, &v));
+    assert_int_equal(flare_cookie_next(&it, &n, &v), FLARE_EEND);
     flare_cookie_iter_init(&it, S(";;; ; noeq"));
-    assert_false(flare_cookie_next(&it, &n, &v));
+    assert_int_equal(flare_cookie_next(&it, &n, &v), FLARE_EEND);
 }
 
 static void test_get(void **state)

@@ -52,6 +52,8 @@ typedef struct rec {
     size_t rows, cols;
     uint64_t affected;
     char names[4][16];
+    int b_rc, x_rc; /* flare_db_res_col_index of "b" (index in b_col) and "x" */
+    size_t b_col;
     cellrec_t cells[MAXCELL]; /* row-major, first MAXCELL */
     int seq;                  /* completion order */
 } rec_t;
@@ -85,6 +87,11 @@ static void record(rec_t *rc, const flare_db_res_t *r)
     rc->affected = flare_db_res_affected(r);
     for (size_t c = 0; c < rc->cols && c < 4; c++)
         snprintf(rc->names[c], sizeof(rc->names[c]), "%s", flare_db_res_col_name(r, c));
+    size_t x_col = 99;
+    rc->b_rc = flare_db_res_col_index(r, "b", &rc->b_col);
+    rc->x_rc = flare_db_res_col_index(r, "x", &x_col);
+    if (rc->x_rc == 0 || x_col != 99)
+        rc->x_rc = 1; /* "x" is no column of these tests: never found, *col untouched */
     size_t k = 0;
     for (size_t row = 0; row < rc->rows; row++) {
         for (size_t c = 0; c < rc->cols && k < MAXCELL; c++, k++) {
@@ -309,6 +316,9 @@ static void test_types(void **state)
     assert_int_equal(r->cols, 7);
     assert_string_equal(r->names[0], "i");
     assert_string_equal(r->names[3], "b");
+    assert_int_equal(r->b_rc, 0);
+    assert_int_equal(r->b_col, 3);
+    assert_int_equal(r->x_rc, FLARE_ENOTFOUND);
     const cellrec_t *c = r->cells;
     assert_false(c[0].null);
     assert_true(c[0].i == INT64_MIN);

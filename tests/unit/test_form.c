@@ -58,25 +58,25 @@ static void test_iterate_raw(void **state)
     size_t n = 0;
     int rc;
     flare_form_iter_init(&it, S(q));
-    while ((rc = flare_form_next(&it, &k, &v)) == 1) {
+    while ((rc = flare_form_next(&it, &k, &v)) == 0) {
         assert_true(n < 7);
         assert_view(k, expected[n][0]);
         assert_view(v, expected[n][1]);
         n++;
     }
-    assert_int_equal(rc, 0);
+    assert_int_equal(rc, FLARE_EEND);
     assert_int_equal(n, 7);
-    assert_int_equal(flare_form_next(&it, &k, &v), 0);
+    assert_int_equal(flare_form_next(&it, &k, &v), FLARE_EEND);
 
     flare_form_iter_init(&it, S(""));
-    assert_int_equal(flare_form_next(&it, &k, &v), 0);
+    assert_int_equal(flare_form_next(&it, &k, &v), FLARE_EEND);
     flare_form_iter_init(&it, FLARE_STR_NULL);
-    assert_int_equal(flare_form_next(&it, &k, &v), 0);
+    assert_int_equal(flare_form_next(&it, &k, &v), FLARE_EEND);
     flare_form_iter_init(&it, S("&&&"));
-    assert_int_equal(flare_form_next(&it, &k, &v), 0);
+    assert_int_equal(flare_form_next(&it, &k, &v), FLARE_EEND);
     /* ';' is not a separator */
     flare_form_iter_init(&it, S("a=1;b=2"));
-    assert_int_equal(flare_form_next(&it, &k, &v), 1);
+    assert_int_equal(flare_form_next(&it, &k, &v), 0);
     assert_view(v, "1;b=2");
 }
 
@@ -173,13 +173,13 @@ static void test_get(void **state)
     flare_form_iter_t it;
     flare_str_t raw;
     flare_form_iter_init(&it, q);
-    assert_int_equal(flare_form_find(&it, S("tag"), &raw), 1);
-    assert_view(raw, "a");
-    assert_int_equal(flare_form_find(&it, S("tag"), &raw), 1);
-    assert_view(raw, "b%26c");
-    assert_int_equal(flare_form_find(&it, S("tag"), &raw), 1);
-    assert_view(raw, "d");
     assert_int_equal(flare_form_find(&it, S("tag"), &raw), 0);
+    assert_view(raw, "a");
+    assert_int_equal(flare_form_find(&it, S("tag"), &raw), 0);
+    assert_view(raw, "b%26c");
+    assert_int_equal(flare_form_find(&it, S("tag"), &raw), 0);
+    assert_view(raw, "d");
+    assert_int_equal(flare_form_find(&it, S("tag"), &raw), FLARE_EEND);
 }
 
 static void test_next_decoded(void **state)
@@ -188,12 +188,12 @@ static void test_next_decoded(void **state)
     flare_form_iter_t it;
     flare_str_t k, v;
     flare_form_iter_init(&it, S("a+b=c%3Dd&x=y"));
-    assert_int_equal(flare_form_next_decoded(&it, arena_alloc, NULL, &k, &v), 1);
+    assert_int_equal(flare_form_next_decoded(&it, arena_alloc, NULL, &k, &v), 0);
     assert_view(k, "a b");
     assert_view(v, "c=d");
-    assert_int_equal(flare_form_next_decoded(&it, arena_alloc, NULL, &k, &v), 1);
-    assert_view(k, "x");
     assert_int_equal(flare_form_next_decoded(&it, arena_alloc, NULL, &k, &v), 0);
+    assert_view(k, "x");
+    assert_int_equal(flare_form_next_decoded(&it, arena_alloc, NULL, &k, &v), FLARE_EEND);
     flare_form_iter_init(&it, S("a+b=1"));
     assert_int_equal(flare_form_next_decoded(&it, no_alloc, NULL, &k, &v), FLARE_ENOMEM);
 }
@@ -210,7 +210,7 @@ static void test_pair_bound(void **state)
     int rc;
     size_t pairs = 0;
     flare_form_iter_init(&it, (flare_str_t){ q, n });
-    while ((rc = flare_form_next(&it, &k, &v)) == 1)
+    while ((rc = flare_form_next(&it, &k, &v)) == 0)
         pairs++;
     assert_int_equal(rc, FLARE_ETOOBIG);
     assert_int_equal(pairs, FLARE_FORM_MAX_PAIRS);
@@ -227,15 +227,15 @@ static void test_pair_bound(void **state)
     /* a changed bound; 0 is unbounded */
     flare_form_iter_init(&it, (flare_str_t){ q, n });
     it.max_pairs = 2;
-    assert_int_equal(flare_form_next(&it, &k, &v), 1);
-    assert_int_equal(flare_form_next(&it, &k, &v), 1);
+    assert_int_equal(flare_form_next(&it, &k, &v), 0);
+    assert_int_equal(flare_form_next(&it, &k, &v), 0);
     assert_int_equal(flare_form_next(&it, &k, &v), FLARE_ETOOBIG);
     flare_form_iter_init(&it, (flare_str_t){ q, n });
     it.max_pairs = 0;
     pairs = 0;
-    while ((rc = flare_form_next(&it, &k, &v)) == 1)
+    while ((rc = flare_form_next(&it, &k, &v)) == 0)
         pairs++;
-    assert_int_equal(rc, 0);
+    assert_int_equal(rc, FLARE_EEND);
     assert_int_equal(pairs, 1001);
     /* empty pieces do not count */
     static char amps[100000];

@@ -622,16 +622,18 @@ static void test_parse_accessors(void **state)
     flare_str_t key;
     const flare_json_val_t *m;
     size_t k = 0;
-    while (flare_json_val_next(root, &it, &key, &m)) {
+    int rc;
+    while ((rc = flare_json_val_next(root, &it, &key, &m)) == 0) {
         assert_true(k < 9);
         assert_int_equal(key.len, strlen(order[k]));
         assert_memory_equal(key.ptr, order[k], key.len);
         assert_non_null(m);
         k++;
     }
+    assert_int_equal(rc, FLARE_EEND);
     assert_int_equal(k, 9);
     it = NULL;
-    assert_false(flare_json_val_next(a, &it, &key, &m));
+    assert_int_equal(flare_json_val_next(a, &it, &key, &m), FLARE_EINVAL);
 
     assert_string_equal(flare_json_type_name(FLARE_JSON_INT), "integer");
     assert_string_equal(flare_json_type_name(FLARE_JSON_OBJECT), "object");

@@ -22,7 +22,7 @@ static int h_ok(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
     flare_str_t id = FLARE_STR_NULL;
-    if (!flare_req_get_str(req, FLARE_REQUEST_ID_ATTR, &id))
+    if (flare_req_get_str(req, FLARE_REQUEST_ID_ATTR, &id) != 0)
         id = FLARE_STR("none");
     return flare_res_send(res, 200, FLARE_STR("text/plain"), id);
 }
@@ -39,16 +39,16 @@ static int h_attrs(flare_req_t *req, flare_res_t *res, void *ud)
     assert_int_equal(flare_req_set_ptr(req, "p2", NULL, &thing), FLARE_EINVAL);
     int64_t n = 0;
     flare_str_t s;
-    assert_true(flare_req_get_int(req, "n", &n));
+    assert_int_equal(flare_req_get_int(req, "n", &n), 0);
     assert_int_equal(n, 42);
-    assert_false(flare_req_get_str(req, "n", &s)); /* mistyped: not found */
-    assert_false(flare_req_get_int(req, "missing", &n));
-    assert_true(flare_req_get_str(req, "s", &s));
+    assert_int_equal(flare_req_get_str(req, "n", &s), FLARE_ENOTFOUND); /* mistyped: not found */
+    assert_int_equal(flare_req_get_int(req, "missing", &n), FLARE_ENOTFOUND);
+    assert_int_equal(flare_req_get_str(req, "s", &s), 0);
     assert_true(flare_str_eq(s, FLARE_STR("text")));
     assert_ptr_equal(flare_req_get_ptr(req, "p", ptr_tag), &thing);
     assert_null(flare_req_get_ptr(req, "p", other_tag)); /* another tag, same text */
     assert_int_equal(flare_req_set_int(req, "n", 7), 0); /* replace */
-    assert_true(flare_req_get_int(req, "n", &n));
+    assert_int_equal(flare_req_get_int(req, "n", &n), 0);
     assert_int_equal(n, 7);
     return flare_res_send(res, 200, FLARE_STR("text/plain"), flare_req_peer(req));
 }

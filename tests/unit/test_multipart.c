@@ -37,6 +37,21 @@ typedef struct log {
     bool views_inside; /* every DATA view lies inside the input or the parser */
 } log_t;
 
+/* The parser as "bytes used or a negative code", the shape these tables
+ * were written for, through flare_multipart_next's 0/-E + *used. */
+static int64_t mp_next(flare_multipart_t *mp, const char *data, size_t len,
+                       flare_multipart_event_t *ev)
+{
+    size_t used = 12345;
+    int rc = flare_multipart_next(mp, data, len, &used, ev);
+    if (rc != 0) {
+        assert_true(rc < 0);
+        assert_int_equal(used, 0);
+        return rc;
+    }
+    assert_true(used <= len);
+    return (int64_t)used;
+}
 static void log_put(log_t *l, const char *p, size_t n)
 {
     if (l->len + n + 1 > l->cap) {
@@ -71,7 +86,7 @@ static int run(flare_multipart_t *mp, const char *body, size_t len, size_t step,
         bool more = off + n < len;
         for (;;) {
             flare_multipart_event_t ev;
-            int64_t used = flare_multipart_next(mp, p, n, &ev);
+            int64_t used = mp_next(mp, p, n, &ev);
             if (used < 0)
                 return (int)used;
             assert_true((size_t)used <= n);
@@ -154,7 +169,7 @@ static char *parse_all_ways(const char *boundary, const char *body, size_t len,
             const char *p = pieces[k];
             size_t n = sizes[k];
             for (;;) {
-                int64_t used = flare_multipart_next(&mp, p, n, &ev);
+                int64_t used = mp_next(&mp, p, n, &ev);
                 if (used < 0) {
                     r = (int)used;
                     break;
@@ -339,7 +354,7 @@ static void test_boundary_param(void **state)
     assert_int_equal(flare_multipart_init(&mp, S("text/plain"), NULL), FLARE_EINVAL);
     assert_int_equal(mp.err, FLARE_MULTIPART_ERR_NOT_FORM_DATA);
     flare_multipart_event_t ev;
-    assert_true(flare_multipart_next(&mp, "x", 1, &ev) < 0);
+    assert_true(mp_next(&mp, "x", 1, &ev) < 0);
     assert_int_equal(flare_multipart_init(&mp, S("multipart/form-data; boundary=\"q r\""), NULL),
                      0);
     assert_int_equal(mp.dlen, 4 + 3);
@@ -432,8 +447,8 @@ static void test_errors(void **state)
     flare_multipart_t mp;
     flare_multipart_event_t ev;
     assert_int_equal(flare_multipart_init_boundary(&mp, S("b"), NULL), 0);
-    assert_int_equal(flare_multipart_next(&mp, "--bX", 4, &ev), FLARE_EINVAL);
-    assert_int_equal(flare_multipart_next(&mp, "--b--", 5, &ev), FLARE_EINVAL);
+    assert_int_equal(mp_next(&mp, "--bX", 4, &ev), FLARE_EINVAL);
+    assert_int_equal(mp_next(&mp, "--b--", 5, &ev), FLARE_EINVAL);
     assert_int_equal(flare_multipart_finish(&mp), FLARE_EINVAL);
     assert_int_equal(mp.err, FLARE_MULTIPART_ERR_DELIMITER);
 }
@@ -603,7 +618,7 @@ static void check_linear(const char *boundary, const char *unit, size_t n, size_
         size_t left = k;
         for (;;) {
             flare_multipart_event_t ev;
-            int64_t used = flare_multipart_next(&mp, p, left, &ev);
+            int64_t used = mp_next(&mp, p, left, &ev);
             assert_true(used >= 0);
             p += used;
             left -= (size_t)used;
@@ -658,46 +673,46 @@ static void test_views_and_epilogue(void **state)
     const char *body = "--b\r\nContent-Disposition: form-data; name=a\r\n\r\nhello\r\n--b--\r\nx";
     size_t len = strlen(body);
     assert_int_equal(flare_multipart_init_boundary(&mp, S("b"), NULL), 0);
-    int64_t u = flare_multipart_next(&mp, body, len, &ev);
+    int64_t u = mp_next(&mp, body, len, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_PART_BEGIN);
     assert_true(flare_str_eq(ev.part->name, S("a")));
     body += u;
     len -= (size_t)u;
-    u = flare_multipart_next(&mp, body, len, &ev);
+    u = mp_next(&mp, body, len, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_DATA);
     /* the content is a view into the input, no copy */
     assert_ptr_equal(ev.data.ptr, body);
     assert_int_equal(ev.data.len, 5);
     body += u;
     len -= (size_t)u;
-    u = flare_multipart_next(&mp, body, len, &ev);
+    u = mp_next(&mp, body, len, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_PART_END);
     body += u;
     len -= (size_t)u;
-    u = flare_multipart_next(&mp, body, len, &ev);
+    u = mp_next(&mp, body, len, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_DONE);
     body += u;
     len -= (size_t)u;
-    assert_int_equal(flare_multipart_next(&mp, body, len, &ev), (int64_t)len);
+    assert_int_equal(mp_next(&mp, body, len, &ev), (int64_t)len);
     assert_int_equal(ev.type, FLARE_MULTIPART_NEED_MORE);
-    assert_int_equal(flare_multipart_next(&mp, "--b\r\nmore epilogue", 18, &ev), 18);
+    assert_int_equal(mp_next(&mp, "--b\r\nmore epilogue", 18, &ev), 18);
     assert_int_equal(flare_multipart_finish(&mp), 0);
     /* a held-back near boundary that was content comes back from the
      * parser's own copy, before the next bytes */
     assert_int_equal(flare_multipart_init_boundary(&mp, S("bnd"), NULL), 0);
     const char *h = "--bnd\r\nContent-Disposition: form-data; name=a\r\n\r\nab\r\n--b";
-    u = flare_multipart_next(&mp, h, strlen(h), &ev);
+    u = mp_next(&mp, h, strlen(h), &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_PART_BEGIN);
-    u = flare_multipart_next(&mp, h + u, strlen(h) - (size_t)u, &ev);
+    u = mp_next(&mp, h + u, strlen(h) - (size_t)u, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_DATA);
     assert_int_equal(ev.data.len, 2); /* "ab"; "\r\n--b" is held */
-    assert_int_equal(flare_multipart_next(&mp, "", 0, &ev), 0);
+    assert_int_equal(mp_next(&mp, "", 0, &ev), 0);
     assert_int_equal(ev.type, FLARE_MULTIPART_NEED_MORE);
-    u = flare_multipart_next(&mp, "x\r\n--bnd--", 10, &ev);
+    u = mp_next(&mp, "x\r\n--bnd--", 10, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_DATA);
     assert_int_equal(u, 0);
     assert_true(flare_str_eq(ev.data, S("\r\n--b")));
-    u = flare_multipart_next(&mp, "x\r\n--bnd--", 10, &ev);
+    u = mp_next(&mp, "x\r\n--bnd--", 10, &ev);
     assert_int_equal(ev.type, FLARE_MULTIPART_DATA);
     assert_true(flare_str_eq(ev.data, S("x")));
 }
