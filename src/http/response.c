@@ -11,7 +11,7 @@
 
 #include "http/exchange.h"
 #include "worker.h"
-#include "obs/metrics.h"
+#include "mw/chain.h"
 
 int flare__res_orphan_done(struct flare_req *ex)
 {
@@ -118,14 +118,14 @@ static inline __attribute__((always_inline)) int send_prologue(struct flare_req 
     return SEND_GO;
 }
 
-/* The exchange-finished observer (worker.ex_done, the access log), when
- * one is installed: before the protocol op, which may recycle the exchange
- * once the response is queued. */
+/* The observers' answered hooks (the access log), when one is installed:
+ * before the protocol op, which may recycle the exchange once the response
+ * is queued. */
 static inline void observe_done(struct flare_req *ex, int status, uint64_t bytes)
 {
-    flare_worker_t *w = ex->worker;
-    if (flare__unlikely(w->ex_done != NULL))
-        w->ex_done(w->ex_done_ud, ex, status, bytes);
+    flare_ex_observers_t *t = ex->worker->ex_obs;
+    if (flare__unlikely(t != NULL) && t->nanswered > 0)
+        flare__ex_observe_answered(ex, status, bytes);
 }
 
 /* ---- held responses (flare__res_hold) ---- */
@@ -470,7 +470,7 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
     int rc = ex->ops->upgrade(ex, token, fn, ud);
     if (rc != 0)
         return rc;
-    flare__metrics_stream(ex); /* what follows is a stream, not this request's time */
+    flare__ex_long(ex); /* what follows is a stream, not this request's time */
     ex->flags |= EX_SENT;
     if (!(ex->flags & EX_IN_HANDLER))
         flare__ex_complete(ex);

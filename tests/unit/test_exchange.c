@@ -51,7 +51,8 @@ static void on_done(void *ud, struct flare_req *ex)
 static const flare_ex_observer_t logger = { .start = on_start, .answered = on_answered };
 static const flare_ex_observer_t counter = { .stream = on_stream, .done = on_done };
 static const flare_ex_observer_t all = { on_start, on_answered, on_stream, on_done };
-static const flare_ex_observer_t extra[3] = { { .done = on_done }, { .done = on_done },
+static const flare_ex_observer_t extra[3] = { { .done = on_done },
+                                              { .done = on_done },
                                               { .done = on_done } };
 
 static void test_events_reach_their_hooks_in_order(void **state)
