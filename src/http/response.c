@@ -56,8 +56,20 @@ static __attribute__((noinline)) bool ctype_ok_slow(flare_str_t s)
 static inline bool ctype_ok(flare_str_t s)
 {
     if (s.len >= 8 && s.len <= 16) {
+#if defined(__SSE2__)
+        /* both halves in one vector: one test instead of two SWAR blocks
+         * ("text/plain": -10 instructions per response, callgrind) */
+        __m128i v =
+            _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)s.ptr),
+                               _mm_loadl_epi64((const __m128i *)(const void *)(s.ptr + s.len - 8)));
+        __m128i lt20 = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        __m128i del = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f));
+        if (flare__likely(_mm_movemask_epi8(_mm_or_si128(lt20, del)) == 0))
+            return true;
+#else
         if (flare__likely((ctl_bits8(s.ptr) | ctl_bits8(s.ptr + s.len - 8)) == 0))
             return true;
+#endif
     }
 #if defined(__SSE2__)
     else if (s.len > 16 && s.len <= 32) {
