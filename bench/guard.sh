@@ -162,7 +162,7 @@ measure_allocations || {
 if [[ $UPDATE_BASELINE == 1 ]]; then
     ((MEASURE_FAILED == 0)) || die "a measurement failed: baseline not written"
     {
-        echo "# bench/baseline.txt: the figures bench/guard.sh (a CI step) compares against."
+        echo "# ${BASELINE#"$BENCH_ROOT"/}: the figures bench/guard.sh (a CI step) compares against."
         echo "# Flare examples/hello, built by bench/lib.sh's build_bench (Release, LTO, Debian 12 gcc),"
         echo "# FLARE_METRICS=$METRICS, one connection, bench/reqclient, $GAP_US µs between batches; see bench/guard.sh."
         echo "# Written by UPDATE_BASELINE=1 bash bench/guard.sh on $(date '+%Y-%m-%d') ($(gcc --version | head -1))."
