@@ -15,8 +15,10 @@
 #                             HEAP_BASE and after HEAP_BASE + HEAP_REQUESTS requests;
 #                             (difference) / HEAP_REQUESTS
 # hello runs with FLARE_METRICS=off: the library's default path, an app without metrics (what
-# the baseline measured before hello served /metrics); bench/metrics.sh measures the cost of
-# metrics on. For three cases, each on ONE connection driven by bench/reqclient (exact request counts,
+# the baseline measured before hello served /metrics). METRICS=on runs it with FLARE_METRICS=on
+# instead (hello's default: counting, /metrics) and compares against bench/baseline-metrics.txt,
+# the same method and cases: what counting costs per request is the difference between the two
+# (bench/metrics.sh adds CPU time under wrk). For these cases, each on ONE connection driven by bench/reqclient (exact request counts,
 # every response checked to be 200 "Hello, World!"), with GAP_US between batches so the server
 # always waits in epoll for the next one (timing-independent counts):
 #   keepalive     GET /plaintext, one request at a time
@@ -33,7 +35,8 @@
 #
 # environment: REQUESTS=10000 WARMUP_REQUESTS=2000 HEAP_BASE=1000 HEAP_REQUESTS=5000 DEPTH=16
 #   GAP_US=1000 IR_MARGIN_PCT=5 ALLOC_MARGIN=0.01 BASELINE=bench/baseline.txt
-#   UPDATE_BASELINE=0 RESULTS_DIR=... (default bench/results/guard-<timestamp>/) KEEP_TMP=1
+#   UPDATE_BASELINE=0 METRICS=off (on: bench/baseline-metrics.txt is the default BASELINE)
+#   RESULTS_DIR=... (default bench/results/guard-<timestamp>/) KEEP_TMP=1
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -46,7 +49,13 @@ DEPTH=${DEPTH:-16}
 GAP_US=${GAP_US:-1000}
 IR_MARGIN_PCT=${IR_MARGIN_PCT:-5}
 ALLOC_MARGIN=${ALLOC_MARGIN:-0.01}
-BASELINE=${BASELINE:-$BENCH_ROOT/bench/baseline.txt}
+METRICS=${METRICS:-off}
+[[ $METRICS == off || $METRICS == on ]] || { echo "METRICS must be off or on" >&2; exit 1; }
+if [[ $METRICS == on ]]; then
+    BASELINE=${BASELINE:-$BENCH_ROOT/bench/baseline-metrics.txt}
+else
+    BASELINE=${BASELINE:-$BENCH_ROOT/bench/baseline.txt}
+fi
 UPDATE_BASELINE=${UPDATE_BASELINE:-0}
 CASES="keepalive pipelined mw-keepalive mw-pipelined"
 
@@ -82,7 +91,7 @@ client() { # PORT N CASE [extra]
 measure_instructions() {
     local port pid dir c n=0 dump ir
     port=$(free_ports 1)
-    start_server flare "$port" env FLARE_METRICS=off valgrind --tool=callgrind --dump-instr=no --dump-line=no \
+    start_server flare "$port" env FLARE_METRICS=$METRICS valgrind --tool=callgrind --dump-instr=no --dump-line=no \
         "--callgrind-out-file=$BENCH_TMP/flare-$port/callgrind.out"
     pid=$SERVER_PID dir=$SERVER_DIR
     wait_ready flare "$pid" "$port" 180 || { stop_server "$pid"; return 1; }
@@ -113,7 +122,7 @@ heap_run() {
     local c=$1 n=$2 port pid vlog ok=1
     port=$(free_ports 1)
     vlog=$OUT/memcheck-$c-$n.log
-    start_server flare "$port" env FLARE_METRICS=off valgrind --tool=memcheck --leak-check=no "--log-file=$vlog"
+    start_server flare "$port" env FLARE_METRICS=$METRICS valgrind --tool=memcheck --leak-check=no "--log-file=$vlog"
     pid=$SERVER_PID
     wait_ready flare "$pid" "$port" 180 || { stop_server "$pid"; return 1; }
     client "$port" "$n" "$c" || ok=0
@@ -153,9 +162,9 @@ measure_allocations || {
 if [[ $UPDATE_BASELINE == 1 ]]; then
     ((MEASURE_FAILED == 0)) || die "a measurement failed: baseline not written"
     {
-        echo "# bench/baseline.txt: the figures bench/guard.sh (a CI step) compares against."
+        echo "# ${BASELINE#"$BENCH_ROOT"/}: the figures bench/guard.sh (a CI step) compares against."
         echo "# Flare examples/hello, built by bench/lib.sh's build_bench (Release, LTO, Debian 12 gcc),"
-        echo "# one connection, bench/reqclient, $GAP_US µs between batches; see bench/guard.sh."
+        echo "# FLARE_METRICS=$METRICS, one connection, bench/reqclient, $GAP_US µs between batches; see bench/guard.sh."
         echo "# Written by UPDATE_BASELINE=1 bash bench/guard.sh on $(date '+%Y-%m-%d') ($(gcc --version | head -1))."
         echo "# The guard fails when instructions grow by more than ${IR_MARGIN_PCT}% or allocations by more than $ALLOC_MARGIN."
         echo "# metric value"
@@ -179,7 +188,7 @@ IMPROVED=0
 {
     echo "## Performance regression guard — $(date '+%Y-%m-%d %H:%M')"
     echo
-    echo "Flare /plaintext (and /mw/plaintext) on one connection; instructions: callgrind, $REQUESTS requests;"
+    echo "Flare /plaintext (and /mw/plaintext) on one connection, FLARE_METRICS=$METRICS; instructions: callgrind, $REQUESTS requests;"
     echo "allocations: memcheck, ($((HEAP_BASE + HEAP_REQUESTS)) − $HEAP_BASE) / $HEAP_REQUESTS requests. Baseline: ${BASELINE#"$BENCH_ROOT"/}."
     echo
     printf '| %-26s | %9s | %9s | %8s | %9s | %-10s |\n' metric baseline now change limit verdict

@@ -91,15 +91,10 @@ struct flare_worker {
     /* src/obs/metrics.c: this worker's counting block, NULL when counting
      * is off (the request path's hooks test only this) */
     struct flare_metrics_w *metrics;
-    /* "exchange finished" observer (the access log): called by the response
-     * API on the worker when a complete response is handed to the protocol
-     * (status, body bytes), before it is queued; NULL when nothing is
-     * installed, which is all the plain path pays (a test where the exchange
-     * is taken, src/http/exchange.c, and one where it is answered,
-     * src/http/response.c). A module sets it in init_worker and clears it in
-     * dispose_worker. */
-    void (*ex_done)(void *ud, struct flare_req *ex, int status, uint64_t bytes);
-    void *ex_done_ud;
+    /* the exchange observers (src/http/exchange.h: the access log, the
+     * metrics), NULL while none is installed, which is all the plain path
+     * pays: one test per event. Modules install theirs in init_worker. */
+    struct flare_ex_observers *ex_obs;
 };
 
 /* worker.c: the worker whose thread this is, NULL on every other thread (set

@@ -136,6 +136,37 @@ static inline size_t flare__u64toa(char *p, uint64_t v)
     return sizeof(tmp) - n;
 }
 
+/* Copies n bytes from src to dst (not overlapping). Short copies, the
+ * common Content-Type and small body, are two overlapping moves of 8 or 16
+ * bytes inline, each within [src, src + n): a call to memcpy costs more
+ * than such a copy. Longer ones (and n < 8) go to memcpy. */
+static inline void flare__copy(void *dst, const void *src, size_t n)
+{
+    char *d = dst;
+    const char *s = src;
+    if (n - 8 <= 24) {
+        uint64_t a, b;
+        if (n >= 16) {
+            uint64_t c, e;
+            memcpy(&a, s, 8);
+            memcpy(&b, s + 8, 8);
+            memcpy(&c, s + n - 16, 8);
+            memcpy(&e, s + n - 8, 8);
+            memcpy(d, &a, 8);
+            memcpy(d + 8, &b, 8);
+            memcpy(d + n - 16, &c, 8);
+            memcpy(d + n - 8, &e, 8);
+        } else {
+            memcpy(&a, s, 8);
+            memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8);
+            memcpy(d + n - 8, &b, 8);
+        }
+        return;
+    }
+    memcpy(d, s, n);
+}
+
 /* Writes v in lowercase hex (no prefix) at p, returns the digits (1 to 16). */
 size_t flare__u64tohex(char *p, uint64_t v);
 

@@ -4,7 +4,6 @@
  * flare__http_dispatch, and is called back through ex->ops. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "app.h"
 #include "http/exchange.h"
@@ -12,36 +11,91 @@
 #include "worker.h"
 #include "mw/chain.h"
 #include "router/router.h"
-#include "obs/metrics.h"
 
-/* The start of the exchange for its observer (the access log's duration):
- * the head is in the buffer and about to be parsed. */
-__attribute__((noinline)) static void observe_start(struct flare_req *ex)
+/* ---- observers ---- */
+
+/* Each event's list of hooks, from the observers in installation order. */
+static void observers_index(flare_ex_observers_t *t)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ex->t_log_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    t->nstart = t->nanswered = t->nstream = t->ndone = 0;
+    for (unsigned i = 0; i < t->n; i++) {
+        const flare_ex_observer_t *o = t->e[i].o;
+        void *ud = t->e[i].ud;
+        if (o->start != NULL) {
+            t->start[t->nstart].fn = o->start;
+            t->start[t->nstart++].ud = ud;
+        }
+        if (o->answered != NULL) {
+            t->answered[t->nanswered].fn = o->answered;
+            t->answered[t->nanswered++].ud = ud;
+        }
+        if (o->stream != NULL) {
+            t->stream[t->nstream].fn = o->stream;
+            t->stream[t->nstream++].ud = ud;
+        }
+        if (o->done != NULL) {
+            t->done[t->ndone].fn = o->done;
+            t->done[t->ndone++].ud = ud;
+        }
+    }
 }
 
-struct flare_req *flare__ex_get(flare_worker_t *w)
+int flare__ex_observe(flare_worker_t *w, const flare_ex_observer_t *o, void *ud)
 {
-    struct flare_req *ex = w->free_ex;
-    if (ex != NULL) {
-        w->free_ex = ex->next;
-        w->nfree_ex--;
-    } else {
-        ex = calloc(1, sizeof(*ex));
-        if (ex == NULL)
-            return NULL;
-        ex->headers = malloc(w->app->limits.max_headers * sizeof(flare_header_t));
-        if (ex->headers == NULL) {
-            free(ex);
-            return NULL;
-        }
-        flare__arena_init(&ex->arena);
-        ex->worker = w;
-        ex->file_fd = -1;
+    flare_ex_observers_t *t = w->ex_obs;
+    if (t == NULL && (t = calloc(1, sizeof(*t))) == NULL)
+        return FLARE_ENOMEM;
+    w->ex_obs = t;
+    for (unsigned i = 0; i < t->n; i++)
+        if (t->e[i].o == o)
+            return FLARE_EEXIST;
+    if (t->n == FLARE__EX_OBSERVERS_MAX)
+        return FLARE_ETOOBIG;
+    t->e[t->n].o = o;
+    t->e[t->n].ud = ud;
+    t->n++;
+    observers_index(t);
+    return 0;
+}
+
+void flare__ex_unobserve(flare_worker_t *w, const flare_ex_observer_t *o)
+{
+    flare_ex_observers_t *t = w->ex_obs;
+    if (t == NULL)
+        return;
+    unsigned j = 0;
+    for (unsigned i = 0; i < t->n; i++)
+        if (t->e[i].o != o)
+            t->e[j++] = t->e[i];
+    t->n = j;
+    if (j == 0) {
+        w->ex_obs = NULL;
+        free(t);
+        return;
     }
+    observers_index(t);
+}
+
+void flare__ex_observe_answered(struct flare_req *ex, int status, uint64_t bytes)
+{
+    flare_ex_observers_t *t = ex->worker->ex_obs;
+    for (unsigned i = 0; i < t->nanswered; i++)
+        t->answered[i].fn(t->answered[i].ud, ex, status, bytes);
+}
+
+void flare__ex_long(struct flare_req *ex)
+{
+    ex->flags |= EX_LONG;
+    flare_ex_observers_t *t = ex->worker->ex_obs;
+    for (unsigned i = 0; t != NULL && i < t->nstream; i++)
+        t->stream[i].fn(t->stream[i].ud, ex);
+}
+
+/* ---- the exchange's life ---- */
+
+/* A recycled or new exchange's per-request state, cleared. */
+static inline __attribute__((always_inline)) void ex_reset(struct flare_req *ex)
+{
     ex->next = NULL;
     ex->flags = 0;
     ex->route = NULL;
@@ -61,8 +115,51 @@ struct flare_req *flare__ex_get(flare_worker_t *w)
     ex->bodybuf.len = 0;
     ex->out.len = 0;
     ex->log_id = 0;
-    if (flare__unlikely(w->ex_done != NULL))
-        observe_start(ex);
+}
+
+/* Taken up: the start on the loop's clock (the metrics' duration: no clock
+ * read per request), then the start hooks (the access log's). */
+static __attribute__((noinline)) struct flare_req *observe_start(flare_worker_t *w,
+                                                                 struct flare_req *ex)
+{
+    flare_ex_observers_t *obs = w->ex_obs;
+    ex->t_start_ms = w->loop.now;
+    for (unsigned i = 0; i < obs->nstart; i++)
+        obs->start[i].fn(obs->start[i].ud, ex);
+    return ex;
+}
+
+/* flare__ex_get when the free list is empty. */
+static __attribute__((noinline)) struct flare_req *ex_new(flare_worker_t *w)
+{
+    struct flare_req *ex = calloc(1, sizeof(*ex));
+    if (ex == NULL)
+        return NULL;
+    ex->headers = malloc(w->app->limits.max_headers * sizeof(flare_header_t));
+    if (ex->headers == NULL) {
+        free(ex);
+        return NULL;
+    }
+    flare__arena_init(&ex->arena);
+    ex->worker = w;
+    ex->file_fd = -1;
+    ex_reset(ex);
+    return w->ex_obs != NULL ? observe_start(w, ex) : ex;
+}
+
+/* The common case, a recycled exchange, calls nothing (or, observed, ends
+ * in a tail call): no registers to save (-8 instructions per request,
+ * callgrind). */
+struct flare_req *flare__ex_get(flare_worker_t *w)
+{
+    struct flare_req *ex = w->free_ex;
+    if (flare__unlikely(ex == NULL))
+        return ex_new(w);
+    w->free_ex = ex->next;
+    w->nfree_ex--;
+    ex_reset(ex);
+    if (flare__unlikely(w->ex_obs != NULL))
+        return observe_start(w, ex);
     return ex;
 }
 
@@ -77,11 +174,19 @@ void flare__ex_orphan(flare_worker_t *w, struct flare_req *ex)
     w->orphans = ex;
 }
 
-void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
+/* flare__ex_put with observers, cleanups, an arena or big buffers to let
+ * go, or a full free list. */
+static __attribute__((noinline)) void ex_put_slow(flare_worker_t *w, struct flare_req *ex)
 {
-    /* exchange finished: observers (metrics) */
-    if (flare__unlikely(w->metrics != NULL))
-        flare__metrics_ex_done(w->metrics, ex);
+    /* exchange finished: its observers (the metrics); each event's hooks in
+     * a list of their own (a loop over every observer, testing for NULL
+     * hooks, measured 16 instructions more per request, callgrind) */
+    flare_ex_observers_t *obs = w->ex_obs;
+    if (flare__unlikely(obs != NULL) && obs->ndone > 0) {
+        obs->done[0].fn(obs->done[0].ud, ex);
+        for (unsigned i = 1; i < obs->ndone; i++)
+            obs->done[i].fn(obs->done[i].ud, ex);
+    }
     if (ex->flags & EX_ORPHAN) {
         if (ex->oprev != NULL)
             ex->oprev->next = ex->next;
@@ -112,6 +217,22 @@ void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
         free(ex);
         return;
     }
+    ex->next = w->free_ex;
+    w->free_ex = ex;
+    w->nfree_ex++;
+}
+
+/* The common case, nothing to run or give back, calls nothing: no
+ * registers to save (-8 instructions per request, callgrind). */
+void flare__ex_put(flare_worker_t *w, struct flare_req *ex)
+{
+    if (flare__unlikely(w->ex_obs != NULL || (ex->flags & EX_ORPHAN) || ex->cleanups != NULL ||
+                        flare__arena_used(&ex->arena) || ex->bodybuf.cap > 65536 ||
+                        ex->out.cap > 65536 || w->nfree_ex >= 256)) {
+        ex_put_slow(w, ex);
+        return;
+    }
+    ex->conn = NULL;
     ex->next = w->free_ex;
     w->free_ex = ex;
     w->nfree_ex++;
@@ -188,8 +309,6 @@ __attribute__((noinline)) static void normalize_path(struct flare_req *ex)
 void flare__http_route(flare_app_t *app, struct flare_req *ex)
 {
     flare_method_t m = ex->head.method_id;
-    if (flare__unlikely(ex->worker->metrics != NULL))
-        ex->t_start_ns = ex->worker->metrics->batch_ns;
     if (flare__unlikely(ex->head.path_pct))
         normalize_path(ex);
     if (m == FLARE_METHOD_HEAD)

@@ -108,7 +108,7 @@ enum {
     EX_BODY_LIVE = 1u << 18,     /* a streaming route's body has not ended (either way) */
     EX_TRAILERS = 1u << 19,      /* trailers/ntrailers hold this request's trailer fields */
     EX_LONG = 1u << 20,          /* a long-lived stream (SSE, a protocol upgrade): counted as a
-                                    stream by the metrics, not timed (flare__metrics_stream) */
+                                    stream by the metrics, not timed (flare__ex_long) */
     EX_BACKPRESSURED = 1u << 21, /* streamed output past its high-water mark, not yet drained
                                     (flare_res_backpressured; flare__res_drain_check) */
     EX_DRAIN_CB = 1u << 22,      /* ex->drain holds flare_res_on_drain's settings */
@@ -178,10 +178,12 @@ struct flare_req {
     uint64_t file_off, file_len;
     struct flare_res_hold *hold;   /* read only while EX_HELD is set */
     struct flare_res_drain *drain; /* read only while EX_DRAIN_CB is set */
-    uint64_t t_start_ns;           /* metrics on: when its read batch began */
-    /* for the exchange-finished observer (worker.ex_done; src/obs/log.c):
-     * when the head was taken up for parsing (CLOCK_REALTIME ns, set only
-     * while an observer is installed), the streamed body bytes, and the log's request id (0: none
+    /* while observers are installed (worker.ex_obs): the loop's clock (ms)
+     * when the exchange was taken up, the start of the metrics' duration */
+    uint64_t t_start_ms;
+    /* for the access log (src/obs/log.c, an exchange observer): when the
+     * head was taken up for parsing (CLOCK_REALTIME ns, set by its start
+     * hook), the streamed body bytes, and the log's request id (0: none
      * made yet) */
     uint64_t t_log_ns;
     uint64_t stream_bytes;
@@ -205,6 +207,64 @@ static inline struct flare_req *flare__res_ex(flare_res_t *res)
     return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
 }
 _Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
+
+/* ---- exchange observers (src/http/exchange.c) ---- */
+
+/* What the exchange layer tells the layers above it about each exchange
+ * (the access log, the metrics) without calling them by name: a module
+ * installs its observer on a worker in init_worker (flare__ex_observe) and
+ * removes it in dispose_worker. Every hook may be NULL; each runs on the
+ * worker, in installation order. While a worker has no observer, an event
+ * costs the request path one test (worker.ex_obs). */
+typedef struct flare_ex_observer {
+    /* the exchange is taken up: its head is in a buffer, about to be parsed */
+    void (*start)(void *ud, struct flare_req *ex);
+    /* a complete response is handed to the protocol (its status and body
+     * bytes), before it is queued: the exchange may be recycled after */
+    void (*answered)(void *ud, struct flare_req *ex, int status, uint64_t bytes);
+    /* a long-lived stream begins on it (SSE, a protocol switch): EX_LONG */
+    void (*stream)(void *ud, struct flare_req *ex);
+    /* the exchange is finished, about to be recycled (flare__ex_put) */
+    void (*done)(void *ud, struct flare_req *ex);
+} flare_ex_observer_t;
+
+#define FLARE__EX_OBSERVERS_MAX 4
+
+/* A worker's observers (worker.ex_obs; NULL while there is none), and
+ * each event's hooks in a list of its own, rebuilt when one is installed
+ * or removed: an event calls exactly the hooks it has. */
+typedef struct flare_ex_observers {
+    unsigned n;
+    struct {
+        const flare_ex_observer_t *o;
+        void *ud;
+    } e[FLARE__EX_OBSERVERS_MAX];
+    unsigned nstart, nanswered, nstream, ndone;
+    struct {
+        void (*fn)(void *ud, struct flare_req *ex);
+        void *ud;
+    } start[FLARE__EX_OBSERVERS_MAX], stream[FLARE__EX_OBSERVERS_MAX],
+        done[FLARE__EX_OBSERVERS_MAX];
+    struct {
+        void (*fn)(void *ud, struct flare_req *ex, int status, uint64_t bytes);
+        void *ud;
+    } answered[FLARE__EX_OBSERVERS_MAX];
+} flare_ex_observers_t;
+
+/* Installs o (not copied: a static const) with ud on worker w, before its
+ * thread starts or on it. 0, FLARE_ENOMEM, FLARE_ETOOBIG (more than
+ * FLARE__EX_OBSERVERS_MAX), FLARE_EEXIST (o is installed already). */
+int flare__ex_observe(struct flare_worker *w, const flare_ex_observer_t *o, void *ud);
+/* Removes o from w (nothing when it is not installed). */
+void flare__ex_unobserve(struct flare_worker *w, const flare_ex_observer_t *o);
+
+/* The answered hooks (the caller tests that there is one). */
+void flare__ex_observe_answered(struct flare_req *ex, int status, uint64_t bytes);
+
+/* A long-lived stream begins on ex (an SSE stream, a protocol switch):
+ * EX_LONG, and the observers hear it (the metrics count a stream of its
+ * route, and later the request, but not its duration). */
+void flare__ex_long(struct flare_req *ex);
 
 /* ---- src/http/exchange.c ---- */
 

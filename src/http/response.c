@@ -13,7 +13,6 @@
 #include "http/svc.h"
 #include "worker.h"
 #include "mw/chain.h"
-#include "obs/metrics.h"
 
 int flare__res_orphan_done(struct flare_req *ex)
 {
@@ -58,8 +57,20 @@ static __attribute__((noinline)) bool ctype_ok_slow(flare_str_t s)
 static inline bool ctype_ok(flare_str_t s)
 {
     if (s.len >= 8 && s.len <= 16) {
+#if defined(__SSE2__)
+        /* both halves in one vector: one test instead of two SWAR blocks
+         * ("text/plain": -10 instructions per response, callgrind) */
+        __m128i v =
+            _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)s.ptr),
+                               _mm_loadl_epi64((const __m128i *)(const void *)(s.ptr + s.len - 8)));
+        __m128i lt20 = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        __m128i del = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f));
+        if (flare__likely(_mm_movemask_epi8(_mm_or_si128(lt20, del)) == 0))
+            return true;
+#else
         if (flare__likely((ctl_bits8(s.ptr) | ctl_bits8(s.ptr + s.len - 8)) == 0))
             return true;
+#endif
     }
 #if defined(__SSE2__)
     else if (s.len > 16 && s.len <= 32) {
@@ -120,14 +131,14 @@ static inline __attribute__((always_inline)) int send_prologue(struct flare_req 
     return SEND_GO;
 }
 
-/* The exchange-finished observer (worker.ex_done, the access log), when
- * one is installed: before the protocol op, which may recycle the exchange
- * once the response is queued. */
+/* The observers' answered hooks (the access log), when one is installed:
+ * before the protocol op, which may recycle the exchange once the response
+ * is queued. */
 static inline void observe_done(struct flare_req *ex, int status, uint64_t bytes)
 {
-    flare_worker_t *w = ex->worker;
-    if (flare__unlikely(w->ex_done != NULL))
-        w->ex_done(w->ex_done_ud, ex, status, bytes);
+    flare_ex_observers_t *t = ex->worker->ex_obs;
+    if (flare__unlikely(t != NULL) && t->nanswered > 0)
+        flare__ex_observe_answered(ex, status, bytes);
 }
 
 /* ---- held responses (flare__res_hold) ---- */
@@ -530,7 +541,7 @@ int flare__res_upgrade(flare_res_t *res, flare_str_t token, flare_upgrade_fn fn,
     int rc = ex->ops->upgrade(ex, token, fn, ud);
     if (rc != 0)
         return rc;
-    flare__metrics_stream(ex); /* what follows is a stream, not this request's time */
+    flare__ex_long(ex); /* what follows is a stream, not this request's time */
     ex->flags |= EX_SENT;
     if (!(ex->flags & EX_IN_HANDLER))
         flare__ex_complete(ex);

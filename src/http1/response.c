@@ -122,7 +122,7 @@ static inline __attribute__((always_inline)) int serialize_head(struct flare_req
     p += FLARE_DATE_LINE_LEN;
     if (ctype.len > 0) {
         PUT(p, "Content-Type: ");
-        memcpy(p, ctype.ptr, ctype.len);
+        flare__copy(p, ctype.ptr, ctype.len);
         p += ctype.len;
         PUT(p, "\r\n");
     }
@@ -171,8 +171,11 @@ static inline __attribute__((always_inline)) int respond_body(struct flare_req *
             release = NULL;
             if (flare__stream_add_seg(&c->s, &seg) != 0)
                 goto nomem;
-        } else if (flare__buf_append(out, body.ptr, body.len) != 0) {
+        } else if (flare__buf_reserve(out, body.len) != 0) {
             goto nomem;
+        } else {
+            flare__copy(out->data + out->len, body.ptr, body.len);
+            out->len += body.len;
         }
     }
     if (release != NULL)

@@ -307,6 +307,22 @@ static int writer_start(log_state_t *st) /* under st->mu */
 
 static void on_exchange_done(void *ud, struct flare_req *ex, int status, uint64_t bytes);
 
+/* The start of the exchange for the access line's duration: the head is in
+ * the buffer and about to be parsed. */
+static void on_exchange_start(void *ud, struct flare_req *ex)
+{
+    (void)ud;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ex->t_log_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The access log as an exchange observer (installed only when it is on). */
+static const flare_ex_observer_t access_observer = {
+    .start = on_exchange_start,
+    .answered = on_exchange_done,
+};
+
 static int log_init_worker(flare_worker_t *w, void *state)
 {
     log_state_t *st = state;
@@ -320,6 +336,8 @@ static int log_init_worker(flare_worker_t *w, void *state)
     int rc = flare__ring_init(&lw->ring[LOG_ERR], st->ring_bytes);
     if (rc == 0 && st->access_on)
         rc = flare__ring_init(&lw->ring[LOG_ACC], st->ring_bytes);
+    if (rc == 0 && st->access_on)
+        rc = flare__ex_observe(w, &access_observer, lw);
     if (rc != 0)
         goto fail;
     pthread_mutex_lock(&st->mu);
@@ -332,12 +350,9 @@ static int log_init_worker(flare_worker_t *w, void *state)
     st->nlive++;
     pthread_mutex_unlock(&st->mu);
     flare__worker_module_set(w, st->slot, lw);
-    if (st->access_on) {
-        w->ex_done = on_exchange_done;
-        w->ex_done_ud = lw;
-    }
     return 0;
 fail:
+    flare__ex_unobserve(w, &access_observer);
     flare__ring_dispose(&lw->ring[LOG_ERR]);
     flare__ring_dispose(&lw->ring[LOG_ACC]);
     free(lw);
@@ -353,10 +368,7 @@ static void log_dispose_worker(flare_worker_t *w, void *state)
     log_worker_t *lw = flare__worker_module_state(w, st->slot);
     if (lw == NULL)
         return;
-    if (w->ex_done == on_exchange_done) {
-        w->ex_done = NULL;
-        w->ex_done_ud = NULL;
-    }
+    flare__ex_unobserve(w, &access_observer);
     flare__worker_module_set(w, st->slot, NULL);
     pthread_mutex_lock(&st->mu);
     writer_pass(st, false);

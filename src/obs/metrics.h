@@ -1,6 +1,9 @@
-/* Metrics, internal: each worker's counting block and the hooks the request
- * path calls. A hook is one test of w->metrics (NULL when counting is off)
- * and, when on, plain arithmetic on the worker's own block.
+/* Metrics, internal: each worker's counting block and the hooks the
+ * protocols call (bytes, parse errors, timeouts, HTTP/2 frames). A hook is
+ * one test of w->metrics (NULL when counting is off) and, when on, plain
+ * arithmetic on the worker's own block. Finished exchanges reach metrics.c
+ * as an exchange observer (http/exchange.h), not through a hook: their
+ * durations are on the loop's cached clock, never a clock read per request.
  *
  * Threads: a block is written only by its worker, with relaxed atomic
  * loads and stores (plain moves on x86: no lock prefix, no read-modify-
@@ -12,7 +15,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "worker.h"
 #include "flare/metrics.h"
@@ -49,7 +51,7 @@ enum {
 
 /* Histogram cells of one route: NB + 1 buckets (not cumulative: the scrape
  * adds them up), the sum of durations in ns, then the number of long-lived
- * streams begun (SSE, WebSocket upgrades: flare__metrics_stream), which
+ * streams begun (SSE, WebSocket upgrades: flare__ex_long), which
  * are kept out of the buckets. */
 #define FLARE__HIST_CELLS  (FLARE__HIST_NB + 3)
 #define FLARE__HIST_STREAM (FLARE__HIST_NB + 2)
@@ -63,7 +65,6 @@ typedef struct flare_metrics_w {
     flare__ctr_t dropped; /* request series that found no slot */
     flare__ctr_t h2[FLARE__H2C_COUNT];
     flare__ctr_t h2_open, h2_streams; /* sampled by the sweep, gauges */
-    uint64_t batch_ns;                /* when the current read batch began (worker only) */
     /* requests by (route, method, status): open addressing, never resized
      * (sized for the routes when counting starts); key 0 = empty */
     uint32_t mask;
@@ -84,36 +85,20 @@ static inline uint64_t flare__ctr_get(flare__ctr_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-static inline uint64_t flare__mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* metrics.c: one finished exchange (route, method, status, duration). */
-void flare__metrics_ex_done(flare_metrics_w_t *m, struct flare_req *ex);
 /* Counts one request into block m: exported for the unit tests. */
 void flare__metrics_count(flare_metrics_w_t *m, uint32_t route, unsigned method, unsigned status,
                           uint64_t dur_ns);
-/* ex begins a long-lived stream (an SSE stream, a protocol upgrade), on
- * its worker: counted as one stream of its route now, and when it ends
- * counted as a request (route, method, status) but kept out of the
- * duration histogram, whose percentiles it would otherwise swamp. */
-void flare__metrics_stream(struct flare_req *ex);
 /* The sweep's sample of the worker's connections (on its thread). */
 void flare__metrics_sample_conns(flare_worker_t *w);
 
 /* ---- hooks ---- */
 
-/* A read batch begins: bytes in, the batch's start time. */
+/* A read batch: bytes in. */
 static inline void flare__metrics_rx(flare_worker_t *w, size_t n)
 {
     flare_metrics_w_t *m = w->metrics;
-    if (flare__unlikely(m != NULL)) {
+    if (flare__unlikely(m != NULL))
         flare__ctr_add(&m->rx, n);
-        m->batch_ns = flare__mono_ns();
-    }
 }
 
 static inline void flare__metrics_tx(flare_worker_t *w, size_t n)

@@ -27,7 +27,6 @@
 #include "http/exchange.h"
 #include "worker.h"
 #include "module.h"
-#include "obs/metrics.h"
 #include "web/channel.h"
 
 #define ROOM_NAME_MAX      255
@@ -419,7 +418,7 @@ int flare_sse_start(flare_req_t *req, flare_res_t *res, const flare_sse_config_t
         sw->streams->prev = s;
     sw->streams = s;
     flare__worker_conn_hold(w);
-    flare__metrics_stream(req); /* a stream, not a request to time */
+    flare__ex_long(req); /* a stream, not a request to time */
     *out = s;
     if (req->flags & EX_HEAD_ONLY) {
         stream_close(s, 0);

@@ -170,6 +170,10 @@ class Metrics(ServerTestCase):
                 self.assertNotIn("/nope", dict(labels)["route"])
         self.assertEqual(delta(key("flare_http_request_duration_seconds_count",
                                    route="/users/{id}")), 20)
+        # durations are on the loop's cached clock: a request answered in
+        # the wake-up that read it (these handlers answer at once) takes 0
+        self.assertEqual(delta(key("flare_http_request_duration_seconds_sum",
+                                   route="/users/{id}")), 0)
         # bytes: what the clients sent (and the second scrape's request,
         # read before it rendered), what they got (and the first scrape's
         # response, written after it rendered)
