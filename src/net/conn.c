@@ -23,6 +23,7 @@ void flare__conn_set_peer(flare_conn_t *c, const struct sockaddr *sa)
 void flare__conn_attach(flare_conn_t *c, flare_worker_t *w, const flare_conn_ops_t *ops)
 {
     c->ops = ops;
+    c->w = w;
     c->prev = NULL;
     c->next = w->conns;
     if (w->conns != NULL)

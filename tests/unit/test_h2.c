@@ -88,6 +88,7 @@ static int setup(void **state)
     f->w.app = &f->app;
     f->w.metrics = &f->m;
     f->w.loop.now = 100000;
+    f->c.w = &f->w;
     f->h2.c = &f->c;
     f->h2.w = &f->w;
     f->h2.t_win = f->w.loop.now;
