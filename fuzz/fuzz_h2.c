@@ -105,9 +105,7 @@ static size_t feed(int fd, const uint8_t *p, size_t n)
 
 static void worker_free(flare_worker_t *w)
 {
-    while (w->conns != NULL)
-        flare__conn_close(w->conns);
-    flare__conn_free_dead(w);
+    flare__conn_close_all(w);
     flare__loop_dispose(&w->loop);
     flare__worker_free_memory(w);
 }

@@ -17,8 +17,8 @@
 #include "module.h"
 #include "net/listen.h"
 #include "net/stream.h"
-#include "http1/conn.h"
-#include "http2/h2.h"
+#include "net/conn.h"
+#include "http2/h2.h" /* the HTTP/2 block lists: trim, dispose */
 #include "run_int.h"
 
 /* The periodic sweep. It is re-armed first, on an embedded timer, so that
@@ -87,7 +87,7 @@ static void sweep_timer(void *ud)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     flare__worker_update_date(w, ts.tv_sec);
-    flare__conn_sweep(w);
+    flare__conn_sweep_all(w);
     worker_trim(w);
     if (w->draining &&
         ((w->nconns == 0 && w->nmodule_conns == 0) || w->loop.now >= w->drain_deadline)) {
@@ -121,7 +121,7 @@ static void worker_stop_task(void *ud)
             w->lios[i].io.fd = -1;
         }
     }
-    flare__conn_drain(w);
+    flare__conn_drain_all(w);
     flare__modules_drain_worker(w);
     flare__timer_start(&w->loop, &w->sweep_timer, 100); /* check progress often */
     if (w->nconns == 0 && w->nmodule_conns == 0)
@@ -142,9 +142,7 @@ void *flare__worker_main(void *arg)
     sweep_timer(w);
     flare__loop_run(&w->loop);
     /* drain deadline passed or all done: close whatever is left */
-    while (w->conns != NULL)
-        flare__conn_close(w->conns);
-    flare__conn_free_dead(w);
+    flare__conn_close_all(w);
     flare__modules_dispose_worker(w);
     flare__handles_dispose(w); /* what the user left: stopped, freed, not called */
     flare__worker_self = NULL;

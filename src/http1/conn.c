@@ -7,7 +7,7 @@
  * - Responses go out in request order: exchanges sit in c->qhead..qtail; the
  *   head of the queue serializes straight into c->wbuf, later ones into their
  *   own ex->out until they become the head.
- * - When process() returns, no exchange holds a view into c->s.rbuf: one that
+ * - When process() returns, no exchange holds a view into c->base.s.rbuf: one that
  *   must outlive the batch (asynchronous handler, body spanning reads) copies
  *   its head into its arena first ("detach"). So the read buffer can be
  *   compacted or handed back to the worker's pool at any time outside
@@ -39,8 +39,8 @@
 
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 static void tls_open(flare_stream_t *s);
-static void process(flare_conn_t *c);
-static void queue_advance(flare_conn_t *c);
+static void process(h1conn_t *c);
+static void queue_advance(h1conn_t *c);
 
 /* ---- exchanges ---- */
 
@@ -49,20 +49,12 @@ static void queue_advance(flare_conn_t *c);
 void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
                       const struct flare_listener *l)
 {
-    flare_conn_t *c = calloc(1, sizeof(*c));
+    h1conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(fd);
         return;
     }
-    if (sa != NULL && sa->sa_family == AF_INET) {
-        memcpy(c->peer, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
-        c->peer_family = AF_INET;
-    } else if (sa != NULL && sa->sa_family == AF_INET6) {
-        memcpy(c->peer, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
-        c->peer_family = AF_INET6;
-    } else if (sa != NULL && sa->sa_family == AF_UNIX) {
-        c->peer_family = AF_UNIX; /* no address: the peer is "unix:" (peer stays zeroed) */
-    }
+    flare__conn_set_peer(&c->base, sa);
     flare_transport_t *tr = NULL;
     if (l != NULL && flare__unlikely(l->tls != NULL)) {
         tr = flare__tls_accept(l->tls, fd, &w->tls_counters);
@@ -72,9 +64,8 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
             return;
         }
     }
-    c->w = w;
-    c->listener = l;
-    if (flare__stream_open(&c->s, &w->pool, &w->loop, fd, tr, conn_io_cb) != 0) {
+    c->base.listener = l;
+    if (flare__stream_open(&c->base.s, &w->pool, &w->loop, fd, tr, conn_io_cb) != 0) {
         if (tr != NULL)
             tr->ops->free(tr);
         close(fd);
@@ -82,29 +73,23 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
         return;
     }
     if (tr != NULL)
-        c->s.on_open = tls_open;
+        c->base.s.on_open = tls_open;
     c->t_open = c->t_head = w->loop.now;
-    c->next = w->conns;
-    if (w->conns != NULL)
-        w->conns->prev = c;
-    w->conns = c;
-    w->nconns++;
+    flare__conn_attach(&c->base, w, &flare__h1_conn_ops);
 }
 
-static void conn_end(flare_conn_t *c, bool clean)
+/* ops->closed: the stream is closed and the connection off the worker's
+ * list (net/conn.c). */
+static void h1_closed(flare_conn_t *base)
 {
-    if (c->flags & C_DEAD)
-        return;
-    flare_worker_t *w = c->w;
+    h1conn_t *c = (h1conn_t *)base;
+    flare_worker_t *w = h1_worker(c);
     c->flags |= C_DEAD;
     if ((c->flags & C_UPGRADE) && c->upgrade_fn != NULL) {
         /* the 101 never got out: the would-be owner learns it with no stream */
         c->flags &= ~(uint32_t)C_UPGRADE;
         c->upgrade_fn(w, NULL, c->upgrade_ud);
     }
-    if (flare__unlikely(c->h2 != NULL))
-        flare__h2_end(c);
-    flare__stream_close(&c->s, clean);
 
     /* in-flight exchanges: finished ones are recycled, the others are
      * orphaned so a late send is a no-op that frees them; a streamed body
@@ -128,48 +113,26 @@ static void conn_end(flare_conn_t *c, bool clean)
     }
     c->qhead = c->qtail = c->recv = NULL;
     c->nqueue = 0;
-
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    w->nconns--;
-    c->next = w->dead;
-    w->dead = c;
-    w->loop.deferred = true;
     if (streamed != NULL)
         flare__ex_body_end(streamed, FLARE_ECLOSED); /* an orphan: freed there */
 }
 
 /* Closes on an error or a timeout: no clean TLS end. */
-void flare__conn_close(flare_conn_t *c)
+static void conn_close(h1conn_t *c)
 {
-    conn_end(c, false);
+    flare__conn_close(&c->base, false);
 }
 
 /* The conversation is over (the peer's EOF, idle, drained): TLS says
  * close_notify first. */
-static void conn_close_clean(flare_conn_t *c)
+static void conn_close_clean(h1conn_t *c)
 {
-    conn_end(c, true);
+    flare__conn_close(&c->base, true);
 }
 
-void flare__conn_close_clean(flare_conn_t *c)
+static void h1_free(flare_conn_t *c)
 {
-    conn_end(c, true);
-}
-
-void flare__conn_free_dead(flare_worker_t *w)
-{
-    while (w->dead != NULL) {
-        flare_conn_t *c = w->dead;
-        w->dead = c->next;
-        if (c->h2 != NULL)
-            flare__h2_free(c);
-        free(c);
-    }
+    free(c);
 }
 
 /* Error responses, and closes the server decides (draining), leave the
@@ -181,33 +144,33 @@ void flare__conn_free_dead(flare_worker_t *w)
  * saves each such connection a shutdown(2), two wake-ups, two reads and
  * its time in the connection list (measured: 20 -> 16 syscalls besides
  * getpid per TLS handshake + request with Connection: close). */
-static void start_linger(flare_conn_t *c)
+static void start_linger(h1conn_t *c)
 {
-    if ((c->s.sflags & FLARE_S_RD_EOF) ||
-        ((c->flags & C_PEER_CLOSE) && c->recv == NULL && c->s.rpos == c->s.rlen &&
-         !flare__stream_has_pending(&c->s))) {
+    if ((c->base.s.sflags & FLARE_S_RD_EOF) ||
+        ((c->flags & C_PEER_CLOSE) && c->recv == NULL && c->base.s.rpos == c->base.s.rlen &&
+         !flare__stream_has_pending(&c->base.s))) {
         conn_close_clean(c);
         return;
     }
-    flare__stream_linger(&c->s);
+    flare__stream_linger(&c->base.s);
 }
 
 /* ---- output ---- */
 
 /* The 101 is out: the stream (socket, transport, the bytes after the
  * upgrade request) goes to its new owner; this connection object ends. */
-static void handoff(flare_conn_t *c)
+static void handoff(h1conn_t *c)
 {
     flare_upgrade_fn fn = c->upgrade_fn;
     void *ud = c->upgrade_ud;
     c->flags &= ~(uint32_t)C_UPGRADE; /* handed over: closing c must not report a failure */
-    fn(c->w, &c->s, ud);
-    flare__conn_close(c); /* the stream has moved: only the object is left to free */
+    fn(h1_worker(c), &c->base.s, ud);
+    conn_close(c); /* the stream has moved: only the object is left to free */
 }
 
 /* All output is written. Returns true when reading resumed and the
  * requests already buffered produced more output (flush again). */
-static bool after_output(flare_conn_t *c)
+static bool after_output(h1conn_t *c)
 {
     if (c->qhead != NULL)
         return false;
@@ -219,67 +182,68 @@ static bool after_output(flare_conn_t *c)
         start_linger(c);
         return false;
     }
-    if (c->s.sflags & FLARE_S_RD_EOF) {
+    if (c->base.s.sflags & FLARE_S_RD_EOF) {
         conn_close_clean(c);
         return false;
     }
     if (c->flags & C_READ_PAUSED) {
         c->flags &= ~C_READ_PAUSED;
         if (!(c->flags & C_BODY_WAIT))
-            flare__stream_read_enable(&c->s, true);
+            flare__stream_read_enable(&c->base.s, true);
         /* TLS: records OpenSSL holds wake no poller: read them after this batch */
-        if (flare__unlikely(flare__stream_has_pending(&c->s)))
-            flare__loop_ready(c->s.loop, &c->s.io);
+        if (flare__unlikely(flare__stream_has_pending(&c->base.s)))
+            flare__loop_ready(c->base.s.loop, &c->base.s.io);
         /* requests already buffered while paused: their responses are
          * flushed by the caller's loop (not here: no recursion) */
-        if (c->s.rpos < c->s.rlen) {
+        if (c->base.s.rpos < c->base.s.rlen) {
             process(c);
-            return !(c->flags & C_DEAD) && flare__stream_has_output(&c->s);
+            return !(c->flags & C_DEAD) && flare__stream_has_output(&c->base.s);
         }
     }
     return false;
 }
 
-static __attribute__((noinline)) void flush_more(flare_conn_t *c, int rc)
+static __attribute__((noinline)) void flush_more(h1conn_t *c, int rc)
 {
     for (;;) {
         if (rc < 0) {
-            flare__conn_close(c);
+            conn_close(c);
             return;
         }
         if (rc == 0 || !after_output(c))
             return;
-        rc = flare__stream_flush(&c->s);
+        rc = flare__stream_flush(&c->base.s);
     }
 }
 
 /* metrics on: the flush, counting the bytes it wrote */
-static __attribute__((noinline)) int metered_flush(flare_conn_t *c)
+static __attribute__((noinline)) int metered_flush(h1conn_t *c)
 {
-    size_t before = flare__stream_unsent(&c->s);
-    int rc = flare__stream_flush(&c->s);
-    size_t after = flare__stream_unsent(&c->s);
+    size_t before = flare__stream_unsent(&c->base.s);
+    int rc = flare__stream_flush(&c->base.s);
+    size_t after = flare__stream_unsent(&c->base.s);
     if (rc >= 0 && before > after)
-        flare__metrics_tx(c->w, before - after);
+        flare__metrics_tx(h1_worker(c), before - after);
     return rc;
 }
 
-void flare__conn_flush(flare_conn_t *c)
+void flare__conn_flush(h1conn_t *c)
 {
-    int rc = flare__unlikely(c->w->metrics != NULL) ? metered_flush(c) : flare__stream_flush(&c->s);
+    int rc = flare__unlikely(h1_worker(c)->metrics != NULL) ? metered_flush(c)
+                                                            : flare__stream_flush(&c->base.s);
     /* the common case: written, nothing to do once it is out */
     if (flare__likely(rc > 0 && !(c->flags & (C_CLOSING | C_READ_PAUSED | C_UPGRADE)) &&
-                      !(c->s.sflags & FLARE_S_RD_EOF)))
+                      !(c->base.s.sflags & FLARE_S_RD_EOF)))
         return;
     flush_more(c, rc);
 }
 
 /* ---- exchange queue ---- */
 
-static void enqueue(flare_conn_t *c, struct flare_req *ex)
+static void enqueue(h1conn_t *c, struct flare_req *ex)
 {
     ex->ops = &flare__http1_ops;
-    ex->conn = c;
+    ex->conn = &c->base;
     ex->next = NULL;
     if (c->qtail != NULL)
         c->qtail->next = ex;
@@ -289,10 +253,10 @@ static void enqueue(flare_conn_t *c, struct flare_req *ex)
     c->nqueue++;
 }
 
-static void send_continue(flare_conn_t *c, struct flare_req *ex);
+static void send_continue(h1conn_t *c, struct flare_req *ex);
 
 /* queue_advance runs inside flush paths: queue the 100 without flushing. */
-static void send_continue_later(flare_conn_t *c, struct flare_req *ex)
+static void send_continue_later(h1conn_t *c, struct flare_req *ex)
 {
     uint32_t batch = c->flags & C_IN_BATCH;
     c->flags |= C_IN_BATCH;
@@ -304,10 +268,10 @@ static void send_continue_later(flare_conn_t *c, struct flare_req *ex)
  * privately buffered output into the connection buffer. */
 /* A new head of the queue: its privately buffered output joins the
  * stream's. false when out of memory (the connection is closed). */
-static __attribute__((noinline)) bool adopt_out(flare_conn_t *c, struct flare_req *ex)
+static __attribute__((noinline)) bool adopt_out(h1conn_t *c, struct flare_req *ex)
 {
-    if (flare__buf_append(flare__stream_wbuf(&c->s), ex->out.data, ex->out.len) != 0) {
-        flare__conn_close(c);
+    if (flare__buf_append(flare__stream_wbuf(&c->base.s), ex->out.data, ex->out.len) != 0) {
+        conn_close(c);
         return false;
     }
     ex->out.len = 0;
@@ -315,8 +279,8 @@ static __attribute__((noinline)) bool adopt_out(flare_conn_t *c, struct flare_re
     if (flare__unlikely(ex->file_fd >= 0)) {
         int fd = ex->file_fd;
         ex->file_fd = -1; /* the pending-file cleanup has nothing left to close */
-        if (flare__stream_push_file(&c->s, fd, ex->file_off, ex->file_len) != 0) {
-            flare__conn_close(c);
+        if (flare__stream_push_file(&c->base.s, fd, ex->file_off, ex->file_len) != 0) {
+            conn_close(c);
             return false;
         }
     }
@@ -325,7 +289,7 @@ static __attribute__((noinline)) bool adopt_out(flare_conn_t *c, struct flare_re
 
 /* The queue head is not complete: it owes a 100 Continue, or it streams
  * (the I/O callbacks then watch its backpressure: stream_out_check). */
-static void head_waits(flare_conn_t *c, struct flare_req *ex)
+static void head_waits(h1conn_t *c, struct flare_req *ex)
 {
     if (ex->flags & EX_NEED_CONTINUE)
         send_continue_later(c, ex);
@@ -335,7 +299,7 @@ static void head_waits(flare_conn_t *c, struct flare_req *ex)
          * (written while queued behind another response) and the socket
          * may take it all at once: look again after this loop turn */
         if (ex->flags & EX_BACKPRESSURED)
-            flare__loop_ready(c->s.loop, &c->s.io);
+            flare__loop_ready(c->base.s.loop, &c->base.s.io);
     }
 }
 
@@ -343,7 +307,7 @@ static void head_waits(flare_conn_t *c, struct flare_req *ex)
  * callback when its output has fallen far enough. Runs from the I/O
  * callback only, so the application's callback is never nested in one of
  * its own calls. */
-static void stream_out_check(flare_conn_t *c)
+static void stream_out_check(h1conn_t *c)
 {
     struct flare_req *ex = c->qhead;
     if (ex == NULL || !(ex->flags & EX_STREAM) || (ex->flags & EX_SENT)) {
@@ -354,7 +318,7 @@ static void stream_out_check(flare_conn_t *c)
         flare__res_drain_check(ex);
 }
 
-static void queue_advance(flare_conn_t *c)
+static void queue_advance(h1conn_t *c)
 {
     struct flare_req *ex;
     while ((ex = c->qhead) != NULL) {
@@ -371,19 +335,19 @@ static void queue_advance(flare_conn_t *c)
             /* no request is read after a closing one: the stream holds the
              * connection's last bytes (TLS: close_notify in the same send) */
             if (ex->next == NULL)
-                flare__stream_last(&c->s);
+                flare__stream_last(&c->base.s);
         }
         c->qhead = ex->next;
         if (c->qhead == NULL)
             c->qtail = NULL;
         c->nqueue--;
-        flare__ex_put(c->w, ex);
+        flare__ex_put(h1_worker(c), ex);
     }
 }
 
 /* A streaming route answered before its body ended: the rest of the body
  * is not read (the lingering close after the answer discards it). */
-static __attribute__((noinline)) void stream_answered(flare_conn_t *c, struct flare_req *ex)
+static __attribute__((noinline)) void stream_answered(h1conn_t *c, struct flare_req *ex)
 {
     c->recv = NULL;
     ex->flags &= ~(uint32_t)(EX_BODY_OPEN | EX_BODY_LIVE | EX_BODY_PAUSED);
@@ -395,7 +359,7 @@ static __attribute__((noinline)) void stream_answered(flare_conn_t *c, struct fl
 /* Called when a response is complete, or more output was produced. */
 void flare__http1_complete(struct flare_req *ex)
 {
-    flare_conn_t *c = ex->conn;
+    h1conn_t *c = (h1conn_t *)ex->conn;
     if (c == NULL) {
         if ((ex->flags & EX_ORPHAN) && (ex->flags & EX_SENT) && !(ex->flags & EX_IN_HANDLER))
             flare__ex_put(ex->worker, ex);
@@ -413,12 +377,12 @@ void flare__http1_complete(struct flare_req *ex)
 /* ---- request handling ---- */
 
 /* Error for an exchange being parsed: answer and stop reading requests. */
-static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, const char *msg)
+static void framing_error(h1conn_t *c, struct flare_req *ex, int status, const char *msg)
 {
     ex->flags |= EX_CLOSE | EX_ERROR;
     c->flags |= C_CLOSING;
     if (status != 408) /* timeouts are counted by kind (flare__conn_sweep) */
-        flare__metrics_parse_error(c->w, status);
+        flare__metrics_parse_error(h1_worker(c), status);
     c->flags &= ~(uint32_t)C_PEER_CLOSE; /* what it sends next may still be arriving */
     flare__res_error(ex, status, msg);
     flare__http1_complete(ex);
@@ -426,20 +390,20 @@ static void framing_error(flare_conn_t *c, struct flare_req *ex, int status, con
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void send_continue(flare_conn_t *c, struct flare_req *ex)
+static void send_continue(h1conn_t *c, struct flare_req *ex)
 {
     ex->flags &= ~(uint32_t)EX_NEED_CONTINUE;
     if (c->recv != ex)
         return; /* the body arrived anyway */
-    if (flare__buf_append(flare__stream_wbuf(&c->s), continue_line, sizeof(continue_line) - 1) ==
-            0 &&
+    if (flare__buf_append(flare__stream_wbuf(&c->base.s), continue_line,
+                          sizeof(continue_line) - 1) == 0 &&
         !(c->flags & (C_IN_BATCH | C_DEAD)))
         flare__conn_flush(c);
 }
 
 /* Expect: 100-continue with the body not here yet: 100 only when the route
  * exists and the size is allowed; otherwise the final status and close. */
-static bool expect_continue(flare_conn_t *c, struct flare_req *ex)
+static bool expect_continue(h1conn_t *c, struct flare_req *ex)
 {
     if (!ex->head.expect_continue)
         return true;
@@ -494,13 +458,13 @@ static __attribute__((noinline)) int trailer_keep(struct flare_req *ex, const ch
 /* The body ended: the fields of its trailer section become the request's
  * trailers (flare_req_trailer), apart from its header fields. 0, or the
  * status to answer (431, 500) with *msg. */
-static __attribute__((noinline)) int trailers_done(flare_conn_t *c, struct flare_req *ex,
+static __attribute__((noinline)) int trailers_done(h1conn_t *c, struct flare_req *ex,
                                                    const char **msg)
 {
     size_t pos = 0;
     flare_str_t name, value;
     while (flare__chunked_trailer_next(ex->traw, ex->traw_len, &pos, &name, &value)) {
-        if (flare_req_trailer_count(ex) >= c->w->app->limits.max_headers) {
+        if (flare_req_trailer_count(ex) >= h1_worker(c)->app->limits.max_headers) {
             *msg = "too many trailer fields";
             return 431;
         }
@@ -517,13 +481,13 @@ static __attribute__((noinline)) int trailers_done(flare_conn_t *c, struct flare
 /* The streamed body of c->recv cannot complete: its handler hears err
  * (on_end), then the request gets status/msg unless the handler answered,
  * and the connection closes after it. */
-static void stream_fail(flare_conn_t *c, int err, int status, const char *msg)
+static void stream_fail(h1conn_t *c, int err, int status, const char *msg)
 {
     struct flare_req *ex = c->recv;
     c->recv = NULL;
     c->flags &= ~(uint32_t)C_BODY_WAIT;
     if (!(c->flags & C_READ_PAUSED))
-        flare__stream_read_enable(&c->s, true);
+        flare__stream_read_enable(&c->base.s, true);
     ex->flags |= EX_CLOSE; /* an answer from on_end says so too */
     flare__ex_body_end(ex, err);
     framing_error(c, ex, status, msg); /* no second answer when it answered */
@@ -532,22 +496,22 @@ static void stream_fail(flare_conn_t *c, int err, int status, const char *msg)
 /* Delivers what the read buffer holds of c->recv's streamed body, while
  * the handler reads. Returns true when the body ended (parsing may go
  * on with the next request). */
-static bool recv_stream(flare_conn_t *c)
+static bool recv_stream(h1conn_t *c)
 {
     struct flare_req *ex = c->recv;
     while (!(c->flags & (C_BODY_WAIT | C_DEAD))) {
-        const char *p = c->s.rbuf + c->s.rpos;
-        size_t avail = c->s.rlen - c->s.rpos;
+        const char *p = c->base.s.rbuf + c->base.s.rpos;
+        size_t avail = c->base.s.rlen - c->base.s.rpos;
         flare_str_t data = { p, 0 };
         bool done;
         if (ex->head.chunked) {
             size_t used = 0;
             int st = 0;
             const char *err = NULL;
-            uint64_t limit = flare__ex_body_limit(ex, c->w->app->cfg.max_body);
+            uint64_t limit = flare__ex_body_limit(ex, h1_worker(c)->app->cfg.max_body);
             uint32_t tlen = ex->chunked.trailer_len;
             int rc = flare__chunked_decode(&ex->chunked, p, avail, limit, &used, &data, &st, &err);
-            c->s.rpos += (uint32_t)used;
+            c->base.s.rpos += (uint32_t)used;
             if (rc != FLARE_CHUNKED_DATA && rc != FLARE_CHUNKED_DONE && rc != FLARE_PARSE_PARTIAL) {
                 stream_fail(c, st == 413 ? FLARE_ETOOBIG : FLARE_EINVAL, st != 0 ? st : 400,
                             err != NULL ? err : "invalid chunked body");
@@ -574,7 +538,7 @@ static bool recv_stream(flare_conn_t *c)
                 return false;
             size_t take = avail < ex->body_need ? avail : (size_t)ex->body_need;
             data.len = take;
-            c->s.rpos += (uint32_t)take;
+            c->base.s.rpos += (uint32_t)take;
             ex->body_need -= take;
             done = ex->body_need == 0;
         }
@@ -588,8 +552,8 @@ static bool recv_stream(flare_conn_t *c)
         if (done) {
             c->recv = NULL;
             flare__ex_body_end(ex, 0); /* settles ex: it may be gone now */
-            if (c->s.rpos < c->s.rlen)
-                c->t_head = c->w->loop.now;
+            if (c->base.s.rpos < c->base.s.rlen)
+                c->t_head = h1_worker(c)->loop.now;
             return true;
         }
     }
@@ -598,10 +562,11 @@ static bool recv_stream(flare_conn_t *c)
 
 /* A streaming route's head: limits, then the handler (on_start); the body
  * follows through recv_stream once the handler reads. */
-static __attribute__((noinline)) void start_stream(flare_conn_t *c, struct flare_req *ex)
+static __attribute__((noinline)) void start_stream(h1conn_t *c, struct flare_req *ex)
 {
     int64_t cl = ex->head.content_length;
-    if (!ex->head.chunked && (uint64_t)cl > flare__ex_body_limit(ex, c->w->app->cfg.max_body)) {
+    if (!ex->head.chunked &&
+        (uint64_t)cl > flare__ex_body_limit(ex, h1_worker(c)->app->cfg.max_body)) {
         framing_error(c, ex, 413, "request body too large");
         return;
     }
@@ -614,23 +579,23 @@ static __attribute__((noinline)) void start_stream(flare_conn_t *c, struct flare
     c->recv = ex;
     flare__http_dispatch(ex);
     if (c->recv == ex && (c->flags & C_BODY_WAIT) && !(c->flags & C_DEAD))
-        flare__stream_read_enable(&c->s, false); /* paused, or a middleware waits */
+        flare__stream_read_enable(&c->base.s, false); /* paused, or a middleware waits */
 }
 
 void flare__http1_body_read(struct flare_req *ex, bool on)
 {
-    flare_conn_t *c = ex->conn;
+    h1conn_t *c = (h1conn_t *)ex->conn;
     if (c == NULL || c->recv != ex || (c->flags & C_DEAD))
         return;
     if (!on) {
         c->flags |= C_BODY_WAIT;
-        flare__stream_read_enable(&c->s, false);
+        flare__stream_read_enable(&c->base.s, false);
         return;
     }
     if (!(c->flags & C_BODY_WAIT))
         return;
     c->flags &= ~(uint32_t)C_BODY_WAIT;
-    c->s.t_active = c->w->loop.now; /* the body timeout counts from here */
+    c->base.s.t_active = h1_worker(c)->loop.now; /* the body timeout counts from here */
     if (ex->head.expect_continue) {
         /* the handler reads: the client may send (once, and in order: at
          * the head of the queue) */
@@ -640,31 +605,31 @@ void flare__http1_body_read(struct flare_req *ex, bool on)
             send_continue(c, ex);
     }
     if (!(c->flags & C_READ_PAUSED))
-        flare__stream_read_enable(&c->s, true);
+        flare__stream_read_enable(&c->base.s, true);
     if (c->flags & C_IN_BATCH)
         return; /* the batch's loop goes on with the buffered bytes */
     /* a resume from outside a read batch (a timer, a job's completion):
      * the bytes already buffered are delivered now */
-    if (flare__unlikely(flare__stream_has_pending(&c->s)))
-        flare__loop_ready(c->s.loop, &c->s.io);
-    if (c->s.rpos < c->s.rlen) {
+    if (flare__unlikely(flare__stream_has_pending(&c->base.s)))
+        flare__loop_ready(c->base.s.loop, &c->base.s.io);
+    if (c->base.s.rpos < c->base.s.rlen) {
         process(c);
         if (!(c->flags & C_DEAD))
             flare__conn_flush(c);
         if (!(c->flags & C_DEAD))
-            flare__stream_idle(&c->s);
+            flare__stream_idle(&c->base.s);
     }
 }
 
 /* Continues receiving the body of c->recv from the read buffer. Returns
  * true when the exchange was dispatched and parsing may go on. */
-static bool recv_body(flare_conn_t *c)
+static bool recv_body(h1conn_t *c)
 {
     struct flare_req *ex = c->recv;
     if (flare__unlikely(ex->flags & EX_BODY_STREAM))
         return recv_stream(c);
-    const char *p = c->s.rbuf + c->s.rpos;
-    size_t avail = c->s.rlen - c->s.rpos;
+    const char *p = c->base.s.rbuf + c->base.s.rpos;
+    size_t avail = c->base.s.rlen - c->base.s.rpos;
     if (ex->head.chunked) {
         for (;;) {
             size_t used = 0;
@@ -672,11 +637,11 @@ static bool recv_body(flare_conn_t *c)
             int st = 0;
             const char *err = NULL;
             uint32_t tlen = ex->chunked.trailer_len;
-            int rc = flare__chunked_decode(&ex->chunked, p, avail, c->w->app->cfg.max_body, &used,
-                                           &data, &st, &err);
+            int rc = flare__chunked_decode(&ex->chunked, p, avail, h1_worker(c)->app->cfg.max_body,
+                                           &used, &data, &st, &err);
             p += used;
             avail -= used;
-            c->s.rpos += (uint32_t)used;
+            c->base.s.rpos += (uint32_t)used;
             if (rc == FLARE_CHUNKED_DATA) {
                 if (flare__buf_append(&ex->bodybuf, data.ptr, data.len) != 0) {
                     c->recv = NULL;
@@ -708,7 +673,7 @@ static bool recv_body(flare_conn_t *c)
             framing_error(c, ex, 500, "out of memory");
             return false;
         }
-        c->s.rpos += (uint32_t)take;
+        c->base.s.rpos += (uint32_t)take;
         ex->body_need -= take;
         if (ex->body_need > 0)
             return false;
@@ -723,9 +688,9 @@ static bool recv_body(flare_conn_t *c)
 /* Starts the body of a freshly parsed exchange. Returns true when it was
  * dispatched (body complete in the buffer), false when it waits (c->recv)
  * or failed. */
-static bool start_body(flare_conn_t *c, struct flare_req *ex)
+static bool start_body(h1conn_t *c, struct flare_req *ex)
 {
-    flare_app_t *app = c->w->app;
+    flare_app_t *app = h1_worker(c)->app;
     int64_t cl = ex->head.content_length;
     if ((ex->head.chunked || cl > 0) && flare__unlikely(flare__ex_body_route(ex))) {
         start_stream(c, ex);
@@ -744,12 +709,12 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
             framing_error(c, ex, 413, "request body too large");
             return false;
         }
-        size_t avail = c->s.rlen - c->s.rpos;
+        size_t avail = c->base.s.rlen - c->base.s.rpos;
         if (cl <= 0 || avail >= (uint64_t)cl) {
             if (cl > 0) {
-                ex->body.ptr = c->s.rbuf + c->s.rpos;
+                ex->body.ptr = c->base.s.rbuf + c->base.s.rpos;
                 ex->body.len = (size_t)cl;
-                c->s.rpos += (uint32_t)cl;
+                c->base.s.rpos += (uint32_t)cl;
             }
             flare__http_dispatch(ex);
             return true;
@@ -785,9 +750,9 @@ static bool start_body(flare_conn_t *c, struct flare_req *ex)
  * show then) or a limit needs reporting. The parser fails past 100 fields
  * and 32 KiB, so a client sending a byte at a time costs a bounded number of
  * parses, not one per byte. */
-static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
+static bool head_worth_parsing(h1conn_t *c, const char *p, size_t len)
 {
-    const flare_http_limits_t *lim = &c->w->app->limits;
+    const flare_http_limits_t *lim = &h1_worker(c)->app->limits;
     size_t from = c->scan;
     c->scan = (uint32_t)len;
     if (from < len && memchr(p + from, '\n', len - from) != NULL) {
@@ -804,15 +769,15 @@ static bool head_worth_parsing(flare_conn_t *c, const char *p, size_t len)
  * and only when nothing else is in flight on the connection. true when it
  * was seen (C_H2: the caller hands the connection over) or may be still
  * arriving; the exchange is then dropped. */
-static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_req *ex,
-                                                 const char *p, size_t len)
+static __attribute__((noinline)) bool h2_preface(h1conn_t *c, struct flare_req *ex, const char *p,
+                                                 size_t len)
 {
     bool partial;
     if (!flare__h2_preface(p, len, &partial))
         return false;
     c->qhead = c->qtail = NULL;
     c->nqueue = 0;
-    flare__ex_put(c->w, ex);
+    flare__ex_put(h1_worker(c), ex);
     if (!partial)
         c->flags |= C_H2;
     return true;
@@ -827,15 +792,15 @@ static __attribute__((noinline)) bool h2_preface(flare_conn_t *c, struct flare_r
  * and only on TLS: HTTP/1.1's request path pays nothing. */
 static void tls_open(flare_stream_t *s)
 {
-    flare_conn_t *c = (flare_conn_t *)s; /* s is the first member */
+    h1conn_t *c = (h1conn_t *)s; /* s is the first member */
     flare_str_t alpn = flare__tls_alpn(s->tr);
     if (alpn.len == 2 && memcmp(alpn.ptr, "h2", 2) == 0)
         c->flags |= C_ALPN_H2;
 }
 
-static void process(flare_conn_t *c)
+static void process(h1conn_t *c)
 {
-    flare_worker_t *w = c->w;
+    flare_worker_t *w = h1_worker(c);
     flare_app_t *app = w->app;
     c->flags |= C_IN_BATCH;
     while (!(c->flags & (C_DEAD | C_ALPN_H2))) {
@@ -844,22 +809,22 @@ static void process(flare_conn_t *c)
                 break;
             continue;
         }
-        if (c->s.rpos == c->s.rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
+        if (c->base.s.rpos == c->base.s.rlen || (c->flags & (C_CLOSING | C_UPGRADE)))
             break;
-        if (c->nqueue >= MAX_INFLIGHT || flare__stream_unsent(&c->s) > MAX_UNSENT) {
+        if (c->nqueue >= MAX_INFLIGHT || flare__stream_unsent(&c->base.s) > MAX_UNSENT) {
             /* a client that sends but does not read: stop reading until its
              * responses drain, instead of buffering them without bound */
             c->flags |= C_READ_PAUSED;
-            flare__stream_read_enable(&c->s, false);
+            flare__stream_read_enable(&c->base.s, false);
             break;
         }
-        const char *p = c->s.rbuf + c->s.rpos;
-        size_t len = c->s.rlen - c->s.rpos;
+        const char *p = c->base.s.rbuf + c->base.s.rpos;
+        size_t len = c->base.s.rlen - c->base.s.rpos;
         if (c->scan != 0 && !head_worth_parsing(c, p, len))
             break;
         struct flare_req *ex = flare__ex_get(w);
         if (ex == NULL) {
-            flare__conn_close(c);
+            conn_close(c);
             break;
         }
         int rc = flare__http_parse_head(p, len, &app->limits, &ex->head);
@@ -882,7 +847,7 @@ static void process(flare_conn_t *c)
         }
         ex->raw = p;
         ex->raw_len = (size_t)rc;
-        c->s.rpos += (uint32_t)rc;
+        c->base.s.rpos += (uint32_t)rc;
         c->scan = 0;
         c->flags &= ~C_LINE_SEEN;
         if (!ex->head.keep_alive || w->draining)
@@ -897,14 +862,14 @@ static void process(flare_conn_t *c)
         }
         if (!done)
             continue; /* c->recv set, or closing: the loop condition decides */
-        if (c->s.rpos < c->s.rlen)
+        if (c->base.s.rpos < c->base.s.rlen)
             c->t_head = w->loop.now;
     }
     c->flags &= ~C_IN_BATCH;
 }
 
 /* Frees the exchange whose body was still arriving (the queue's tail). */
-static void drop_recv(flare_conn_t *c)
+static void drop_recv(h1conn_t *c)
 {
     struct flare_req *ex = c->recv, **pp = &c->qhead, *prev = NULL;
     c->recv = NULL;
@@ -918,13 +883,13 @@ static void drop_recv(flare_conn_t *c)
             c->qtail = prev;
         c->nqueue--;
     }
-    flare__ex_put(c->w, ex);
+    flare__ex_put(h1_worker(c), ex);
 }
 
 /* The client ended its side in the middle of a streamed body: the
  * exchange leaves the queue as an orphan and its handler gets
  * on_end(FLARE_ECLOSED) (then it is freed); earlier responses still go. */
-static void stream_gone(flare_conn_t *c)
+static void stream_gone(h1conn_t *c)
 {
     struct flare_req *ex = c->recv, **pp = &c->qhead, *prev = NULL;
     c->recv = NULL;
@@ -939,17 +904,17 @@ static void stream_gone(flare_conn_t *c)
             c->qtail = prev;
         c->nqueue--;
     }
-    flare__ex_orphan(c->w, ex);
+    flare__ex_orphan(h1_worker(c), ex);
     flare__ex_body_end(ex, FLARE_ECLOSED);
 }
 
-static void on_readable(flare_conn_t *c)
+static void on_readable(h1conn_t *c)
 {
-    flare_worker_t *w = c->w;
-    flare_stream_t *s = &c->s;
+    flare_worker_t *w = h1_worker(c);
+    flare_stream_t *s = &c->base.s;
     if (flare__unlikely(s->sflags & FLARE_S_LINGER)) {
         if (flare__stream_linger_read(s))
-            flare__conn_close(c);
+            conn_close(c);
         return;
     }
     do {
@@ -963,11 +928,11 @@ static void on_readable(flare_conn_t *c)
         ssize_t n = flare__stream_read(s, w->app->limits.max_head + 4096);
         if (n < 0) {
             if (n != -EAGAIN) {
-                flare__conn_close(c);
+                conn_close(c);
                 return;
             }
             if (flare__unlikely(c->flags & C_ALPN_H2)) {
-                flare__h2_start(c); /* handshake done, no byte yet: our SETTINGS go now */
+                flare__h2_start(&c->base); /* handshake done, no byte yet: our SETTINGS go now */
                 return;
             }
             break; /* (TLS: a record not complete yet) what was parsed still goes out */
@@ -988,7 +953,7 @@ static void on_readable(flare_conn_t *c)
         process(c);
         if (flare__unlikely(c->flags & (C_DEAD | C_H2 | C_ALPN_H2))) {
             if (!(c->flags & C_DEAD))
-                flare__h2_start(c); /* takes the connection over */
+                flare__h2_start(&c->base); /* takes the connection over */
             return;
         }
         if (s->rpos > 0 && s->rpos < s->rlen &&
@@ -1014,12 +979,12 @@ static void on_readable(flare_conn_t *c)
 static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     (void)l;
-    flare_conn_t *c = (flare_conn_t *)io; /* io is the first member */
+    h1conn_t *c = (h1conn_t *)io; /* io is the first member */
     if (c->flags & C_DEAD)
         return;
-    events = flare__stream_ready(&c->s, events);
+    events = flare__stream_ready(&c->base.s, events);
     if ((events & FLARE_IO_ERR) && !(events & FLARE_IO_READ)) {
-        flare__conn_close(c);
+        conn_close(c);
         return;
     }
     if (events & FLARE_IO_WRITE) {
@@ -1032,9 +997,9 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
     }
     if (events & (FLARE_IO_READ | FLARE_IO_HUP | FLARE_IO_ERR)) {
-        if ((c->s.sflags & FLARE_S_RD_EOF) && !(c->s.sflags & FLARE_S_LINGER)) {
+        if ((c->base.s.sflags & FLARE_S_RD_EOF) && !(c->base.s.sflags & FLARE_S_LINGER)) {
             if (events & (FLARE_IO_HUP | FLARE_IO_ERR))
-                flare__conn_close(c);
+                conn_close(c);
             return;
         }
         on_readable(c);
@@ -1043,12 +1008,12 @@ static void conn_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 
 /* ---- timeouts: one coarse sweep per worker, no per-request timers ---- */
 
-static void timeout_error(flare_conn_t *c, int status, const char *msg)
+static void timeout_error(h1conn_t *c, int status, const char *msg)
 {
-    flare_worker_t *w = c->w;
+    flare_worker_t *w = h1_worker(c);
     struct flare_req *ex = c->recv;
     if (ex != NULL && (ex->flags & EX_BODY_STREAM)) {
-        c->s.rpos = c->s.rlen;
+        c->base.s.rpos = c->base.s.rlen;
         stream_fail(c, FLARE_ETIMEDOUT, status, msg);
         if (!(c->flags & C_DEAD))
             flare__conn_flush(c);
@@ -1058,12 +1023,12 @@ static void timeout_error(flare_conn_t *c, int status, const char *msg)
     if (ex == NULL) {
         ex = flare__ex_get(w);
         if (ex == NULL) {
-            flare__conn_close(c);
+            conn_close(c);
             return;
         }
         enqueue(c, ex);
     }
-    c->s.rpos = c->s.rlen;
+    c->base.s.rpos = c->base.s.rlen;
     framing_error(c, ex, status, msg);
     if (!(c->flags & C_DEAD))
         flare__conn_flush(c);
@@ -1071,78 +1036,65 @@ static void timeout_error(flare_conn_t *c, int status, const char *msg)
 
 /* Whether draining may close c once it has been idle for the grace: no
  * request in flight, none being read, no unread bytes, nothing to send. */
-static bool drain_idle(const flare_conn_t *c)
+static bool drain_idle(const h1conn_t *c)
 {
-    return c->qhead == NULL && c->recv == NULL && c->s.rpos == c->s.rlen &&
-           !flare__stream_has_output(&c->s);
+    return c->qhead == NULL && c->recv == NULL && c->base.s.rpos == c->base.s.rlen &&
+           !flare__stream_has_output(&c->base.s);
 }
 
-void flare__conn_sweep(flare_worker_t *w)
+/* ops->sweep: the deadlines of one HTTP/1.1 connection. */
+static void h1_sweep(flare_conn_t *base, uint64_t now)
 {
+    h1conn_t *c = (h1conn_t *)base;
+    flare_worker_t *w = h1_worker(c);
     const flare_config_t *cfg = &w->app->cfg;
-    uint64_t now = w->loop.now;
-    flare_conn_t *c = w->conns;
-    while (c != NULL) {
-        flare_conn_t *next = c->next;
-        if (c->flags & C_H2) {
-            flare__h2_sweep(c);
-            c = next;
-            continue;
+    bool out_pending = flare__stream_has_output(&c->base.s);
+    uint64_t t_active = c->base.s.t_active;
+    if (w->draining && !(c->base.s.sflags & FLARE_S_LINGER) && drain_idle(c)) {
+        /* nothing in flight (a TLS handshake counts as nothing):
+         * closed once idle for the grace, whatever state it is in */
+        if (now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
+            conn_close_clean(c);
+    } else if (c->base.s.sflags & FLARE_S_LINGER) {
+        if (now - t_active > FLARE_LINGER_MS)
+            conn_close(c);
+    } else if (flare__unlikely(flare__stream_handshaking(&c->base.s))) {
+        /* counted from accept: a client trickling its hello gains nothing */
+        if (now - c->t_open > flare__tls_handshake_timeout(c->base.listener->tls)) {
+            atomic_fetch_add_explicit(&w->tls_counters.handshake_timeouts, 1, memory_order_relaxed);
+            flare__metrics_timeout(w, FLARE__TO_HANDSHAKE);
+            conn_close(c);
         }
-        bool out_pending = flare__stream_has_output(&c->s);
-        uint64_t t_active = c->s.t_active;
-        if (w->draining && !(c->s.sflags & FLARE_S_LINGER) && drain_idle(c)) {
-            /* nothing in flight (a TLS handshake counts as nothing):
-             * closed once idle for the grace, whatever state it is in */
-            if (now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
-                conn_close_clean(c);
-        } else if (c->s.sflags & FLARE_S_LINGER) {
-            if (now - t_active > FLARE_LINGER_MS)
-                flare__conn_close(c);
-        } else if (flare__unlikely(flare__stream_handshaking(&c->s))) {
-            /* counted from accept: a client trickling its hello gains nothing */
-            if (now - c->t_open > flare__tls_handshake_timeout(c->listener->tls)) {
-                atomic_fetch_add_explicit(&w->tls_counters.handshake_timeouts, 1,
-                                          memory_order_relaxed);
-                flare__metrics_timeout(w, FLARE__TO_HANDSHAKE);
-                flare__conn_close(c);
-            }
-        } else if (out_pending && (c->s.sflags & FLARE_S_WANT_WRITE)) {
-            if (now - t_active > cfg->write_timeout_ms) {
-                flare__metrics_timeout(w, FLARE__TO_WRITE);
-                flare__conn_close(c);
-            }
-        } else if (c->recv != NULL) {
-            /* a paused streamed body waits for its handler, not the client */
-            if (!(c->flags & C_BODY_WAIT) && now - t_active > cfg->body_timeout_ms) {
-                flare__metrics_timeout(w, FLARE__TO_BODY);
-                timeout_error(c, 408, "request body timeout");
-            }
-        } else if (c->s.rpos < c->s.rlen && !(c->flags & C_READ_PAUSED)) {
-            if (now - c->t_head > cfg->header_timeout_ms) {
-                flare__metrics_timeout(w, FLARE__TO_HEADER);
-                timeout_error(c, 408, "request header timeout");
-            }
-        } else if (c->qhead == NULL && !out_pending) {
-            unsigned limit =
-                (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
-            if (w->draining ? now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS
-                            : now - t_active > limit) {
-                if (!w->draining)
-                    flare__metrics_timeout(w, FLARE__TO_IDLE);
-                conn_close_clean(c);
-            }
+    } else if (out_pending && (c->base.s.sflags & FLARE_S_WANT_WRITE)) {
+        if (now - t_active > cfg->write_timeout_ms) {
+            flare__metrics_timeout(w, FLARE__TO_WRITE);
+            conn_close(c);
         }
-        if (w->draining && now >= w->drain_deadline && !(c->flags & C_DEAD))
-            flare__conn_close(c);
-        c = next;
+    } else if (c->recv != NULL) {
+        /* a paused streamed body waits for its handler, not the client */
+        if (!(c->flags & C_BODY_WAIT) && now - t_active > cfg->body_timeout_ms) {
+            flare__metrics_timeout(w, FLARE__TO_BODY);
+            timeout_error(c, 408, "request body timeout");
+        }
+    } else if (c->base.s.rpos < c->base.s.rlen && !(c->flags & C_READ_PAUSED)) {
+        if (now - c->t_head > cfg->header_timeout_ms) {
+            flare__metrics_timeout(w, FLARE__TO_HEADER);
+            timeout_error(c, 408, "request header timeout");
+        }
+    } else if (c->qhead == NULL && !out_pending) {
+        unsigned limit = (c->flags & C_HAD_REQUEST) ? cfg->idle_timeout_ms : cfg->header_timeout_ms;
+        if (w->draining ? now - t_active >= FLARE__DRAIN_IDLE_GRACE_MS : now - t_active > limit) {
+            if (!w->draining)
+                flare__metrics_timeout(w, FLARE__TO_IDLE);
+            conn_close_clean(c);
+        }
     }
 }
 
 /* The last queued response was serialized before the drain began, without
  * "Connection: close": add it, since it is the last one this connection
  * will carry. */
-static void mark_last_close(flare_conn_t *c)
+static void mark_last_close(h1conn_t *c)
 {
     struct flare_req *ex = c->qtail;
     if (ex == NULL || (ex->flags & EX_CLOSE) || !(ex->flags & EX_SENT) || ex->out.len == 0 ||
@@ -1167,23 +1119,37 @@ static void mark_last_close(flare_conn_t *c)
  * client sees a reset or an EOF instead of an answer). A request that
  * arrives in the grace is answered, with Connection: close. Whatever is
  * left at the drain deadline is closed by the sweep. */
-void flare__conn_drain(flare_worker_t *w)
+static void h1_drain(flare_conn_t *base)
 {
-    flare_conn_t *c = w->conns;
-    while (c != NULL) {
-        flare_conn_t *next = c->next;
-        if (c->flags & C_H2) {
-            flare__h2_drain(c);
-            c = next;
-            continue;
-        }
-        if (drain_idle(c)) {
-            if (w->loop.now - c->s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
-                conn_close_clean(c); /* idle long enough: nothing is on its way */
-        } else {
-            c->flags |= C_CLOSING;
-            mark_last_close(c);
-        }
-        c = next;
+    h1conn_t *c = (h1conn_t *)base;
+    if (drain_idle(c)) {
+        if (h1_worker(c)->loop.now - c->base.s.t_active >= FLARE__DRAIN_IDLE_GRACE_MS)
+            conn_close_clean(c); /* idle long enough: nothing is on its way */
+    } else {
+        c->flags |= C_CLOSING;
+        mark_last_close(c);
     }
 }
+
+/* ops->stats: the exchanges in flight; active while one is, or a head is
+ * arriving. */
+static void h1_stats(const flare_conn_t *base, flare_conn_stats_t *st)
+{
+    const h1conn_t *c = (const h1conn_t *)base;
+    st->inflight = c->nqueue;
+    st->next_out = c->qhead;
+    st->active = c->qhead != NULL || c->recv != NULL || c->base.s.rpos < c->base.s.rlen;
+}
+
+const flare_conn_ops_t flare__h1_conn_ops = {
+    .name = "http/1.1",
+    .kind = FLARE_CONN_HTTP1,
+    .closed = h1_closed,
+    .sweep = h1_sweep,
+    .drain = h1_drain,
+    .free = h1_free,
+    .stats = h1_stats,
+};
+
+/* HTTP/2 takes this object over in place (flare__h2_start). */
+_Static_assert(sizeof(struct flare_h2conn) <= sizeof(h1conn_t), "HTTP/2 must fit in place");

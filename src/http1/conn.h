@@ -1,5 +1,5 @@
-/* An HTTP/1.1 connection: a stream, the in-order queue of exchanges in
- * flight, and the worker-level calls worker.c makes (sweep, drain, close). */
+/* An HTTP/1.1 connection: the connection of net/conn.h with the in-order
+ * queue of exchanges in flight; its operations table (flare__h1_conn_ops). */
 #ifndef FLARE_HTTP1_CONN_H
 #define FLARE_HTTP1_CONN_H
 
@@ -9,13 +9,14 @@
 
 #include "worker.h"
 #include "http/exchange.h"
+#include "net/conn.h"
 #include "net/stream.h"
 
 /* Connection flags (the stream has its own: FLARE_S_*) */
 enum {
     C_CLOSING = 1u << 0,  /* close once the output is flushed */
     C_IN_BATCH = 1u << 2, /* inside on_read processing: flush at the end */
-    C_DEAD = 1u << 4,
+    C_DEAD = 1u << 4,     /* closed (mirrors FLARE_CONN_DEAD: tested with the other flags) */
     C_READ_PAUSED = 1u << 6,
     C_HAD_REQUEST = 1u << 7,
     C_LINE_SEEN = 1u << 8,   /* the partial head has its request line */
@@ -28,38 +29,33 @@ enum {
                                 backpressure after I/O (stream_out_check) */
 };
 
-struct flare_conn {
-    flare_stream_t s; /* first: the loop hands us &s.io */
+/* An HTTP/1.1 connection: the protocol-neutral connection (net/conn.h)
+ * first, then HTTP/1.1's own state. HTTP/2 takes the object over in place
+ * (http2/h2.h: struct flare_h2conn must fit in it). */
+typedef struct flare_h1conn {
+    flare_conn_t base; /* first: the loop hands us &base.s.io */
     uint32_t flags;
     uint32_t nqueue;
-    flare_worker_t *w;
     uint32_t scan;                   /* head bytes already scanned for a line end */
     struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
     struct flare_req *recv;          /* exchange whose body is still arriving */
     flare_upgrade_fn upgrade_fn;     /* C_UPGRADE: who takes the stream */
     void *upgrade_ud;
-    const struct flare_listener *listener;
-    uint8_t peer[16]; /* client address (IPv4 in the first 4 bytes) */
-    uint8_t peer_family;
     uint64_t t_head; /* first byte of the current head (ms) */
     uint64_t t_open; /* accept (ms): the TLS handshake deadline counts from here */
-    flare_conn_t *prev, *next;
-    struct flare_h2 *h2; /* C_H2: the HTTP/2 session (src/http2/) */
-};
+} h1conn_t;
 
-/* Draining: an idle connection is closed once idle this long (ms), so a
- * request already on its way is answered (Connection: close), not reset. */
-#define FLARE__DRAIN_IDLE_GRACE_MS 250
+static inline flare_worker_t *h1_worker(const h1conn_t *c)
+{
+    return flare__conn_worker(&c->base);
+}
 
-/* http1/conn.c */
+/* http1/conn.c: the accept of every listener (HTTP/1.1 first; HTTP/2 by
+ * ALPN or the preface takes it over) */
 struct flare_listener;
 void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
                       const struct flare_listener *l);
-void flare__conn_close(flare_conn_t *c);
-void flare__conn_close_clean(flare_conn_t *c); /* the conversation is over: TLS close_notify */
-void flare__conn_flush(flare_conn_t *c);
-void flare__conn_sweep(flare_worker_t *w);
-void flare__conn_free_dead(flare_worker_t *w);
-void flare__conn_drain(flare_worker_t *w);
+void flare__conn_flush(h1conn_t *c);
+extern const flare_conn_ops_t flare__h1_conn_ops;
 
 #endif

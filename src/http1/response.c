@@ -59,10 +59,10 @@ static bool h1_status_has_body(int status)
  * of the queue (responses leave in order), its own otherwise. */
 static inline flare_buf_t *out_buf(struct flare_req *ex)
 {
-    flare_conn_t *c = ex->conn;
+    h1conn_t *c = (h1conn_t *)ex->conn;
     if (c->qhead != ex)
         return &ex->out;
-    return flare__stream_wbuf(&c->s);
+    return flare__stream_wbuf(&c->base.s);
 }
 
 #define PUT(p, lit)                          \
@@ -164,12 +164,12 @@ static inline __attribute__((always_inline)) int respond_body(struct flare_req *
     if (serialize_head(ex, out, status, ctype, body.len, false) != 0)
         goto nomem;
     if (!(ex->flags & EX_HEAD_ONLY) && h1_status_has_body(status) && body.len > 0) {
-        flare_conn_t *c = ex->conn;
-        if (release != NULL && out == &c->s.wbuf && body.len >= 4096) {
+        h1conn_t *c = (h1conn_t *)ex->conn;
+        if (release != NULL && out == &c->base.s.wbuf && body.len >= 4096) {
             /* borrowed: goes out by reference in the same writev */
             flare_outseg_t seg = { out->len, body.ptr, body.len, release, ud, -1, 0 };
             release = NULL;
-            if (flare__stream_add_seg(&c->s, &seg) != 0)
+            if (flare__stream_add_seg(&c->base.s, &seg) != 0)
                 goto nomem;
         } else if (flare__buf_reserve(out, body.len) != 0) {
             goto nomem;
@@ -226,7 +226,7 @@ static int h1_respond_file(struct flare_req *ex, int status, flare_str_t ctype, 
         goto out;
     }
     if (!(ex->flags & EX_HEAD_ONLY) && h1_status_has_body(status) && len > 0) {
-        flare_conn_t *c = ex->conn;
+        h1conn_t *c = (h1conn_t *)ex->conn;
         if (len <= SENDFILE_MIN) {
             if (flare__buf_reserve(out, (size_t)len) != 0) {
                 out->len = mark;
@@ -238,10 +238,10 @@ static int h1_respond_file(struct flare_req *ex, int status, flare_str_t ctype, 
                 goto out;
             }
             out->len += (size_t)len;
-        } else if (out == &c->s.wbuf) {
+        } else if (out == &c->base.s.wbuf) {
             int f = fd;
             fd = -1;
-            if (flare__stream_push_file(&c->s, f, off, len) != 0) {
+            if (flare__stream_push_file(&c->base.s, f, off, len) != 0) {
                 out->len = mark;
                 return FLARE_ENOMEM;
             }
@@ -310,7 +310,7 @@ static int h1_stream_end(struct flare_req *ex)
  * everything before it is out the stream goes to fn (conn.c: handoff). */
 static int upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn, void *ud)
 {
-    flare_conn_t *c = ex->conn;
+    h1conn_t *c = (h1conn_t *)ex->conn;
     flare_buf_t *out = out_buf(ex);
     size_t need = 128 + token.len;
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next)
@@ -347,21 +347,21 @@ static bool h1_secure(const struct flare_req *ex)
 
 static int h1_peer(const struct flare_req *ex, uint8_t addr[16])
 {
-    const flare_conn_t *c = ex->conn;
-    if (c == NULL || c->peer_family == 0)
+    const h1conn_t *c = (h1conn_t *)ex->conn;
+    if (c == NULL || c->base.peer_family == 0)
         return 0;
-    memcpy(addr, c->peer, 16);
-    return c->peer_family;
+    memcpy(addr, c->base.peer, 16);
+    return c->base.peer_family;
 }
 
 /* What waits for the client: the stream's output when this exchange is
  * the head of the queue, its own buffer until then. */
 static size_t h1_unsent(const struct flare_req *ex)
 {
-    const flare_conn_t *c = ex->conn;
+    const h1conn_t *c = (h1conn_t *)ex->conn;
     if (c == NULL)
         return 0;
-    return c->qhead == ex ? flare__stream_unsent(&c->s) : ex->out.len;
+    return c->qhead == ex ? flare__stream_unsent(&c->base.s) : ex->out.len;
 }
 
 const flare_proto_ops_t flare__http1_ops = {

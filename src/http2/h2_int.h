@@ -7,7 +7,7 @@
 
 #include "worker.h"
 #include "http/exchange.h"
-#include "http1/conn.h"
+#include "net/conn.h"
 #include "http2/h2.h"
 #include "http2/h2_names.h"
 
@@ -139,6 +139,7 @@ enum {
 typedef struct flare_h2 {
     nghttp2_session *sess;
     flare_conn_t *c;
+    flare_worker_t *w; /* c's */
     h2_stream_t *streams;
     unsigned nstreams;
     h2_stream_t *ready, **ready_tail;
@@ -203,7 +204,7 @@ void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size);
 void flare__h2_mfree(flare_worker_t *w, void *ptr);
 nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w);
 /* session.c: nghttp2's on_begin_frame callback (ud: the flare_h2_t), where
- * the flood counters count (per H2_WINDOW_MS window of h2->c->w->loop.now)
+ * the flood counters count (per H2_WINDOW_MS window of h2->w->loop.now)
  * and a verdict sets goaway_code and returns NGHTTP2_ERR_CALLBACK_FAILURE;
  * it also opens and closes the header-block timeout (H2_IN_HDRS). */
 int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, void *ud);

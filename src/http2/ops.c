@@ -181,7 +181,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     if (rv != 0)
         return rv == NGHTTP2_ERR_NOMEM ? FLARE_ENOMEM : FLARE_ESTATE;
     st->flags |= ST_ANSWERED;
-    h2->t_out = h2->c->w->loop.now;
+    h2->t_out = h2->w->loop.now;
     return 0;
 }
 
@@ -433,7 +433,7 @@ static void release_after_output(h2_stream_t *st, flare_task_fn fn, void *ud)
      * memory still queued, so the output is dropped first */
     flare_outseg_t mark = { 0, NULL, 0, fn, ud, -1, 0 };
     if (flare__stream_add_seg(s, &mark) != 0)
-        flare__conn_close(st->h2->c); /* (a no-op when it is closing already) */
+        flare__conn_close(st->h2->c, false); /* (a no-op when it is closing already) */
 }
 
 void flare__h2_src_release(h2_stream_t *st)

@@ -38,14 +38,14 @@ bool flare__h2_preface(const char *buf, size_t len, bool *partial)
 
 static flare_h2_t *H2(flare_conn_t *c)
 {
-    return c->h2;
+    return ((flare_h2conn_t *)c)->h2;
 }
 
 /* ---- streams ---- */
 
 static h2_stream_t *stream_new(flare_h2_t *h2, int32_t id)
 {
-    flare_worker_t *w = h2->c->w;
+    flare_worker_t *w = h2->w;
     h2_stream_t *st = flare__h2_calloc(w, 1, sizeof(*st));
     if (st == NULL)
         return NULL;
@@ -114,7 +114,7 @@ static void ready_remove(flare_h2_t *h2, h2_stream_t *st)
  * still owes (or is streaming) its response. */
 static void stream_free(flare_h2_t *h2, h2_stream_t *st)
 {
-    flare_worker_t *w = h2->c->w;
+    flare_worker_t *w = h2->w;
     h2_stream_t **b = &h2->tab[((uint32_t)st->id >> 1) % H2_TAB];
     while (*b != st)
         b = &(*b)->hnext;
@@ -157,7 +157,7 @@ static int calm(flare_h2_t *h2, unsigned kind, const char *why)
     h2->goaway_code = NGHTTP2_ENHANCE_YOUR_CALM;
     h2->why = why;
     h2->ctr.calm++;
-    flare__metrics_h2(h2->c->w, FLARE__H2C_FLOOD + kind);
+    flare__metrics_h2(h2->w, FLARE__H2C_FLOOD + kind);
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
@@ -227,7 +227,7 @@ static int headers_on_old_stream(nghttp2_session *sess, flare_h2_t *h2, int32_t 
 
 static void window_roll(flare_h2_t *h2)
 {
-    uint64_t now = h2->c->w->loop.now;
+    uint64_t now = h2->w->loop.now;
     if (now - h2->t_win >= H2_WINDOW_MS) {
         h2->t_win = now;
         h2->w_resets = h2->w_settings = h2->w_pings = h2->w_prio = h2->w_empty = h2->w_wu = 0;
@@ -249,7 +249,7 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
         h2->cont_bytes = hd->length;
         if (!(hd->flags & NGHTTP2_FLAG_END_HEADERS)) {
             h2->flags |= H2_IN_HDRS;
-            h2->t_hdrs = h2->c->w->loop.now;
+            h2->t_hdrs = h2->w->loop.now;
             h2->hdrs_sid = hd->stream_id;
         }
         return headers_on_old_stream(sess, h2, hd->stream_id);
@@ -257,7 +257,7 @@ int flare__h2_on_begin_frame(nghttp2_session *sess, const nghttp2_frame_hd *hd, 
         h2->cont_bytes += hd->length;
         if (++h2->cont_frames > H2_MAX_CONT)
             return calm(h2, FLARE__H2F_CONTINUATION, "CONTINUATION flood");
-        if (h2->cont_bytes > h2->c->w->app->limits.max_head + 16384)
+        if (h2->cont_bytes > h2->w->app->limits.max_head + 16384)
             return calm(h2, FLARE__H2F_HEADER_LIST, "header block too large");
         break;
     case NGHTTP2_SETTINGS:
@@ -308,7 +308,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
     flare_h2_t *h2 = ud;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    h2->t_activity = h2->c->w->loop.now;
+    h2->t_activity = h2->w->loop.now;
     note_open(h2, f->hd.stream_id);
     if (h2->nstreams >= H2_MAX_STREAMS) {
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
@@ -555,7 +555,7 @@ static bool receiving(const h2_stream_t *st)
 
 static uint64_t budget(const flare_h2_t *h2)
 {
-    const flare_config_t *cfg = &h2->c->w->app->cfg;
+    const flare_config_t *cfg = &h2->w->app->cfg;
     return cfg->max_conn_body > cfg->max_body ? cfg->max_conn_body : cfg->max_body;
 }
 
@@ -582,7 +582,7 @@ static void give_back(flare_h2_t *h2, h2_stream_t *st)
  * the connection holds less than its budget. */
 static void budget_release(flare_h2_t *h2)
 {
-    if (h2->owed == 0 || (h2->c->flags & C_DEAD))
+    if (h2->owed == 0 || flare__conn_dead(h2->c))
         return;
     h2_stream_t *ld = leader(h2);
     if (ld != NULL && ld->owed > 0)
@@ -630,7 +630,7 @@ static int on_data(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8
         (st->flags & (ST_DISPATCHED | ST_ANSWERED | ST_MALFORMED)))
         goto drop;
     ex = st->ex;
-    st->t_body = h2->t_activity = h2->c->w->loop.now;
+    st->t_body = h2->t_activity = h2->w->loop.now;
     st->body_len += len;
     if (ex->head.content_length >= 0 && st->body_len > (uint64_t)ex->head.content_length) {
         malformed(sess, st);
@@ -687,7 +687,7 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud
         } else if (st->err_status != 0) {
             make_ready(h2, st);
         } else if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
-            st->t_body = h2->c->w->loop.now; /* the body's clock starts with it */
+            st->t_body = h2->w->loop.now; /* the body's clock starts with it */
             int64_t cl = st->ex->head.content_length;
             if (cl > 0 && (uint64_t)cl > st->ex->worker->app->cfg.max_body) {
                 st->err_status = 413;
@@ -724,12 +724,12 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *f, void *ud
     flare_h2_t *h2 = ud;
     if (f->hd.type == NGHTTP2_RST_STREAM) {
         note_reset(h2, f->hd.stream_id);
-        flare__metrics_h2(h2->c->w, FLARE__H2C_RST);
+        flare__metrics_h2(h2->w, FLARE__H2C_RST);
     } else if (f->hd.type == NGHTTP2_GOAWAY) {
-        flare__metrics_h2(h2->c->w, flare__metrics_h2_goaway(f->goaway.error_code));
+        flare__metrics_h2(h2->w, flare__metrics_h2_goaway(f->goaway.error_code));
     }
     if (f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) {
-        h2->t_out = h2->c->w->loop.now;
+        h2->t_out = h2->w->loop.now;
         if (f->hd.type == NGHTTP2_DATA)
             h2->w_data_out++;
         /* answered before the request ended (413, an early error): tell
@@ -810,9 +810,9 @@ static bool finish_head(h2_stream_t *st)
 /* Runs what the batch made ready, outside nghttp2's callbacks. */
 static void dispatch_ready(flare_h2_t *h2)
 {
-    flare_app_t *app = h2->c->w->app;
+    flare_app_t *app = h2->w->app;
     h2_stream_t *st;
-    while ((st = h2->ready) != NULL && !(h2->c->flags & C_DEAD)) {
+    while ((st = h2->ready) != NULL && !flare__conn_dead(h2->c)) {
         h2->ready = st->rnext;
         if (h2->ready == NULL)
             h2->ready_tail = &h2->ready;
@@ -837,16 +837,16 @@ static void dispatch_ready(flare_h2_t *h2)
 static void h2_close(flare_h2_t *h2, bool clean)
 {
     if (clean)
-        flare__conn_close_clean(h2->c);
+        flare__conn_close(h2->c, true);
     else
-        flare__conn_close(h2->c);
+        flare__conn_close(h2->c, false);
 }
 
 /* The connection is finished with: nothing more to read or write. */
 static void maybe_close(flare_h2_t *h2)
 {
     flare_conn_t *c = h2->c;
-    if (c->flags & C_DEAD || flare__stream_has_output(&c->s))
+    if (flare__conn_dead(c) || flare__stream_has_output(&c->s))
         return;
     bool done = (!nghttp2_session_want_read(h2->sess) && !nghttp2_session_want_write(h2->sess)) ||
                 (h2->flags & H2_CLOSING) || ((h2->flags & H2_GOAWAY) && h2->nstreams == 0);
@@ -885,8 +885,8 @@ static bool send_flush(flare_h2_t *h2)
         }
         size_t before = flare__stream_unsent(&c->s);
         int rc = flare__stream_flush(&c->s);
-        if (c->w->metrics != NULL && before > flare__stream_unsent(&c->s))
-            flare__metrics_tx(c->w, before - flare__stream_unsent(&c->s));
+        if (flare__conn_worker(c)->metrics != NULL && before > flare__stream_unsent(&c->s))
+            flare__metrics_tx(flare__conn_worker(c), before - flare__stream_unsent(&c->s));
         if (rc < 0) {
             h2_close(h2, false);
             return false;
@@ -907,15 +907,15 @@ static bool send_flush(flare_h2_t *h2)
             break;
     }
     maybe_close(h2);
-    return !(c->flags & C_DEAD);
+    return !flare__conn_dead(c);
 }
 
 void flare__h2_output(flare_h2_t *h2)
 {
-    if (h2->flags & H2_IN_BATCH || (h2->c->flags & C_DEAD))
+    if (h2->flags & H2_IN_BATCH || flare__conn_dead(h2->c))
         return;
     send_flush(h2);
-    if (!(h2->c->flags & C_DEAD))
+    if (!flare__conn_dead(h2->c))
         flare__stream_idle(&h2->c->s);
 }
 
@@ -1049,7 +1049,7 @@ static bool feed(flare_h2_t *h2)
             fail(h2, NGHTTP2_INTERNAL_ERROR, "out of memory");
         else
             fail(h2, NGHTTP2_PROTOCOL_ERROR, nghttp2_strerror((int)n));
-        flare_log(h2->c->w, FLARE_LOG_INFO, "http2: connection error: %s", h2->why);
+        flare_log(h2->w, FLARE_LOG_INFO, "http2: connection error: %s", h2->why);
     }
     return true;
 }
@@ -1060,7 +1060,7 @@ static void on_readable(flare_h2_t *h2)
     flare_stream_t *s = &c->s;
     if (s->sflags & FLARE_S_LINGER) {
         if (flare__stream_linger_read(s))
-            flare__conn_close(c);
+            flare__conn_close(c, false);
         return;
     }
     h2->flags |= H2_IN_BATCH;
@@ -1078,10 +1078,10 @@ static void on_readable(flare_h2_t *h2)
             h2_close(h2, true); /* the client is gone: its streams with it */
             return;
         }
-        flare__metrics_rx(c->w, (size_t)n);
+        flare__metrics_rx(flare__conn_worker(c), (size_t)n);
         feed(h2);
         dispatch_ready(h2);
-        if (c->flags & C_DEAD)
+        if (flare__conn_dead(c))
             return;
     } while (flare__stream_has_pending(s) && !(h2->flags & (H2_PAUSED | H2_CLOSING)));
     h2->flags &= ~(uint32_t)H2_IN_BATCH;
@@ -1110,7 +1110,7 @@ static void stream_out_check(flare_h2_t *h2)
                 /* the callback may have ended streams (this one too):
                  * walk again from the start; a drained stream cannot
                  * drain again before the next I/O, so this ends */
-                if (h2->c->flags & C_DEAD)
+                if (flare__conn_dead(h2->c))
                     return;
                 again = true;
                 break;
@@ -1125,7 +1125,7 @@ static void h2_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     (void)l;
     flare_conn_t *c = (flare_conn_t *)io;
-    if (c->flags & C_DEAD)
+    if (flare__conn_dead(c))
         return;
     flare_h2_t *h2 = H2(c);
     events = flare__stream_ready(&c->s, events);
@@ -1145,15 +1145,17 @@ static void h2_io_cb(flare_loop_t *l, flare_io_t *io, uint32_t events)
         }
         on_readable(h2);
     }
-    if (flare__unlikely(h2->flags & H2_STREAM_OUT) && !(c->flags & C_DEAD))
+    if (flare__unlikely(h2->flags & H2_STREAM_OUT) && !flare__conn_dead(c))
         stream_out_check(h2);
 }
 
 /* ---- start, sweep, drain, end ---- */
 
+static void h2_drain(flare_conn_t *c);
+
 void flare__h2_start(flare_conn_t *c)
 {
-    flare_worker_t *w = c->w;
+    flare_worker_t *w = flare__conn_worker(c);
     flare_h2_t *h2 = calloc(1, sizeof(*h2));
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
@@ -1173,6 +1175,7 @@ void flare__h2_start(flare_conn_t *c)
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_option_set_no_http_messaging(opt, 1); /* fields.c checks the fields */
     h2->c = c;
+    h2->w = w;
     h2->in_left = PREFACE_LEN; /* recv_frames: the client preface comes first */
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
@@ -1194,22 +1197,24 @@ void flare__h2_start(flare_conn_t *c)
     if (nghttp2_submit_settings(h2->sess, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0 ||
         nghttp2_session_set_local_window_size(h2->sess, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW) != 0)
         goto fail;
-    c->h2 = h2;
-    c->flags |= C_H2;
+    /* in place: HTTP/1.1's fields (its queue is empty) give way to the
+     * session pointer, its ops and io callback to HTTP/2's */
+    c->ops = &flare__h2_conn_ops;
+    ((flare_h2conn_t *)c)->h2 = h2;
     c->s.io.cb = h2_io_cb;
     flare__metrics_h2(w, FLARE__H2C_CONNS);
     if (w->draining)
-        flare__h2_drain(c);
+        h2_drain(c);
     h2->flags |= H2_IN_BATCH;
     feed(h2);
     dispatch_ready(h2);
-    if (c->flags & C_DEAD)
+    if (flare__conn_dead(c))
         return;
     h2->flags &= ~(uint32_t)H2_IN_BATCH;
     if (send_flush(h2))
         flare__stream_idle(&c->s);
     /* TLS records already read from the socket: the poller will not say */
-    if (!(c->flags & C_DEAD) && flare__stream_has_pending(&c->s))
+    if (!flare__conn_dead(c) && flare__stream_has_pending(&c->s))
         flare__loop_ready(c->s.loop, &c->s.io);
     return;
 fail:
@@ -1220,8 +1225,7 @@ fail:
     if (h2 != NULL && h2->sess != NULL)
         nghttp2_session_del(h2->sess);
     free(h2);
-    c->h2 = NULL;
-    flare__conn_close(c);
+    flare__conn_close(c, false); /* still HTTP/1.1's (nothing in flight) */
 }
 
 /* Whether a stream has response bytes waiting for the peer's window. */
@@ -1232,21 +1236,20 @@ static bool owes_data(const h2_stream_t *st)
     return st->src == SRC_STREAM && st->ex != NULL && st->ex->out.len > st->opos;
 }
 
-void flare__h2_sweep(flare_conn_t *c)
+static void h2_sweep(flare_conn_t *c, uint64_t now)
 {
     flare_h2_t *h2 = H2(c);
-    flare_worker_t *w = c->w;
+    flare_worker_t *w = h2->w;
     const flare_config_t *cfg = &w->app->cfg;
-    uint64_t now = w->loop.now;
     if (c->s.sflags & FLARE_S_LINGER) {
         if (now - c->s.t_active > FLARE_LINGER_MS)
-            flare__conn_close(c);
+            flare__conn_close(c, false);
         return;
     }
     if (flare__stream_has_output(&c->s) && (c->s.sflags & FLARE_S_WANT_WRITE) &&
         now - c->s.t_active > cfg->write_timeout_ms) {
         flare__metrics_timeout(w, FLARE__TO_WRITE);
-        flare__conn_close(c);
+        flare__conn_close(c, false);
         return;
     }
     bool owes = false;
@@ -1268,7 +1271,7 @@ void flare__h2_sweep(flare_conn_t *c)
     if (owes && now - h2->t_out > cfg->write_timeout_ms) {
         flare__metrics_timeout(w, FLARE__TO_WRITE);
         flare_log(w, FLARE_LOG_INFO, "http2: flow-control window closed for too long");
-        flare__conn_close(c);
+        flare__conn_close(c, false);
         return;
     }
     /* a header block left open holds the whole connection (no other frame
@@ -1287,7 +1290,7 @@ void flare__h2_sweep(flare_conn_t *c)
     }
     if (w->draining) {
         if (!(h2->flags & H2_NOTICE)) {
-            flare__h2_drain(c);
+            h2_drain(c);
         } else if (!(h2->flags & H2_GOAWAY)) {
             h2->flags |= H2_GOAWAY;
             nghttp2_submit_goaway(h2->sess, NGHTTP2_FLAG_NONE,
@@ -1295,13 +1298,13 @@ void flare__h2_sweep(flare_conn_t *c)
                                   NGHTTP2_NO_ERROR, NULL, 0);
         }
         if (now >= w->drain_deadline) {
-            flare__conn_close(c);
+            flare__conn_close(c, false);
             return;
         }
     }
     h2->flags |= H2_IN_BATCH;
     dispatch_ready(h2);
-    if (c->flags & C_DEAD)
+    if (flare__conn_dead(c))
         return;
     h2->flags &= ~(uint32_t)H2_IN_BATCH;
     send_flush(h2);
@@ -1309,7 +1312,7 @@ void flare__h2_sweep(flare_conn_t *c)
 
 /* Graceful shutdown: a shutdown notice now, the GOAWAY with the last
  * stream id at the next sweep; in-flight streams complete, then close. */
-void flare__h2_drain(flare_conn_t *c)
+static void h2_drain(flare_conn_t *c)
 {
     flare_h2_t *h2 = H2(c);
     if (h2 == NULL || (h2->flags & H2_NOTICE))
@@ -1320,7 +1323,8 @@ void flare__h2_drain(flare_conn_t *c)
         send_flush(h2);
 }
 
-void flare__h2_end(flare_conn_t *c)
+/* ops->closed: the streams go (their exchanges orphaned). */
+static void h2_closed(flare_conn_t *c)
 {
     flare_h2_t *h2 = H2(c);
     while (h2->streams != NULL)
@@ -1329,12 +1333,28 @@ void flare__h2_end(flare_conn_t *c)
     h2->ready_tail = &h2->ready;
 }
 
-void flare__h2_free(flare_conn_t *c)
+static void h2_free(flare_conn_t *c)
 {
     flare_h2_t *h2 = H2(c);
-    if (h2 == NULL)
-        return;
     nghttp2_session_del(h2->sess);
     free(h2);
-    c->h2 = NULL;
+    free(c);
 }
+
+static void h2_stats(const flare_conn_t *c, flare_conn_stats_t *st)
+{
+    const flare_h2_t *h2 = ((const flare_h2conn_t *)c)->h2;
+    st->inflight = h2->nstreams;
+    st->active = h2->nstreams > 0;
+    st->next_out = NULL;
+}
+
+const flare_conn_ops_t flare__h2_conn_ops = {
+    .name = "h2",
+    .kind = FLARE_CONN_HTTP2,
+    .closed = h2_closed,
+    .sweep = h2_sweep,
+    .drain = h2_drain,
+    .free = h2_free,
+    .stats = h2_stats,
+};

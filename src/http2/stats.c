@@ -1,6 +1,5 @@
 /* What HTTP/2 tells the metrics (src/obs/): the label strings of RFC 9113's
- * error codes and of the defences, and a connection's open streams for the
- * sampled gauge. The counting itself is one increment of the worker's
+ * error codes and of the defences. The counting itself is one increment of the worker's
  * block where session.c sends a frame or a defence fires. */
 #include "http2/h2_int.h"
 
@@ -24,9 +23,4 @@ const char *flare__h2_error_name(uint32_t code)
 const char *flare__h2_flood_name(unsigned kind)
 {
     return kind < FLARE__H2F_COUNT ? flood_names[kind] : NULL;
-}
-
-unsigned flare__h2_streams_open(const flare_conn_t *c)
-{
-    return c->h2 != NULL ? c->h2->nstreams : 0;
 }

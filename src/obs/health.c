@@ -13,10 +13,10 @@
 
 #include "app_svc.h"
 #include "module.h"
+#include "net/conn.h"
 #include "net/listen.h"
+#include "http/exchange.h"
 #include "http/svc.h"
-#include "http1/conn.h"
-#include "http1/http1.h"
 #include "obs/metrics_app.h"
 
 bool flare__admin_elsewhere(const flare_req_t *req)
@@ -116,7 +116,11 @@ static int ready_answer(flare_res_t *res, flare_worker_t *w)
 static bool behind_another(struct flare_req *ex)
 {
     flare_conn_t *c = ex->conn;
-    return c != NULL && ex->ops == &flare__http1_ops && c->qhead != ex;
+    if (c == NULL)
+        return false;
+    flare_conn_stats_t st;
+    c->ops->stats(c, &st);
+    return st.next_out != NULL && st.next_out != ex;
 }
 
 #define READY_RECHECK_MS 5

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "module.h"
-#include "http1/conn.h"
-#include "http2/h2.h"
+#include "net/conn.h"
+#include "http/exchange.h"
 #include "app.h"
 #include "obs/metrics_app.h"
 #include "ws/ws.h"
@@ -168,12 +168,13 @@ void flare__metrics_sample_conns(flare_worker_t *w)
         return;
     uint64_t open = 0, active = 0, h2_open = 0, h2_streams = 0;
     for (flare_conn_t *c = w->conns; c != NULL; c = c->next) {
+        flare_conn_stats_t st;
+        c->ops->stats(c, &st);
         open++;
-        if (c->qhead != NULL || c->recv != NULL || c->s.rpos < c->s.rlen)
-            active++;
-        if ((c->flags & C_H2) && c->h2 != NULL) {
+        active += st.active;
+        if (c->ops->kind == FLARE_CONN_HTTP2) {
             h2_open++;
-            h2_streams += flare__h2_streams_open(c);
+            h2_streams += st.inflight;
         }
     }
     atomic_store_explicit(&m->open, open, memory_order_relaxed);

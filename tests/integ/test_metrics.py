@@ -222,6 +222,37 @@ class Metrics(ServerTestCase):
         m = self.scrape()
         self.assertLessEqual(m[key("flare_http_connections", state="open")], 1)
 
+    def test_connections_by_protocol(self):
+        # the gauges read each connection through its protocol's operations
+        # table: an h2c connection (HTTP/1.1's object taken over in place by
+        # the preface) counts as HTTP/2 with its open stream, and as open and
+        # active; an idle HTTP/1.1 one as open only
+        import h2util  # python3-h2, as the HTTP/2 suite
+        h2c = h2util.RawH2(("127.0.0.1", self.server.port))
+        h2c.wait_settings()
+        h2c.request(1, path="/slow?ms=1500")
+        idle = Raw(self.server.port)
+        self.assertEqual(idle.request("GET", "/plaintext")[0], 200)
+        time.sleep(0.7)  # sampled every 250 ms
+        m = self.scrape()
+        self.assertEqual(m[key("flare_h2_connections")], 1)
+        self.assertEqual(m[key("flare_h2_streams")], 1)
+        # the h2c connection and the idle one (the scrape's may come after the sample)
+        self.assertGreaterEqual(m[key("flare_http_connections", state="open")], 2)
+        self.assertGreaterEqual(m[key("flare_http_connections", state="active")], 1)
+        self.assertGreaterEqual(m[key("flare_http_connections", state="idle")], 1)
+        self.assertEqual(h2c.response(1)[0], 200)
+        time.sleep(0.7)
+        m = self.scrape()
+        self.assertEqual(m[key("flare_h2_connections")], 1)
+        self.assertEqual(m[key("flare_h2_streams")], 0)
+        h2c.sock.close()
+        idle.close()
+        time.sleep(0.7)
+        m = self.scrape()
+        self.assertEqual(m[key("flare_h2_connections")], 0)
+        self.assertLessEqual(m[key("flare_http_connections", state="open")], 1)
+
     def test_promtool_accepts_the_output(self):
         promtool = shutil.which("promtool")
         if promtool is None:

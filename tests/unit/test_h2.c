@@ -91,6 +91,7 @@ static int setup(void **state)
     f->w.loop.now = 100000;
     f->c.w = &f->w;
     f->h2.c = &f->c;
+    f->h2.w = &f->w;
     f->h2.t_win = f->w.loop.now;
     *state = f;
     return 0;
