@@ -52,7 +52,10 @@
 extern "C" {
 #endif
 
+/* A client: its configuration and, per worker, its connection pools
+ * (opaque; made by flare_client_new, freed with the app). */
 typedef struct flare_client flare_client_t;
+/* One request in flight (opaque): flare_client_cancel's handle. */
 typedef struct flare_client_call flare_client_call_t;
 
 /* Zero fields take the defaults in brackets. */
@@ -73,6 +76,7 @@ typedef struct flare_client_config {
 FLARE_API int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg,
                                flare_client_t **out);
 
+/* A request. Fields left zero take defaults. */
 typedef struct flare_client_req {
     const char *method;         /* NULL: "GET" */
     const char *url;            /* "http://host[:port]/path?query" or "https://..." */
@@ -85,10 +89,10 @@ typedef struct flare_client_req {
 
 /* An answer, valid during the callback only. */
 typedef struct flare_client_res {
-    int status;
-    const flare_header_t *headers;
-    size_t nheaders;
-    flare_str_t body;
+    int status;                    /* the status code, 200..599 */
+    const flare_header_t *headers; /* the answer's fields, in order */
+    size_t nheaders;               /* entries in headers[] */
+    flare_str_t body;              /* the whole body (NUL-terminated after body.len) */
 } flare_client_res_t;
 
 /* rc 0 with the answer (any status), or: FLARE_ETIMEDOUT (a timeout
@@ -100,7 +104,8 @@ typedef struct flare_client_res {
  * (the worker is shutting down), FLARE_ENOMEM. res is NULL unless rc is 0. */
 typedef void (*flare_client_fn)(int rc, const flare_client_res_t *res, void *ud);
 
-/* Starts a request on worker w (call from w's thread). 0: cb runs exactly
+/* Starts the request req of client c on worker w (call from w's thread),
+ * with cb(rc, res, ud) as its callback. 0: cb runs exactly
  * once, later, on w (never from inside this call), unless the call is
  * cancelled; *call (may be NULL) is its handle until then. Or FLARE_EINVAL
  * (a bad URL, method or header: flare_last_error says which), FLARE_ESTATE

@@ -417,7 +417,7 @@ typedef void (*flare_res_drain_fn)(flare_res_t *res, void *ud);
 /* True while the streamed response is backpressured (see above). */
 FLARE_API bool flare_res_backpressured(const flare_res_t *res);
 
-/* Sets the high-water mark (0: FLARE_RES_HIGH_WATER) and the drain callback
+/* Sets the high-water mark high_water (0: FLARE_RES_HIGH_WATER) and the drain callback
  * fn(res, ud) (NULL: none, the predicate alone) of this response; call it
  * again to change them. Any time before the response is complete; the
  * settings last as long as the response. 0, FLARE_ESTATE (the response is

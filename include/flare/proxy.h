@@ -42,27 +42,30 @@
 extern "C" {
 #endif
 
+/* A proxy: its upstreams, their health and a client (opaque; made by
+ * flare_proxy_new, freed with the app). */
 typedef struct flare_proxy flare_proxy_t;
 
+/* How an upstream is chosen for a request. */
 typedef enum flare_proxy_balance {
-    FLARE_PROXY_ROUND_ROBIN = 0,
-    FLARE_PROXY_LEAST_CONN,
+    FLARE_PROXY_ROUND_ROBIN = 0, /* each upstream in turn */
+    FLARE_PROXY_LEAST_CONN,      /* the one with the fewest requests in flight */
 } flare_proxy_balance_t;
 
 /* Zero fields take the defaults in brackets. */
 typedef struct flare_proxy_config {
-    const char *const *upstreams; /* "HOST:PORT", "http://HOST:PORT" or "https://HOST:PORT",
-                                     NULL-terminated, at least one; copied */
-    flare_proxy_balance_t balance;
-    bool keep_host;               /* send the client's Host [the upstream's] */
-    bool trust_forwarded;         /* keep incoming X-Forwarded-* / Forwarded and append
-                                     [drop them: the proxy is the edge] */
-    unsigned max_fails;           /* connect failures in a row that take an upstream out [1] */
-    unsigned fail_timeout_ms;     /* for this long [10 s] */
-    flare_client_config_t client; /* timeouts and limits toward the upstreams */
+    const char *const *upstreams;  /* "HOST:PORT", "http://HOST:PORT" or "https://HOST:PORT",
+                                      NULL-terminated, at least one; copied */
+    flare_proxy_balance_t balance; /* [FLARE_PROXY_ROUND_ROBIN] */
+    bool keep_host;                /* send the client's Host [the upstream's] */
+    bool trust_forwarded;          /* keep incoming X-Forwarded-* / Forwarded and append
+                                      [drop them: the proxy is the edge] */
+    unsigned max_fails;            /* connect failures in a row that take an upstream out [1] */
+    unsigned fail_timeout_ms;      /* for this long [10 s] */
+    flare_client_config_t client;  /* timeouts and limits toward the upstreams */
 } flare_proxy_config_t;
 
-/* Makes a proxy for app (before flare_app_run; freed with the app). 0 and
+/* Makes a proxy for app as cfg says (before flare_app_run; freed with the app). 0 and
  * *out, FLARE_EINVAL (no upstream, a bad one: flare_last_error says which),
  * FLARE_ESTATE, FLARE_ENOMEM, or flare_client_new's codes. */
 FLARE_API int flare_proxy_new(flare_app_t *app, const flare_proxy_config_t *cfg,
@@ -72,7 +75,8 @@ FLARE_API int flare_proxy_new(flare_app_t *app, const flare_proxy_config_t *cfg,
  * paths) to p. The flare_route codes. */
 FLARE_API int flare_proxy_route(flare_app_t *app, const char *prefix, flare_proxy_t *p);
 
-/* The handler itself, for a route or group of your own (ud: the proxy). */
+/* The handler itself, for a route or group of your own: forwards req and
+ * answers res (ud: the proxy). */
 FLARE_API int flare_proxy_handler(flare_req_t *req, flare_res_t *res, void *ud);
 
 #ifdef __cplusplus

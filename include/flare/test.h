@@ -39,8 +39,10 @@
 extern "C" {
 #endif
 
+/* A running app and the client's connection to it (opaque). */
 typedef struct flare_test flare_test_t;
 
+/* flare_test_start's options; zero fields take the defaults. */
 typedef struct flare_test_opts {
     unsigned timeout_ms; /* per call: connect, send, the whole answer; 0: 5000 */
     const char *listen;  /* where the app listens; NULL: "127.0.0.1:0" */
@@ -75,19 +77,19 @@ typedef struct flare_test_req {
     const char *path;           /* "/todos?x=1"; required */
     const char *const *headers; /* "Name: value" strings, NULL-terminated; may be NULL */
     const void *body;           /* sent with Content-Length; NULL: none */
-    size_t body_len;
-    bool close; /* send Connection: close (the next call reconnects) */
+    size_t body_len;            /* bytes of body */
+    bool close;                 /* send Connection: close (the next call reconnects) */
 } flare_test_req_t;
 
 /* An answer. Everything is owned by the response until flare_test_res_free:
  * names and values of headers are NUL-terminated, the body is too (a NUL
  * after body_len bytes; the body itself may contain NULs). */
 typedef struct flare_test_res {
-    int status;
+    int status;              /* the status code */
     flare_header_t *headers; /* in the order received */
-    size_t nheaders;
-    char *body;
-    size_t body_len;
+    size_t nheaders;         /* entries in headers[] */
+    char *body;              /* the body, NUL-terminated */
+    size_t body_len;         /* its bytes (the NUL not counted) */
 } flare_test_res_t;
 
 /* Sends req on t's keep-alive connection (opened, or reopened after the app
@@ -100,26 +102,29 @@ typedef struct flare_test_res {
 FLARE_API int flare_test_request(flare_test_t *t, const flare_test_req_t *req,
                                  flare_test_res_t *res);
 
-/* GET path. */
+/* GET path, the answer into *res. */
 FLARE_API int flare_test_get(flare_test_t *t, const char *path, flare_test_res_t *res);
 
 /* method path with a JSON body (Content-Type: application/json); json may
- * be NULL for none. Extra headers as in flare_test_req_t (may be NULL). */
+ * be NULL for none. Extra headers as in flare_test_req_t (may be NULL). The
+ * answer into *res. */
 FLARE_API int flare_test_json(flare_test_t *t, const char *method, const char *path,
                               const char *json, const char *const *headers, flare_test_res_t *res);
 
-/* The value of the first header named name (case-insensitive), NULL when
- * there is none. */
+/* The value of the first header of res named name (case-insensitive), NULL
+ * when there is none. */
 FLARE_API const char *flare_test_res_header(const flare_test_res_t *res, const char *name);
 
-/* Parses the body as JSON: 0 and *doc (free it with flare_json_doc_free),
+/* Parses the body of res as JSON: 0 and *doc (free it with flare_json_doc_free),
  * or FLARE_EINVAL (not JSON) / FLARE_ENOMEM. */
 FLARE_API int flare_test_res_json(const flare_test_res_t *res, flare_json_doc_t **doc);
 
+/* Frees what res holds and zeroes it (NULL, or an already freed one: no-op). */
 FLARE_API void flare_test_res_free(flare_test_res_t *res);
 
 /* ---- WebSocket ---- */
 
+/* A WebSocket client connection to the app (opaque). */
 typedef struct flare_test_ws flare_test_ws_t;
 
 /* Opens a WebSocket to path (GET with the upgrade; headers as in
@@ -129,7 +134,8 @@ typedef struct flare_test_ws flare_test_ws_t;
 FLARE_API int flare_test_ws_open(flare_test_t *t, const char *path, const char *const *headers,
                                  int *status, flare_test_ws_t **out);
 
-/* Sends one text (or binary) message, masked as a client must. */
+/* Sends one text (or, when binary, binary) message of len bytes from data,
+ * masked as a client must. */
 FLARE_API int flare_test_ws_send(flare_test_ws_t *ws, bool binary, const void *data, size_t len);
 
 /* Receives the next message (pings are answered on the way): 0 with *msg
@@ -146,6 +152,7 @@ FLARE_API void flare_test_ws_close(flare_test_ws_t *ws);
 
 /* ---- server-sent events ---- */
 
+/* An event stream from the app (opaque). */
 typedef struct flare_test_sse flare_test_sse_t;
 
 /* One event; its strings are owned by the stream until the next call. */
@@ -161,10 +168,11 @@ typedef struct flare_test_event {
 FLARE_API int flare_test_sse_open(flare_test_t *t, const char *path, const char *const *headers,
                                   int *status, flare_test_sse_t **out);
 
-/* The next event (comments and retry fields are skipped): 0, FLARE_ECLOSED
+/* The next event into *ev (comments and retry fields are skipped): 0, FLARE_ECLOSED
  * at the end of the stream, FLARE_ETIMEDOUT. */
 FLARE_API int flare_test_sse_next(flare_test_sse_t *s, flare_test_event_t *ev);
 
+/* Closes the stream and frees s (NULL: no-op). */
 FLARE_API void flare_test_sse_close(flare_test_sse_t *s);
 
 #ifdef __cplusplus
