@@ -28,6 +28,7 @@ int flare__res_orphan_done(struct flare_req *ex)
  * bytes each with SWAR, sixteen with SSE2), one test at the end. Anything
  * flagged, and other lengths, get the exact byte-by-byte look (HTAB is
  * allowed in a field value). "text/plain": 50 -> 24 instructions. */
+#if !defined(__SSE2__)
 static inline uint64_t ctl_bits8(const char *p)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
@@ -38,6 +39,7 @@ static inline uint64_t ctl_bits8(const char *p)
     uint64_t del = (d - ones) & ~d & highs; /* a byte == 0x7f */
     return lt20 | del;
 }
+#endif
 
 #if defined(__SSE2__)
 static inline int ctl_bits16(const char *p)
