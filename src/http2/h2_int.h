@@ -147,6 +147,9 @@ typedef struct flare_h2 {
      * rising), chained by hnext. Flare's own: nghttp2's stream user data
      * is a map lookup per access, and three of them per request */
     h2_stream_t *tab[H2_TAB];
+    /* the stream whose request header block is being decoded (its fields
+     * come one callback each: no table walk per field); NULL when freed */
+    h2_stream_t *hot;
     uint32_t flags;
     uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
     const char *why;

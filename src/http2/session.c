@@ -130,6 +130,8 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
     }
     if (h2->leader == st)
         h2->leader = NULL;
+    if (h2->hot == st)
+        h2->hot = NULL;
     struct flare_req *ex = st->ex;
     if (ex != NULL) {
         ex->pstream = NULL;
@@ -314,7 +316,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
     }
-    if (stream_new(h2, f->hd.stream_id) == NULL)
+    if ((h2->hot = stream_new(h2, f->hd.stream_id)) == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     return 0;
 }
@@ -408,7 +410,10 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     (void)flags;
-    h2_stream_t *st = stream_of(ud, f->hd.stream_id);
+    flare_h2_t *h2 = ud;
+    h2_stream_t *st = h2->hot;
+    if (flare__unlikely(st == NULL || st->id != f->hd.stream_id))
+        st = stream_of(h2, f->hd.stream_id);
     if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_MALFORMED)))
         return 0;
     bool trailer = f->headers.cat != NGHTTP2_HCAT_REQUEST;
@@ -665,7 +670,9 @@ drop:
 static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
-    h2_stream_t *st = f->hd.stream_id != 0 ? stream_of(h2, f->hd.stream_id) : NULL;
+    h2_stream_t *st = h2->hot;
+    if (st == NULL || st->id != f->hd.stream_id)
+        st = f->hd.stream_id != 0 ? stream_of(h2, f->hd.stream_id) : NULL;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (st == NULL || (st->flags & ST_MALFORMED))
