@@ -967,19 +967,22 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
 {
     const uint8_t *end = p + len, *fed = p, *prio_at = p;
     while (p < end) {
-        while (h2->prio_left > 0 && p < end) {
-            h2->prio_dep = h2->prio_dep << 8 | *p++;
-            h2->in_left--;
-            if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
-                /* RFC 9113 5.3.1: a stream error; a connection error here
-                 * (5.4.1), as nghttp2 made it. What came before the frame
-                 * is nghttp2's first. */
-                if (prio_at > fed) {
-                    ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
-                    if (n < 0)
-                        return n;
+        if (flare__unlikely(h2->prio_left > 0)) {
+            while (h2->prio_left > 0 && p < end) {
+                h2->prio_dep = h2->prio_dep << 8 | *p++;
+                h2->in_left--;
+                if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
+                    /* RFC 9113 5.3.1: a stream error; a connection error here
+                     * (5.4.1), as nghttp2 made it. What came before the frame
+                     * is nghttp2's first. */
+                    if (prio_at > fed) {
+                        ssize_t n =
+                            nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
+                        if (n < 0)
+                            return n;
+                    }
+                    return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
                 }
-                return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
             }
         }
         if (h2->in_left > 0) {
@@ -1004,8 +1007,13 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
             hd = h2->in_hd;
         }
         h2->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY)
+        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY) {
+            /* its payload passes at once (most frames are whole in the read) */
+            size_t k = (size_t)(end - p) < h2->in_left ? (size_t)(end - p) : h2->in_left;
+            p += k;
+            h2->in_left -= (uint32_t)k;
             continue;
+        }
         int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
                                 (uint32_t)hd[7] << 8 | hd[8]) &
                                0x7fffffff);
