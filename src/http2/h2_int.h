@@ -205,7 +205,9 @@ void *flare__h2_malloc(flare_worker_t *w, size_t size);
 void *flare__h2_calloc(flare_worker_t *w, size_t n, size_t size);
 void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size);
 void flare__h2_mfree(flare_worker_t *w, void *ptr);
-nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w);
+/* the session's allocator, the worker's; its lists are made the first time
+ * (the functions above need them: 0, or FLARE_ENOMEM) */
+int flare__h2_nghttp2_mem(flare_worker_t *w, nghttp2_mem *out);
 /* session.c: nghttp2's on_begin_frame callback (ud: the flare_h2_t), where
  * the flood counters count (per H2_WINDOW_MS window of h2->w->loop.now)
  * and a verdict sets goaway_code and returns NGHTTP2_ERR_CALLBACK_FAILURE;

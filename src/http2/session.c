@@ -1194,8 +1194,8 @@ void flare__h2_start(flare_conn_t *c)
     h2->in_left = PREFACE_LEN; /* recv_frames: the client preface comes first */
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
-    h2->mem = flare__h2_nghttp2_mem(w);
-    if (nghttp2_session_server_new3(&h2->sess, cb, h2, opt, &h2->mem) != 0)
+    if (flare__h2_nghttp2_mem(w, &h2->mem) != 0 ||
+        nghttp2_session_server_new3(&h2->sess, cb, h2, opt, &h2->mem) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);
