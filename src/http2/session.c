@@ -119,8 +119,10 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
     while (*b != st)
         b = &(*b)->hnext;
     *b = st->hnext;
-    ready_remove(h2, st);
-    flare__h2_src_release(st);
+    if (st->flags & ST_READY)
+        ready_remove(h2, st);
+    if (st->src != SRC_NONE)
+        flare__h2_src_release(st);
     /* its body leaves the budget; the window it held back comes back (the
      * stream's no longer matters) */
     h2->held -= st->held;
