@@ -151,25 +151,50 @@ bool flare__h2_content_length(const uint8_t *v, size_t n, int64_t *out)
     return true;
 }
 
+static inline uint32_t load4(const uint8_t *p)
+{
+    uint32_t x;
+    memcpy(&x, p, 4);
+    return x;
+}
+
+/* the four bytes of a literal, as load4 reads them from memory */
+static inline uint32_t lit4(const char *s)
+{
+    uint32_t x;
+    memcpy(&x, s, 4);
+    return x;
+}
+
+/* n is 4 to 8: the bytes equal lit's (two overlapping words, no call) */
+static inline bool same(const uint8_t *p, size_t n, const char *lit)
+{
+    return load4(p) == lit4(lit) && load4(p + n - 4) == lit4(lit + n - 4);
+}
+
 static int pseudo(uint8_t *seen, bool trailer, const uint8_t *name, size_t nlen,
                   const uint8_t *value, size_t vlen)
 {
     int kind;
     uint8_t bit;
     bool ok;
-    if (IS(name, nlen, ":method")) {
+    /* the name by its length, then two words: no memcmp per candidate */
+    if (nlen == 7 && same(name, 7, ":method")) {
         kind = H2F_METHOD, bit = H2S_METHOD;
-        ok = vlen > 0 && all(value, vlen, C_TOKEN);
-    } else if (IS(name, nlen, ":path")) {
+        ok = (vlen == 3 && value[0] == 'G' && value[1] == 'E' && value[2] == 'T') ||
+             (vlen > 0 && all(value, vlen, C_TOKEN));
+    } else if (nlen == 5 && same(name, 5, ":path")) {
         kind = H2F_PATH, bit = H2S_PATH;
         /* not empty (8.3.1: malformed, not a 400); its characters:
          * finish_head, with a 400 */
         ok = vlen > 0;
-    } else if (IS(name, nlen, ":scheme")) {
+    } else if (nlen == 7 && same(name, 7, ":scheme")) {
         kind = H2F_SCHEME, bit = H2S_SCHEME;
-        ok = vlen > 0 && (value[0] | 0x20) >= 'a' && (value[0] | 0x20) <= 'z' &&
-             all(value, vlen, C_SCHEME);
-    } else if (IS(name, nlen, ":authority")) {
+        ok = (vlen == 4 && load4(value) == lit4("http")) ||
+             (vlen == 5 && same(value, 5, "https")) ||
+             (vlen > 0 && (value[0] | 0x20) >= 'a' && (value[0] | 0x20) <= 'z' &&
+              all(value, vlen, C_SCHEME));
+    } else if (nlen == 10 && IS(name, nlen, ":authority")) {
         kind = H2F_AUTHORITY, bit = H2S_AUTHORITY;
         ok = authority_ok(value, vlen);
     } else {

@@ -147,6 +147,9 @@ typedef struct flare_h2 {
      * rising), chained by hnext. Flare's own: nghttp2's stream user data
      * is a map lookup per access, and three of them per request */
     h2_stream_t *tab[H2_TAB];
+    /* the stream whose request header block is being decoded (its fields
+     * come one callback each: no table walk per field); NULL when freed */
+    h2_stream_t *hot;
     uint32_t flags;
     uint32_t goaway_code; /* a defence's verdict, sent as GOAWAY */
     const char *why;
@@ -202,7 +205,9 @@ void *flare__h2_malloc(flare_worker_t *w, size_t size);
 void *flare__h2_calloc(flare_worker_t *w, size_t n, size_t size);
 void *flare__h2_realloc(flare_worker_t *w, void *ptr, size_t size);
 void flare__h2_mfree(flare_worker_t *w, void *ptr);
-nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w);
+/* the session's allocator, the worker's; its lists are made the first time
+ * (the functions above need them: 0, or FLARE_ENOMEM) */
+int flare__h2_nghttp2_mem(flare_worker_t *w, nghttp2_mem *out);
 /* session.c: nghttp2's on_begin_frame callback (ud: the flare_h2_t), where
  * the flood counters count (per H2_WINDOW_MS window of h2->w->loop.now)
  * and a verdict sets goaway_code and returns NGHTTP2_ERR_CALLBACK_FAILURE;

@@ -37,11 +37,20 @@ typedef union h2m_hdr {
     max_align_t align;
 } h2m_hdr_t;
 
+/* room: blocks a class's list may still take before frees go to free()
+ * (cls_keep less those on it: one test when a block comes back); peak:
+ * the most room since the last trim (the fewest blocks free then) */
 struct flare_h2_mem {
     h2m_hdr_t *free[H2M_CLASSES];
-    uint32_t nfree[H2M_CLASSES];
-    uint32_t low[H2M_CLASSES]; /* the fewest free since the last trim */
+    uint32_t room[H2M_CLASSES];
+    uint32_t peak[H2M_CLASSES];
 };
+
+/* the blocks a class keeps on its list at most */
+static uint32_t cls_keep(unsigned cls)
+{
+    return H2M_KEEP >> (cls + H2M_MIN_SHIFT);
+}
 
 #ifndef H2M_PASSTHROUGH
 #define H2M_MAX_SIZE ((size_t)1 << (H2M_MIN_SHIFT + H2M_CLASSES - 1))
@@ -49,12 +58,6 @@ struct flare_h2_mem {
 static size_t cls_size(unsigned cls)
 {
     return (size_t)1 << (cls + H2M_MIN_SHIFT);
-}
-
-/* the blocks a class keeps on its list at most */
-static uint32_t cls_keep(unsigned cls)
-{
-    return H2M_KEEP >> (cls + H2M_MIN_SHIFT);
 }
 
 /* size <= H2M_MAX_SIZE: the class of the smallest power of two holding it */
@@ -66,19 +69,30 @@ static inline unsigned size_cls(size_t size)
 }
 
 /* A block from a class's list, or NULL: the hot path, a few instructions
- * (nghttp2 asks for about five blocks per request and frees as many). */
+ * (nghttp2 asks for about five blocks per request and frees as many).
+ * m is never NULL: the worker's lists exist before its first session. */
 static inline void *take(flare_h2_mem_t *m, size_t size)
 {
-    if (flare__unlikely(m == NULL || size > H2M_MAX_SIZE))
+    if (flare__unlikely(size > H2M_MAX_SIZE))
         return NULL;
     unsigned cls = size_cls(size);
     h2m_hdr_t *b = m->free[cls];
     if (flare__unlikely(b == NULL))
         return NULL;
     m->free[cls] = b->h.next;
-    if (--m->nfree[cls] < m->low[cls])
-        m->low[cls] = m->nfree[cls];
+    if (++m->room[cls] > m->peak[cls])
+        m->peak[cls] = m->room[cls];
     return b + 1;
+}
+
+/* The worker's lists, empty, each with room for cls_keep blocks. */
+static flare_h2_mem_t *lists_new(void)
+{
+    flare_h2_mem_t *m = calloc(1, sizeof(*m));
+    if (m != NULL)
+        for (unsigned i = 0; i < H2M_CLASSES; i++)
+            m->room[i] = m->peak[i] = cls_keep(i);
+    return m;
 }
 
 /* A new block: of its class's size (kept on the list once freed), or, too
@@ -86,8 +100,6 @@ static inline void *take(flare_h2_mem_t *m, size_t size)
  * stay leaves. */
 __attribute__((cold, noinline)) static void *fresh(flare_worker_t *w, size_t size)
 {
-    if (w->h2mem == NULL)
-        w->h2mem = calloc(1, sizeof(*w->h2mem));
     unsigned cls = w->h2mem != NULL && size <= H2M_MAX_SIZE ? size_cls(size) : H2M_BIG;
     size_t real = cls != H2M_BIG ? cls_size(cls) : size;
     if (real > UINT32_MAX - sizeof(h2m_hdr_t))
@@ -107,13 +119,13 @@ static inline void give(flare_worker_t *w, void *ptr)
     h2m_hdr_t *b = (h2m_hdr_t *)ptr - 1;
     flare_h2_mem_t *m = w->h2mem;
     unsigned cls = b->h.cls;
-    if (flare__unlikely(cls == H2M_BIG || m == NULL || m->nfree[cls] >= cls_keep(cls))) {
+    if (flare__unlikely(cls == H2M_BIG || m == NULL || m->room[cls] == 0)) {
         free(b);
         return;
     }
     b->h.next = m->free[cls];
     m->free[cls] = b;
-    m->nfree[cls]++;
+    m->room[cls]--;
 }
 #endif
 
@@ -191,18 +203,20 @@ size_t flare__h2_mem_trim(flare_worker_t *w)
     if (m == NULL)
         return 0;
     for (unsigned i = 0; i < H2M_CLASSES; i++) {
-        /* a few blocks stay for the next connection */
+        /* a few blocks stay for the next connection; of the others, those
+         * no request needed since the last trim go */
         uint32_t keep = H2M_TRIM_KEEP / (uint32_t)((size_t)1 << (i + H2M_MIN_SHIFT));
-        uint32_t drop = m->nfree[i] > keep ? m->nfree[i] - keep : 0;
-        if (drop > m->low[i])
-            drop = m->low[i];
+        uint32_t nfree = cls_keep(i) - m->room[i], low = cls_keep(i) - m->peak[i];
+        uint32_t drop = nfree > keep ? nfree - keep : 0;
+        if (drop > low)
+            drop = low;
         for (uint32_t k = 0; k < drop; k++) {
             h2m_hdr_t *b = m->free[i];
             m->free[i] = b->h.next;
             free(b);
         }
-        m->nfree[i] -= drop;
-        m->low[i] = m->nfree[i];
+        m->room[i] += drop;
+        m->peak[i] = m->room[i];
         freed += (size_t)drop << (i + H2M_MIN_SHIFT);
     }
     return freed;
@@ -229,7 +243,12 @@ static void *ng_realloc(void *ptr, size_t size, void *ud)
     return flare__h2_realloc(ud, ptr, size);
 }
 
-nghttp2_mem flare__h2_nghttp2_mem(flare_worker_t *w)
+int flare__h2_nghttp2_mem(flare_worker_t *w, nghttp2_mem *out)
 {
-    return (nghttp2_mem){ w, ng_malloc, ng_free, ng_calloc, ng_realloc };
+#ifndef H2M_PASSTHROUGH
+    if (w->h2mem == NULL && (w->h2mem = lists_new()) == NULL)
+        return FLARE_ENOMEM;
+#endif
+    *out = (nghttp2_mem){ w, ng_malloc, ng_free, ng_calloc, ng_realloc };
+    return 0;
 }

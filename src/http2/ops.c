@@ -144,6 +144,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     b.lc = num + 24;
     if (status < 100 || status > 999)
         status = 500;
+    bool has_body = h2_status_has_body(status);
     num[0] = (char)('0' + status / 100);
     memcpy(num + 1, flare__digits2 + 2 * (status % 100), 2);
     b.nva[b.n++] = mknv(":status", 7, num, 3);
@@ -151,7 +152,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     b.nva[b.n++] = mknv("date", 4, w->date_line + 6, FLARE_DATE_LINE_LEN - 8);
     if (ctype.len > 0)
         b.nva[b.n++] = mknv("content-type", 12, ctype.ptr, ctype.len);
-    if (clen >= 0 && h2_status_has_body(status)) {
+    if (clen >= 0 && has_body) {
         size_t l = flare__u64toa(num + 4, (uint64_t)clen);
         /* never indexed: a per-response value nghttp2 leaves out of its
          * dynamic table anyway; the flag spares its encoder the search of
@@ -169,7 +170,7 @@ static int submit(struct flare_req *ex, int status, flare_str_t ctype, int64_t c
     size_t n = b.n;
     ex->res.status = status;
     nghttp2_data_provider prd = { .source = { .ptr = st }, .read_callback = flare__h2_read_cb };
-    bool with_body = body && h2_status_has_body(status) && !(ex->flags & EX_HEAD_ONLY);
+    bool with_body = body && has_body && !(ex->flags & EX_HEAD_ONLY);
     if (with_body && (clen < 0 || clen > H2_ONE_FRAME)) {
         /* more than one DATA frame (a file, a stream): incremental (RFC
          * 9218), so it takes turns with the other streams' DATA instead of

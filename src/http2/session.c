@@ -119,8 +119,10 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
     while (*b != st)
         b = &(*b)->hnext;
     *b = st->hnext;
-    ready_remove(h2, st);
-    flare__h2_src_release(st);
+    if (st->flags & ST_READY)
+        ready_remove(h2, st);
+    if (st->src != SRC_NONE)
+        flare__h2_src_release(st);
     /* its body leaves the budget; the window it held back comes back (the
      * stream's no longer matters) */
     h2->held -= st->held;
@@ -130,6 +132,8 @@ static void stream_free(flare_h2_t *h2, h2_stream_t *st)
     }
     if (h2->leader == st)
         h2->leader = NULL;
+    if (h2->hot == st)
+        h2->hot = NULL;
     struct flare_req *ex = st->ex;
     if (ex != NULL) {
         ex->pstream = NULL;
@@ -314,7 +318,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *f, void 
         nghttp2_submit_rst_stream(sess, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return 0;
     }
-    if (stream_new(h2, f->hd.stream_id) == NULL)
+    if ((h2->hot = stream_new(h2, f->hd.stream_id)) == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     return 0;
 }
@@ -408,7 +412,10 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *f, const uint8_
                      size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     (void)flags;
-    h2_stream_t *st = stream_of(ud, f->hd.stream_id);
+    flare_h2_t *h2 = ud;
+    h2_stream_t *st = h2->hot;
+    if (flare__unlikely(st == NULL || st->id != f->hd.stream_id))
+        st = stream_of(h2, f->hd.stream_id);
     if (st == NULL || st->err_status != 0 || (st->flags & (ST_DISPATCHED | ST_MALFORMED)))
         return 0;
     bool trailer = f->headers.cat != NGHTTP2_HCAT_REQUEST;
@@ -665,7 +672,9 @@ drop:
 static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *f, void *ud)
 {
     flare_h2_t *h2 = ud;
-    h2_stream_t *st = f->hd.stream_id != 0 ? stream_of(h2, f->hd.stream_id) : NULL;
+    h2_stream_t *st = h2->hot;
+    if (st == NULL || st->id != f->hd.stream_id)
+        st = f->hd.stream_id != 0 ? stream_of(h2, f->hd.stream_id) : NULL;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (st == NULL || (st->flags & ST_MALFORMED))
@@ -960,19 +969,22 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
 {
     const uint8_t *end = p + len, *fed = p, *prio_at = p;
     while (p < end) {
-        while (h2->prio_left > 0 && p < end) {
-            h2->prio_dep = h2->prio_dep << 8 | *p++;
-            h2->in_left--;
-            if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
-                /* RFC 9113 5.3.1: a stream error; a connection error here
-                 * (5.4.1), as nghttp2 made it. What came before the frame
-                 * is nghttp2's first. */
-                if (prio_at > fed) {
-                    ssize_t n = nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
-                    if (n < 0)
-                        return n;
+        if (flare__unlikely(h2->prio_left > 0)) {
+            while (h2->prio_left > 0 && p < end) {
+                h2->prio_dep = h2->prio_dep << 8 | *p++;
+                h2->in_left--;
+                if (--h2->prio_left == 0 && (h2->prio_dep & 0x7fffffff) == (uint32_t)h2->prio_sid) {
+                    /* RFC 9113 5.3.1: a stream error; a connection error here
+                     * (5.4.1), as nghttp2 made it. What came before the frame
+                     * is nghttp2's first. */
+                    if (prio_at > fed) {
+                        ssize_t n =
+                            nghttp2_session_mem_recv(h2->sess, fed, (size_t)(prio_at - fed));
+                        if (n < 0)
+                            return n;
+                    }
+                    return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
                 }
-                return proto_error(h2, NGHTTP2_PROTOCOL_ERROR, "PRIORITY: depends on itself");
             }
         }
         if (h2->in_left > 0) {
@@ -997,8 +1009,13 @@ static ssize_t recv_frames(flare_h2_t *h2, const uint8_t *p, size_t len)
             hd = h2->in_hd;
         }
         h2->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY)
+        if (hd[3] != NGHTTP2_DATA && hd[3] != NGHTTP2_PRIORITY) {
+            /* its payload passes at once (most frames are whole in the read) */
+            size_t k = (size_t)(end - p) < h2->in_left ? (size_t)(end - p) : h2->in_left;
+            p += k;
+            h2->in_left -= (uint32_t)k;
             continue;
+        }
         int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
                                 (uint32_t)hd[7] << 8 | hd[8]) &
                                0x7fffffff);
@@ -1179,8 +1196,8 @@ void flare__h2_start(flare_conn_t *c)
     h2->in_left = PREFACE_LEN; /* recv_frames: the client preface comes first */
     h2->ready_tail = &h2->ready;
     h2->t_win = h2->t_activity = h2->t_out = w->loop.now;
-    h2->mem = flare__h2_nghttp2_mem(w);
-    if (nghttp2_session_server_new3(&h2->sess, cb, h2, opt, &h2->mem) != 0)
+    if (flare__h2_nghttp2_mem(w, &h2->mem) != 0 ||
+        nghttp2_session_server_new3(&h2->sess, cb, h2, opt, &h2->mem) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);

@@ -457,6 +457,84 @@ static void test_fields_malformed(void **state)
     }
 }
 
+/* The pseudo-header names are told apart by length and two words, and the
+ * usual values skip the byte loop: names one byte off, and values near the
+ * usual ones, still take the general rules. */
+static void test_fields_pseudo_names(void **state)
+{
+    (void)state;
+    static const char *const bad[] = { ":metho", ":methodx", ":mEthod",   ":schemx",    ":paths",
+                                       ":pat",   ":Path",    ":authorit", ":authorityx" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t seen = 0;
+        if (field(&seen, false, bad[i], "x") != H2F_BAD)
+            fail_msg("accepted the name %s", bad[i]);
+    }
+    static const char *const methods[] = { "GET", "get", "GETX", "GE", "PATCH", "X-Y" };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        uint8_t seen = 0;
+        assert_int_equal(field(&seen, false, ":method", methods[i]), H2F_METHOD);
+    }
+    static const char *const schemes[] = { "http", "https", "HTTP", "Https", "h", "coap+tcp" };
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+        uint8_t seen = 0;
+        assert_int_equal(field(&seen, false, ":scheme", schemes[i]), H2F_SCHEME);
+    }
+    static const char *const bad_values[][2] = {
+        { ":method", "GE T" },   { ":method", "GET " },  { ":scheme", "http " },
+        { ":scheme", "https:" }, { ":scheme", "htt p" }, { ":scheme", "5ttps" },
+    };
+    for (size_t i = 0; i < sizeof(bad_values) / sizeof(bad_values[0]); i++) {
+        uint8_t seen = 0;
+        if (field(&seen, false, bad_values[i][0], bad_values[i][1]) != H2F_BAD)
+            fail_msg("accepted %s: %s", bad_values[i][0], bad_values[i][1]);
+    }
+}
+
+/* ---- mem.c: the free lists ---- */
+
+/* The sweep's trim gives back only blocks no request needed since the
+ * trim before, and leaves 16 KiB per class for the next connection. */
+static void test_mem_trim(void **state)
+{
+    (void)state;
+    flare_worker_t w;
+    memset(&w, 0, sizeof(w));
+    nghttp2_mem mem;
+    assert_int_equal(flare__h2_nghttp2_mem(&w, &mem), 0);
+    assert_ptr_equal(mem.mem_user_data, &w);
+    enum { N = 600, KEPT = (16 << 10) / 32 };
+    static void *blk[N];
+    for (size_t i = 0; i < N; i++) {
+        blk[i] = flare__h2_malloc(&w, 32);
+        assert_non_null(blk[i]);
+        memset(blk[i], 0xab, 32);
+    }
+    for (size_t i = 0; i < N; i++)
+        flare__h2_mfree(&w, blk[i]);
+#ifdef FLARE__ASAN
+    /* AddressSanitizer: every block went to free(), there are no lists */
+    assert_int_equal(flare__h2_mem_trim(&w), 0);
+#else
+    /* all were in use since the last trim: kept */
+    assert_int_equal(flare__h2_mem_trim(&w), 0);
+    /* none taken since: all but the 16 KiB kept go */
+    assert_int_equal(flare__h2_mem_trim(&w), (size_t)(N - KEPT) * 32);
+    /* 100 taken from the list and given back: at least 412 stayed free,
+     * fewer than are kept: nothing goes */
+    for (size_t i = 0; i < 100; i++) {
+        blk[i] = flare__h2_malloc(&w, 20);
+        assert_non_null(blk[i]);
+    }
+    for (size_t i = 0; i < 100; i++)
+        flare__h2_mfree(&w, blk[i]);
+    assert_int_equal(flare__h2_mem_trim(&w), 0);
+    assert_int_equal(flare__h2_mem_trim(&w), 0);
+#endif
+    flare__h2_mem_dispose(&w);
+    assert_null(w.h2mem);
+}
+
 static void test_fields_required(void **state)
 {
     (void)state;
@@ -586,6 +664,8 @@ int main(void)
         cmocka_unit_test(test_add_nv_lowercase),
         cmocka_unit_test(test_fields_request),
         cmocka_unit_test(test_fields_malformed),
+        cmocka_unit_test(test_fields_pseudo_names),
+        cmocka_unit_test(test_mem_trim),
         cmocka_unit_test(test_fields_required),
         cmocka_unit_test(test_fields_bytes),
         cmocka_unit_test(test_fields_authority),
