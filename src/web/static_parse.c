@@ -91,7 +91,7 @@ int flare__range_parse(flare_str_t value, uint64_t size, uint64_t *first, uint64
             p++;
         if (p == end)
             break;
-        uint64_t a, b;
+        uint64_t a = 0, b = 0; /* set by digits() on every path that reads them */
         bool sat;
         if (*p == '-') { /* suffix-range */
             p++;

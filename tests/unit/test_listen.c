@@ -222,7 +222,7 @@ static void test_unix_run(void **state)
     (void)state;
     char dir[] = "/tmp/flare-listen-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[128], addr[160];
+    char path[96], addr[160]; /* path fits sun_path (108) */
     snprintf(path, sizeof(path), "%s/app.sock", dir);
     snprintf(addr, sizeof(addr), "unix:%s?mode=0600", path);
 
