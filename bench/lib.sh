@@ -51,7 +51,7 @@ ECHO_BODY_FILE='' # set by make_echo_body
 STATIC_DIR=''     # set by make_static_dir; servers started afterwards serve it under /static/
 STATIC_4K_LEN=4096
 STATIC_1M_LEN=1048576
-ALL_SERVERS="flare null nginx h2o lighttpd"
+ALL_SERVERS="flare flare-uring null null-uring nginx h2o lighttpd"
 FLARE_BUILD_OK=0
 
 declare -a BENCH_PIDS=()
@@ -177,7 +177,7 @@ EOF
 
 server_available() {
     case $1 in
-    flare)
+    flare | flare-uring)
         [[ -x $FLARE_HELLO ]] || return 1
         if [[ $FLARE_BUILD_OK != 1 ]]; then
             return 1 # a binary left over from an older build is not what we want to measure
@@ -282,9 +282,16 @@ server_command() {
         }"
         lighttpd_mime='"bin" => "application/octet-stream", '
     fi
+    # NAME-uring: the same server on its io_uring backend (flare --io uring, null_server
+    # --io uring); plain flare and null are the epoll ones
+    local io=epoll
+    if [[ $name == *-uring ]]; then
+        io=uring
+        name=${name%-uring}
+    fi
     case $name in
     flare)
-        SERVER_CMD=("$FLARE_HELLO" --listen "127.0.0.1:$port" --workers 1)
+        SERVER_CMD=("$FLARE_HELLO" --listen "127.0.0.1:$port" --workers 1 --io "$io")
         if [[ -n $STATIC_DIR ]] && flare_has_static; then
             SERVER_CMD+=(--static "$STATIC_DIR")
         fi
@@ -434,6 +441,9 @@ EOF
         ;;
     *) die "unknown server $name" ;;
     esac
+    if [[ $name == null* ]]; then
+        SERVER_CMD+=(--io "$io")
+    fi
     SERVER_DIR=$dir
 }
 

@@ -199,6 +199,7 @@ targets_of() {
         TARGETS+=("$s")
         T_INST[$s]=$s
         [[ $s == null ]] && T_INST[$s]=$SC_NULL
+        [[ $s == null-uring ]] && T_INST[$s]=$SC_NULL-uring
         T_PATH[$s]=$SC_PATH
     done
 }

@@ -317,7 +317,8 @@ def write_chart(out_dir, scenarios, servers, cpu_vs_null):
             for j, s in enumerate(servers):
                 if not isinstance(cpu_vs_null.get((sc, s)), float):
                     f.write(f"{i + (j - (n - 1) / 2) / (n + gap):.4f} n/a\n")
-    colors = {"flare": "#d9480f", "null": "#868e96", "nginx": "#2b8a3e", "h2o": "#1c7ed6",
+    colors = {"flare": "#d9480f", "flare-uring": "#f08c00", "null": "#868e96",
+              "null-uring": "#ced4da", "nginx": "#2b8a3e", "h2o": "#1c7ed6",
               "lighttpd": "#ae3ec9"}
     plots = []
     for j, s in enumerate(servers):

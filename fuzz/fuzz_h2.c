@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     w->app = app_get();
     w->reserve_fd = -1;
-    if (flare__loop_init(&w->loop) != 0)
+    if (flare__loop_init(&w->loop, FLARE__LOOP_EPOLL) != 0)
         abort();
     w->loop.after_events = after_events;
     w->loop.after_events_ud = w;

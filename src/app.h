@@ -40,6 +40,7 @@ struct flare_app {
     unsigned nlisteners;
     flare_listener_t run_listener; /* the address flare_app_run was given */
     bool has_admin;                /* one of listeners is an admin listener */
+    uint8_t io_backend;            /* this run's loop backend (loop/backend.h), run.c */
     _Atomic bool run_addr_used;    /* this run has it (listener 0) */
     flare_listener_t **active;     /* this run's listeners, run_listener first if used */
     unsigned nactive;

@@ -96,5 +96,8 @@ int flare__config_resolve(flare_config_t *out, const flare_config_t *in)
 #undef CHECK_MAX
     if (out->backlog < 0)
         return flare__fail(FLARE_EINVAL, 0, "flare_config_t.backlog: %d is negative", out->backlog);
+    if ((unsigned)out->io > FLARE_IO_URING)
+        return flare__fail(FLARE_EINVAL, 0, "flare_config_t.io: %u is not a flare_io_backend_t",
+                           (unsigned)out->io);
     return 0;
 }

@@ -21,6 +21,7 @@
 #include "http/svc.h"
 #include "net/listen.h"
 #include "run_int.h"
+#include "loop/loop.h"
 #include "sd.h"
 #include "upgrade.h"
 
@@ -220,6 +221,44 @@ static int wait_for_stop(flare_app_t *app, int sfd, int hup_fd, flare_upgrade_t 
     }
 }
 
+/* The loop backend of this run: the configured one, or with FLARE_IO_AUTO
+ * the FLARE_IO variable, else io_uring when its probe passes. One log line
+ * says which and why; an explicit io_uring that cannot work fails the run. */
+static int choose_io(flare_app_t *app)
+{
+    flare_io_backend_t want = app->cfg.io;
+    const char *from = "configured";
+    const char *env = getenv("FLARE_IO");
+    if (want == FLARE_IO_AUTO && env != NULL && *env != '\0') {
+        from = "FLARE_IO";
+        if (strcmp(env, "uring") == 0)
+            want = FLARE_IO_URING;
+        else if (strcmp(env, "epoll") == 0)
+            want = FLARE_IO_EPOLL;
+        else if (strcmp(env, "auto") != 0)
+            return flare__fail(FLARE_EINVAL, 0, "FLARE_IO=%s: expected auto, uring or epoll", env);
+    }
+    if (want == FLARE_IO_EPOLL) {
+        app->io_backend = FLARE__LOOP_EPOLL;
+        flare_app_log(app, FLARE_LOG_INFO, "io: epoll (%s)", from);
+        return 0;
+    }
+    char why[160];
+    int e = flare__uring_probe(why, sizeof(why));
+    if (e == 0) {
+        app->io_backend = FLARE__LOOP_URING;
+        flare_app_log(app, FLARE_LOG_INFO, "io: io_uring (%s: %s)",
+                      want == FLARE_IO_URING ? from : "auto", why);
+        return 0;
+    }
+    if (want == FLARE_IO_URING)
+        return flare__fail(FLARE_ESYS, -e, "io_uring was asked for (%s) but cannot be used: %s",
+                           from, why);
+    app->io_backend = FLARE__LOOP_EPOLL;
+    flare_app_log(app, FLARE_LOG_INFO, "io: epoll (auto: io_uring cannot be used: %s)", why);
+    return 0;
+}
+
 int flare_app_run(flare_app_t *app, const char *listen_addr)
 {
     if (app == NULL)
@@ -238,6 +277,9 @@ int flare_app_run(flare_app_t *app, const char *listen_addr)
     if (rc != 0)
         goto out;
     rc = flare__chains_build(app, flare__res_auto);
+    if (rc != 0)
+        goto out;
+    rc = choose_io(app);
     if (rc != 0)
         goto out;
     rc = flare__workers_alloc(app);

@@ -244,7 +244,7 @@ int flare__worker_setup(flare_worker_t *w, bool *inited)
     int rc = flare__worker_listen(w); /* bound, or adopted (socket activation, upgrade) */
     if (rc != 0)
         return rc;
-    rc = flare__loop_init(&w->loop);
+    rc = flare__loop_init(&w->loop, w->app->io_backend);
     if (rc != 0)
         return rc;
     *inited = true;

@@ -20,10 +20,11 @@ set -euo pipefail
 # libyaml-dev: the configuration file (src/obs/settings*.c, docs/config.md).
 # libbrotli-dev: brotli response compression (src/web/compress.c).
 # libnghttp2-dev: HTTP/2 framing, HPACK and flow control (src/http2/).
+# liburing-dev: the io_uring loop backend (src/loop/uring.c; epoll is the fallback at run time).
 # npm: swagger-ui-dist for /docs, installed at build time (cmake/swagger_ui.cmake): the showcase
 # that make run starts serves Swagger UI, so the build needs it (it brings nodejs, and python3).
 build_pkgs=(build-essential cmake pkg-config libjansson-dev libssl-dev zlib1g-dev libpq-dev
-    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev libnghttp2-dev npm)
+    libsqlite3-dev libhiredis-dev libyaml-dev libbrotli-dev libnghttp2-dev liburing-dev npm)
 # cmocka: unit tests; python3 (/usr/bin/python3) + python3-websockets: integration tests;
 # chromium: the chat example in a real browser (driven over DevTools, no driver binary).
 # locales: a comma-decimal locale for the JSON number test (generated below).
@@ -53,9 +54,8 @@ cluster_pkgs=("${build_pkgs[@]}" redis-server nginx-light)
 ci_pkgs=("${test_pkgs[@]}" "${clang_pkgs[@]}" clang-format valgrind curl doxygen)
 # openssl: bench/tls.sh's certificate (its handshake client is bench/tls_handshake.c).
 # nghttp2-client: h2load, the HTTP/2 load generator.
-# liburing-dev: bench/null_server's io_uring mode (the io_uring ceiling).
 bench_pkgs=("${build_pkgs[@]}" wrk nginx-light h2o lighttpd valgrind strace procps util-linux curl
-    openssl nghttp2-client liburing-dev)
+    openssl nghttp2-client)
 
 mode=${1:-build}
 needs_locale=0

@@ -48,6 +48,18 @@ typedef void (*flare_task_fn)(void *ud);
  * only what differs, is a complete configuration. Values past the bound
  * after "<=" are refused by flare_app_new (FLARE_EINVAL, see there); every
  * timeout is <= INT_MAX ms (about 24.8 days). */
+/* The I/O backend each worker's loop uses (flare_config_t.io).
+ * FLARE_IO_AUTO: io_uring when this process may use it (io_uring_setup is
+ * allowed and the kernel has the requests Flare submits), else epoll; FLARE_IO
+ * in the environment (auto, uring or epoll) decides instead when it is set.
+ * The choice and its reason are logged once per run, at info level.
+ * FLARE_IO_URING: the app does not start when io_uring cannot be used. */
+typedef enum flare_io_backend {
+    FLARE_IO_AUTO = 0,
+    FLARE_IO_EPOLL,
+    FLARE_IO_URING,
+} flare_io_backend_t;
+
 typedef struct flare_config {
     unsigned workers;           /* worker threads [0: number of CPUs], <= 1024 */
     unsigned max_conns;         /* per worker; beyond it new connections are closed [100000] */
@@ -76,6 +88,9 @@ typedef struct flare_config {
      * form or fetch can send text/plain or a form type without a CORS
      * preflight, and must not reach a JSON API that way. */
     bool json_any_content_type;
+    /* the loop's I/O backend [FLARE_IO_AUTO: io_uring where it works, else epoll]
+     * (docs/io_uring.md) */
+    flare_io_backend_t io;
 } flare_config_t;
 
 /* Fills *cfg with the defaults: workers 0 (= CPUs), max_conns 100000,

@@ -119,6 +119,8 @@ typedef struct flare_settings {
                                           forwards to, NULL-terminated [none]: flare/proxy.h,
                                           examples/gateway */
     size_t nupstreams;                 /* entries in upstreams[] (its NULL not counted) */
+    char *io;                          /* auto|uring|epoll [auto]: the loop's I/O backend, also
+                                          set in app.io (flare_config_t.io) */
     char *config_file;                 /* --config FILE or FLARE_CONFIG, NULL: none */
     bool check_config;                 /* --check-config was given */
     struct flare__settings_priv *priv; /* private */

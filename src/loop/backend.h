@@ -1,25 +1,71 @@
-/* The poller behind the loop, chosen by the build: src/loop/epoll.c now
- * (an io_uring backend would be src/loop/uring.c). Five functions, called
- * only by loop.c and loop.h; interest and readiness are FLARE_IO_* bits.
- * Included by loop.h after struct flare_loop. */
+/* The poller behind the loop, chosen at run time (flare_config_t.io,
+ * --io auto|uring|epoll, FLARE_IO): src/loop/epoll.c (level-triggered
+ * epoll) or src/loop/uring.c (io_uring). Both implement the same five
+ * functions; the loop dispatches with one well-predicted branch, so the
+ * epoll path costs what it cost before there was a choice. Called only by
+ * loop.c and loop.h; interest and readiness are FLARE_IO_* bits. Included by
+ * loop.h after struct flare_loop. */
 #ifndef FLARE_LOOP_BACKEND_H
 #define FLARE_LOOP_BACKEND_H
 
-/* Opens the poller into l->backend_fd. 0 or FLARE_ESYS (recorded with
- * flare__fail). */
-int flare__backend_init(flare_loop_t *l);
-void flare__backend_dispose(flare_loop_t *l);
+/* flare_loop_t.backend */
+enum {
+    FLARE__LOOP_EPOLL = 0,
+    FLARE__LOOP_URING = 1,
+};
 
-/* Register, change, unregister io->fd; add and mod set io->events on
- * success. 0 or FLARE_ESYS with errno set (the caller says what failed). */
-int flare__backend_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
-int flare__backend_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
-void flare__backend_del(flare_loop_t *l, flare_io_t *io);
+/* Each backend: opens its poller (0 or FLARE_ESYS, recorded with
+ * flare__fail); closes it; registers, changes and unregisters io->fd (add and
+ * mod set io->events on success; 0 or FLARE_ESYS with errno set: the caller
+ * says what failed); waits up to timeout_ms (-1: no limit), refreshes
+ * l->now, then calls io->cb(l, io, ready) for each ready descriptor and
+ * returns how many it dispatched (0 on timeout or EINTR). */
+int flare__epoll_init(flare_loop_t *l);
+void flare__epoll_dispose(flare_loop_t *l);
+int flare__epoll_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
+int flare__epoll_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
+void flare__epoll_del(flare_loop_t *l, flare_io_t *io);
+int flare__epoll_poll(flare_loop_t *l, int timeout_ms);
 
-/* Waits up to timeout_ms (-1: no limit), refreshes l->now, then calls
- * io->cb(l, io, ready) for each ready descriptor, ready being FLARE_IO_*
- * bits. Returns how many it
- * dispatched (0 on timeout or EINTR). */
-int flare__backend_poll(flare_loop_t *l, int timeout_ms);
+int flare__uring_init(flare_loop_t *l);
+void flare__uring_dispose(flare_loop_t *l);
+int flare__uring_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
+int flare__uring_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
+void flare__uring_del(flare_loop_t *l, flare_io_t *io);
+int flare__uring_poll(flare_loop_t *l, int timeout_ms);
+
+/* Can this process use io_uring the way uring.c does (io_uring_setup
+ * allowed, the operations it submits supported)? 0, or a negative errno;
+ * either way `why` (n bytes) says why, for the log line. */
+int flare__uring_probe(char *why, size_t n);
+
+static inline int flare__backend_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    if (__builtin_expect(l->backend == FLARE__LOOP_EPOLL, 1))
+        return flare__epoll_add(l, io, events);
+    return flare__uring_add(l, io, events);
+}
+
+static inline int flare__backend_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
+{
+    if (__builtin_expect(l->backend == FLARE__LOOP_EPOLL, 1))
+        return flare__epoll_mod(l, io, events);
+    return flare__uring_mod(l, io, events);
+}
+
+static inline void flare__backend_del(flare_loop_t *l, flare_io_t *io)
+{
+    if (__builtin_expect(l->backend == FLARE__LOOP_EPOLL, 1))
+        flare__epoll_del(l, io);
+    else
+        flare__uring_del(l, io);
+}
+
+static inline int flare__backend_poll(flare_loop_t *l, int timeout_ms)
+{
+    if (__builtin_expect(l->backend == FLARE__LOOP_EPOLL, 1))
+        return flare__epoll_poll(l, timeout_ms);
+    return flare__uring_poll(l, timeout_ms);
+}
 
 #endif

@@ -28,7 +28,7 @@ static inline int wait_raw(int epfd, struct epoll_event *ev, int max, int timeou
 #endif
 }
 
-int flare__backend_init(flare_loop_t *l)
+int flare__epoll_init(flare_loop_t *l)
 {
     l->backend_fd = epoll_create1(EPOLL_CLOEXEC);
     if (l->backend_fd < 0)
@@ -36,7 +36,7 @@ int flare__backend_init(flare_loop_t *l)
     return 0;
 }
 
-void flare__backend_dispose(flare_loop_t *l)
+void flare__epoll_dispose(flare_loop_t *l)
 {
     if (l->backend_fd >= 0)
         close(l->backend_fd);
@@ -52,23 +52,23 @@ static int ctl(flare_loop_t *l, int op, flare_io_t *io, uint32_t events)
     return 0;
 }
 
-int flare__backend_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
+int flare__epoll_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     return ctl(l, EPOLL_CTL_ADD, io, events);
 }
 
-int flare__backend_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
+int flare__epoll_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
 {
     return ctl(l, EPOLL_CTL_MOD, io, events);
 }
 
-void flare__backend_del(flare_loop_t *l, flare_io_t *io)
+void flare__epoll_del(flare_loop_t *l, flare_io_t *io)
 {
     epoll_ctl(l->backend_fd, EPOLL_CTL_DEL, io->fd, NULL);
     io->events = 0;
 }
 
-int flare__backend_poll(flare_loop_t *l, int timeout_ms)
+int flare__epoll_poll(flare_loop_t *l, int timeout_ms)
 {
     struct epoll_event events[EPOLL_MAX_EVENTS];
     int n = wait_raw(l->backend_fd, events, EPOLL_MAX_EVENTS, timeout_ms);

@@ -11,25 +11,40 @@
 
 static void wake_cb(flare_loop_t *l, flare_io_t *io, uint32_t events);
 
-int flare__loop_init(flare_loop_t *l)
+static int backend_init(flare_loop_t *l)
+{
+    return l->backend == FLARE__LOOP_URING ? flare__uring_init(l) : flare__epoll_init(l);
+}
+
+static void backend_dispose(flare_loop_t *l)
+{
+    if (l->backend == FLARE__LOOP_URING)
+        flare__uring_dispose(l);
+    else
+        flare__epoll_dispose(l);
+}
+
+int flare__loop_init(flare_loop_t *l, unsigned backend)
 {
     memset(l, 0, sizeof(*l));
     atomic_init(&l->posts, NULL);
     l->wake_io.fd = -1;
-    int rc = flare__backend_init(l);
+    l->backend_fd = -1;
+    l->backend = backend == FLARE__LOOP_URING ? FLARE__LOOP_URING : FLARE__LOOP_EPOLL;
+    int rc = backend_init(l);
     if (rc != 0)
         return rc;
     l->wake_io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (l->wake_io.fd < 0) {
         int e = errno;
-        flare__backend_dispose(l);
+        backend_dispose(l);
         return flare__fail(FLARE_ESYS, e, "eventfd (loop wakeup)");
     }
     l->wake_io.cb = wake_cb;
     if (flare__loop_add(l, &l->wake_io, FLARE_IO_READ) != 0) {
         int e = errno;
         close(l->wake_io.fd);
-        flare__backend_dispose(l);
+        backend_dispose(l);
         return flare__fail(FLARE_ESYS, e, "watching the loop wakeup eventfd");
     }
     l->now = flare__now_ms();
@@ -280,5 +295,5 @@ void flare__loop_dispose(flare_loop_t *l)
     if (l->wake_io.fd >= 0)
         close(l->wake_io.fd);
     l->wake_io.fd = -1;
-    flare__backend_dispose(l);
+    backend_dispose(l);
 }

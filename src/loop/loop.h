@@ -1,8 +1,8 @@
-/* Event loop: one per worker thread. A poller backend (backend.h; epoll.c
- * today, level-triggered), a heap of timers (no timer syscalls: the nearest
- * deadline is the poller's timeout), and a multi-producer single-consumer
- * post queue woken by an eventfd. Only the owning thread touches the loop,
- * except the post and wake calls, which are safe from any thread.
+/* Event loop: one per worker thread. A poller backend (backend.h: epoll.c
+ * or uring.c, chosen at run time, both level-triggered), a heap of timers (no timer syscalls: the
+ * nearest deadline is the poller's timeout), and a multi-producer single-consumer post queue woken
+ * by an eventfd. Only the owning thread touches the loop, except the post and wake calls, which are
+ * safe from any thread.
  *
  * Nothing outside src/loop/ sees the poller: fd interest and readiness are
  * FLARE_IO_* bits, so another backend (io_uring) replaces epoll.c without
@@ -63,7 +63,8 @@ typedef struct flare_post_node {
 } flare_post_node_t;
 
 struct flare_loop {
-    int backend_fd; /* the poller's descriptor (epoll), -1 when none */
+    int backend_fd;  /* the poller's descriptor (epoll), -1 when none */
+    uint8_t backend; /* FLARE__LOOP_EPOLL or FLARE__LOOP_URING (backend.h) */
     bool stop;
     uint64_t now;           /* cached monotonic ms, refreshed after each wait */
     uint64_t turn;          /* counts the waits: what one turn handles is simultaneous */
@@ -80,13 +81,16 @@ struct flare_loop {
      * called with FLARE_IO_READ after this iteration's events and timers,
      * before after_events; ends with FLARE__IO_READY_END */
     flare_io_t *ready;
+    struct flare__uring *uring; /* uring.c's state; NULL with epoll */
     /* written by other threads: on its own cache line */
     _Alignas(64) _Atomic(flare_post_node_t *) posts;
 };
 
 #include "loop/backend.h"
 
-int flare__loop_init(flare_loop_t *l);
+/* Opens the loop on `backend` (FLARE__LOOP_EPOLL or FLARE__LOOP_URING).
+ * 0, or FLARE_ESYS (recorded with flare__fail). */
+int flare__loop_init(flare_loop_t *l, unsigned backend);
 
 /* Runs what is still posted (a post that returned 0 always runs once), then
  * cancels every pending timer: none fires, the loop's own one-shot nodes

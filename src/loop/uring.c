@@ -40,8 +40,8 @@ _Static_assert(FLARE_IO_READ == (unsigned)POLLIN && FLARE_IO_WRITE == (unsigned)
                "FLARE_IO_* must equal the POLL* bits");
 
 #define URING_ENTRIES 4096u
-#define URING_BATCH   256u               /* completions taken per wait */
-#define UD_IGNORE     UINT64_MAX         /* a removal request's own completion */
+#define URING_BATCH   256u       /* completions taken per wait */
+#define UD_IGNORE     UINT64_MAX /* a removal request's own completion */
 #define UD(fd, gen)   (((uint64_t)(gen) << 32) | (uint32_t)(fd))
 
 typedef struct uslot {
@@ -58,7 +58,7 @@ struct flare__uring {
     uint32_t nslots;
     int *arm; /* fds whose io wants a poll request */
     uint32_t narm, carm;
-    uint64_t *rm; /* user_data of requests to remove */
+    uint64_t *rm;      /* user_data of requests to remove */
     uint32_t nrm, crm; /* carm and crm: nslots once the lists have grown with it */
 };
 

@@ -65,6 +65,8 @@ const settings_key_t flare__settings_keys[] = {
       true, true },
     { "backlog", K_INT, OFF(app.backlog), 0, 0, INT_MAX, NULL, "listen(2) backlog [4096]",
       true, true },
+    { "io", K_ENUM, OFF(io), 0, 0, 0, "auto|uring|epoll",
+      "the I/O backend [auto: io_uring where this process may use it, else epoll]", true, true },
     { "mw-stats", K_BOOL, OFF(app.mw_stats), 0, 0, 1, NULL, "time every middleware hook [false]",
       true, true },
     { "json-any-content-type", K_BOOL, OFF(app.json_any_content_type), 0, 0, 1, NULL,
@@ -630,6 +632,7 @@ void flare_settings_free(flare_settings_t *s)
     free(s->log);
     free(s->log_level);
     free(s->log_format);
+    free(s->io);
     free(s->access_log);
     free(s->access_log_format);
     free(s->db);
@@ -821,6 +824,10 @@ static int find_config(flare_settings_t *s)
 /* The whole: what no single key can check. */
 static int check(flare_settings_t *s)
 {
+    if (s->io != NULL) /* one of the three: set_value checked it */
+        s->app.io = strcmp(s->io, "uring") == 0   ? FLARE_IO_URING
+                    : strcmp(s->io, "epoll") == 0 ? FLARE_IO_EPOLL
+                                                  : FLARE_IO_AUTO;
     bool any_tls = false;
     for (size_t i = 0; i < s->nlisteners; i++) {
         flare_settings_listener_t *l = &s->listeners[i];

@@ -410,6 +410,9 @@ int flare_settings_print(const flare_settings_t *s, FILE *out)
     fprintf(out, "max-headers: %zu\njob-threads: %u\nbacklog: %d\nmw-stats: %s\n", c.max_headers,
             c.job_threads, c.backlog, c.mw_stats ? "true" : "false");
     fprintf(out, "json-any-content-type: %s\n", c.json_any_content_type ? "true" : "false");
+    fputs("io: ", out);
+    str_or_null(out, s->io, "auto");
+    fputc('\n', out);
     fputs("static:", out);
     if (s->nstatics == 0)
         fputs(" []", out);

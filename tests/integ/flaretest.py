@@ -443,8 +443,10 @@ class Server:
     one example with TLS flags); True adds the suite's certificate; False
     never. With extra TLS flags of its own in extra_args, pass tls=False."""
 
-    def __init__(self, *extra_args, workers=2, binary=None, tls=None):
+    def __init__(self, *extra_args, workers=2, binary=None, tls=None, prefix=(), env=None):
         self.binary = binary or HELLO
+        self.prefix = [str(a) for a in prefix]   # a wrapper the server runs under
+        self.env = env                           # None: this process's environment
         self.extra_args = [str(a) for a in extra_args]
         self.workers = workers
         if tls is None:
@@ -469,7 +471,7 @@ class Server:
         for _attempt in range(5):
             self.port = free_port()
             self.log = tempfile.TemporaryFile()
-            args = [self.binary, "--listen", "%s:%d" % (HOST, self.port),
+            args = self.prefix + [self.binary, "--listen", "%s:%d" % (HOST, self.port),
                     "--workers", str(self.workers)] + self.extra_args
             if self.tls:
                 cert, key = tls_files()
@@ -481,7 +483,7 @@ class Server:
                     # deadline counted from accept, which test_tls checks
                     args += ["--tls-handshake-timeout", "120"]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                         stdout=self.log, stderr=self.log)
+                                         stdout=self.log, stderr=self.log, env=self.env)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
