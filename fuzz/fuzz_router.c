@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "router/match.h"
 #include "router/router.h"
 
 #define CHECK(x)     \

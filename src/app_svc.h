@@ -12,6 +12,11 @@
 
 #include "flare/flare.h"
 
+/* module.c: the app's resolved configuration (every default filled in),
+ * valid until flare_app_free; from any thread (it changes only while the
+ * app is not running). */
+const flare_config_t *flare__app_config(const flare_app_t *app);
+
 /* Hands ptr to the app: free_fn(ptr) runs in flare_app_free. On failure
  * (out of memory) free_fn(ptr) runs at once and FLARE_ENOMEM is returned. */
 int flare__app_own(flare_app_t *app, void *ptr, void (*free_fn)(void *ptr));

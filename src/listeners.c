@@ -13,7 +13,7 @@
 #include "worker.h"
 #include "net/listen.h"
 #include "net/tls.h"
-#include "http1/conn.h"
+#include "http1/accept.h"
 #include "run_int.h"
 
 bool flare__app_has_admin(const flare_app_t *app)

@@ -2,6 +2,7 @@
 #include "module.h"
 
 #include "app.h"
+#include "app_svc.h"
 #include "worker.h"
 
 int flare__app_module(flare_app_t *app, const flare_module_t *m, void *state, unsigned *slot)

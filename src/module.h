@@ -62,11 +62,6 @@ void *flare__app_module_state(const flare_app_t *app, const flare_module_t *m);
 /* Whether flare_app_run is between its start and its return (any thread). */
 bool flare__app_running(const flare_app_t *app);
 
-/* module.c: the app's resolved configuration (every default filled in),
- * valid until flare_app_free; from any thread (it changes only while the
- * app is not running). */
-const flare_config_t *flare__app_config(const flare_app_t *app);
-
 /* module.c: the workers the first run made (0 before it; the same count
  * until flare_app_free), unlike flare_app_workers, which counts the workers
  * a run will make. flare_app_worker(app, i) is worker i. */

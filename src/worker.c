@@ -12,7 +12,7 @@
 
 #include "app.h"
 #include "app_svc.h"
-#include "http/exchange.h"
+#include "http/svc.h" /* the recycled exchanges: trim, dispose */
 #include "worker.h"
 #include "module.h"
 #include "net/listen.h"
@@ -43,30 +43,13 @@
 #define TRIM_BUFS_PER_CONN 2
 #define TRIM_RELEASE       (1u << 20)
 
-static size_t ex_free(struct flare_req *ex)
-{
-    size_t n = sizeof(*ex) + ex->bodybuf.cap + ex->out.cap;
-    flare__arena_dispose(&ex->arena);
-    flare__buf_free(&ex->bodybuf);
-    flare__buf_free(&ex->out);
-    free(ex->headers);
-    free(ex);
-    return n;
-}
-
 static void worker_trim(flare_worker_t *w)
 {
     size_t freed = 0;
     unsigned conns = w->nconns + w->nmodule_conns;
     unsigned keep =
         conns * TRIM_EX_PER_CONN > TRIM_KEEP_EX ? conns * TRIM_EX_PER_CONN : TRIM_KEEP_EX;
-    unsigned drop = w->nfree_ex > keep ? w->nfree_ex - keep : 0;
-    for (unsigned i = 0; i < drop; i++) {
-        struct flare_req *ex = w->free_ex;
-        w->free_ex = ex->next;
-        freed += ex_free(ex);
-    }
-    w->nfree_ex -= drop;
+    freed += flare__ex_trim(w, keep);
     keep =
         conns * TRIM_BUFS_PER_CONN > TRIM_KEEP_BUFS ? conns * TRIM_BUFS_PER_CONN : TRIM_KEEP_BUFS;
     freed += flare__bufpool_trim(&w->pool, keep);
@@ -187,17 +170,7 @@ void flare__worker_dispose(flare_worker_t *w, bool inited)
  * recycled ones, the HTTP/2 block lists and the connection buffers. */
 void flare__worker_free_memory(flare_worker_t *w)
 {
-    while (w->orphans != NULL) {
-        struct flare_req *ex = w->orphans;
-        ex->flags |= EX_SENT;
-        flare__ex_put(w, ex);
-    }
-    while (w->free_ex != NULL) {
-        struct flare_req *ex = w->free_ex;
-        w->free_ex = ex->next;
-        ex_free(ex);
-    }
-    w->nfree_ex = 0;
+    flare__ex_dispose_all(w);
     flare__h2_mem_dispose(w);
     flare__bufpool_dispose(&w->pool);
 }

@@ -395,3 +395,44 @@ void flare_next(flare_req_t *req)
     }
     run_chain(ex);
 }
+
+/* ---- the worker's recycled exchanges (its trim and its shutdown) ---- */
+
+static size_t ex_free(struct flare_req *ex)
+{
+    size_t n = sizeof(*ex) + ex->bodybuf.cap + ex->out.cap;
+    flare__arena_dispose(&ex->arena);
+    flare__buf_free(&ex->bodybuf);
+    flare__buf_free(&ex->out);
+    free(ex->headers);
+    free(ex);
+    return n;
+}
+
+size_t flare__ex_trim(flare_worker_t *w, unsigned keep)
+{
+    size_t freed = 0;
+    unsigned drop = w->nfree_ex > keep ? w->nfree_ex - keep : 0;
+    for (unsigned i = 0; i < drop; i++) {
+        struct flare_req *ex = w->free_ex;
+        w->free_ex = ex->next;
+        freed += ex_free(ex);
+    }
+    w->nfree_ex -= drop;
+    return freed;
+}
+
+void flare__ex_dispose_all(flare_worker_t *w)
+{
+    while (w->orphans != NULL) {
+        struct flare_req *ex = w->orphans;
+        ex->flags |= EX_SENT;
+        flare__ex_put(w, ex);
+    }
+    while (w->free_ex != NULL) {
+        struct flare_req *ex = w->free_ex;
+        w->free_ex = ex->next;
+        ex_free(ex);
+    }
+    w->nfree_ex = 0;
+}

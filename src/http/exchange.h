@@ -17,7 +17,7 @@
 #include "core/buf.h"
 #include "flare/flare.h"
 #include "http/head.h"
-#include "router/router.h"
+#include "router/match.h"
 
 struct flare_req;
 struct flare_conn;
@@ -201,12 +201,9 @@ struct flare_req {
     uint32_t traw_len, traw_cap;
 };
 
-/* The exchange a response belongs to (container_of). */
-static inline struct flare_req *flare__res_ex(flare_res_t *res)
-{
-    return (struct flare_req *)((char *)res - offsetof(struct flare_req, res));
-}
-_Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex should compile to nothing");
+/* flare__res_ex (http/svc.h) turns a response into its exchange by a cast:
+ * right only while the response comes first. */
+_Static_assert(offsetof(struct flare_req, res) == 0, "flare__res_ex (http/svc.h) casts");
 
 /* ---- exchange observers (src/http/exchange.c) ---- */
 

@@ -10,12 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/parse.h"
 #include "flare/common.h"
-
-/* What the parsers return on failure or with too few bytes (bytes consumed
- * > 0 otherwise). */
-#define FLARE_PARSE_ERROR   (-1)
-#define FLARE_PARSE_PARTIAL (-2)
 
 typedef struct flare_http_limits {
     size_t max_request_line; /* bytes, request line without CRLF (414) */

@@ -10,6 +10,21 @@
 #include "flare/flare.h"
 
 struct flare_req;
+struct flare_worker;
+
+/* The exchange a response belongs to: the response is the exchange's first
+ * member (http/exchange.h asserts it), so this compiles to nothing. */
+static inline struct flare_req *flare__res_ex(flare_res_t *res)
+{
+    return (struct flare_req *)(void *)res;
+}
+
+/* exchange.c, for the worker: frees the recycled exchanges beyond `keep`
+ * (its idle trim), returning the bytes given back; at shutdown, releases
+ * the orphaned exchanges still owed a response (their cleanups run) and
+ * frees every recycled one. */
+size_t flare__ex_trim(struct flare_worker *w, unsigned keep);
+void flare__ex_dispose_all(struct flare_worker *w);
 
 /* ---- src/http/response.c ---- */
 

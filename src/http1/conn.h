@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "worker.h"
+#include "http1/accept.h"
 #include "http/exchange.h"
 #include "net/conn.h"
 #include "net/stream.h"
@@ -50,11 +51,6 @@ static inline flare_worker_t *h1_worker(const h1conn_t *c)
     return flare__conn_worker(&c->base);
 }
 
-/* http1/conn.c: the accept of every listener (HTTP/1.1 first; HTTP/2 by
- * ALPN or the preface takes it over) */
-struct flare_listener;
-void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
-                      const struct flare_listener *l);
 void flare__conn_flush(h1conn_t *c);
 extern const flare_conn_ops_t flare__h1_conn_ops;
 

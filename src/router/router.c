@@ -37,6 +37,7 @@
  * `GET /users/123` ~267 (static miss ~45, tree walk ~160), wildcard
  * `/static/css/site.css` ~266, a 404 ~300. */
 #include "router/router.h"
+#include "router/match.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -11,22 +11,8 @@
 
 #include "flare/common.h"
 
-#define FLARE_ROUTER_MAX_PARAMS 16
-
 typedef struct flare_router flare_router_t;
-
-typedef struct flare_route_param {
-    flare_str_t name;  /* view into the router's copy of the pattern */
-    flare_str_t value; /* view into the matched path (raw, not decoded) */
-} flare_route_param_t;
-
-typedef struct flare_route_match {
-    void *route;      /* the `data` given to flare__router_add, or NULL */
-    uint32_t allowed; /* when route == NULL: bit (1u << method) set for each
-                         method that has a route for this path; 0 => 404 */
-    unsigned nparams;
-    flare_route_param_t params[FLARE_ROUTER_MAX_PARAMS];
-} flare_route_match_t;
+struct flare_route_match;
 
 flare_router_t *flare__router_new(void);
 void flare__router_free(flare_router_t *r);
@@ -79,7 +65,7 @@ size_t flare__router_normalize_path(flare_str_t path, char *out);
  * HEAD falls back to GET when no HEAD route exists: the caller decides that
  * by matching GET again, the router does no implicit mapping. */
 int flare__router_match(const flare_router_t *r, flare_method_t method, flare_str_t path,
-                        flare_route_match_t *m);
+                        struct flare_route_match *m);
 
 /* Bit set of methods that have a route for `path` (used for Allow and for
  * automatic OPTIONS). */

@@ -4,8 +4,8 @@
 #include "core/core.h"
 #include "flare/cookie.h"
 #include "flare/rest.h"
-#include "module.h"
-#include "http/exchange.h"
+#include "app_svc.h"
+#include "http/svc.h"
 #include "worker.h"
 
 typedef struct resjson {
@@ -90,11 +90,11 @@ static int send_json_error(flare_res_t *res, int status, const char *msg)
  * 415 and returns false when refused. */
 static bool check_type(flare_req_t *req, flare_res_t *res)
 {
-    if (flare__app_config(req->worker->app)->json_any_content_type)
+    if (flare__app_config(flare_req_worker(req)->app)->json_any_content_type)
         return true;
     flare_str_t ct = flare_req_header(req, "Content-Type");
     if (ct.ptr == NULL) {
-        if (req->body.len == 0)
+        if (flare_req_body(req).len == 0)
             return true;
         send_json_error(res, 415,
                         "missing Content-Type: a JSON body must be sent as "

@@ -25,6 +25,7 @@
 
 #include "flare/sse.h"
 #include "http/exchange.h"
+#include "http/svc.h"
 #include "worker.h"
 #include "module.h"
 #include "web/channel.h"

@@ -17,7 +17,6 @@
 #include "flare/flare.h"
 #include "flare/static.h"
 #include "app_svc.h"
-#include "http/exchange.h"
 #include "http/svc.h"
 #include "worker.h"
 #include "web/static_int.h"
@@ -112,12 +111,12 @@ static int static_serve(flare_req_t *req, flare_res_t *res, static_dir_t *sd, fl
     uint8_t want_gz =
         sd->o.precompressed && cd.ae.ptr != NULL ? flare__static_want(cd.ae) : WANT_NONE;
     file_info_t fi;
-    uint64_t now = req->worker->loop.now;
-    static_cache_t *cache =
-        rlen < CACHE_PATH_MAX ? flare__static_cache_of(sd, req->worker->id) : NULL;
+    flare_worker_t *w = flare_req_worker(req);
+    uint64_t now = w->loop.now;
+    static_cache_t *cache = rlen < CACHE_PATH_MAX ? flare__static_cache_of(sd, w->id) : NULL;
     size_t klen = rlen; /* the cache key: the request's path, before any index is added */
     if (cache != NULL && flare__static_cache_get(cache, sd->cache_ms, rel, klen, slash, want_gz,
-                                                 now, req->worker->loop.turn, &fi))
+                                                 now, w->loop.turn, &fi))
         return flare__static_respond(req, res, sd, &fi, &cd);
 
     int fd = flare__static_open(sd->root, rel);

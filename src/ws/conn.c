@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
-#include "http/head.h"
+#include "core/parse.h"
 #include "obs/metrics.h"
 #include "ws/ws_int.h"
 

@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "http/head.h" /* FLARE_PARSE_PARTIAL / FLARE_PARSE_ERROR */
+#include "core/parse.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

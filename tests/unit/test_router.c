@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "flare/common.h"
+#include "router/match.h"
 #include "router/router.h"
 
 #define GET    FLARE_METHOD_GET
