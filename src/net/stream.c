@@ -296,6 +296,69 @@ ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
     return n;
 }
 
+/* Room for `need` more bytes after rlen: the buffer taken from the pool,
+ * its consumed front dropped, or grown up to max_cap. 0, -ENOBUFS or
+ * -ENOMEM. */
+static int rbuf_room(flare_stream_t *s, size_t need, size_t max_cap)
+{
+    if (s->rbuf == NULL) {
+        s->rbuf = flare__bufpool_get(&s->loop->pool);
+        if (s->rbuf == NULL)
+            return -ENOMEM;
+        s->rcap = FLARE_CONN_BUF;
+        s->rlen = s->rpos = 0;
+    } else if (s->rpos == s->rlen) {
+        s->rpos = s->rlen = 0;
+    }
+    if (s->rcap - s->rlen >= need)
+        return 0;
+    if (s->rpos > 0) {
+        memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
+        s->rlen -= s->rpos;
+        s->rpos = 0;
+        if (s->rcap - s->rlen >= need)
+            return 0;
+    }
+    size_t cap = s->rcap;
+    while (cap - s->rlen < need && cap < max_cap)
+        cap *= 2;
+    if (cap > max_cap)
+        cap = max_cap;
+    if (cap - s->rlen < need || cap > UINT32_MAX)
+        return -ENOBUFS;
+    char *nb = malloc(cap);
+    if (nb == NULL)
+        return -ENOMEM;
+    memcpy(nb, s->rbuf, s->rlen);
+    uint32_t len = s->rlen;
+    flare__stream_free_rbuf(s);
+    s->rbuf = nb;
+    s->rlen = len;
+    s->rcap = (uint32_t)cap;
+    return 0;
+}
+
+ssize_t flare__stream_give(flare_stream_t *s, const char *buf, size_t len, size_t max_cap,
+                           flare_task_fn release, void *ud)
+{
+    ssize_t rc = (ssize_t)len;
+    if (len == 0) {
+        flare__stream_eof(s);
+    } else {
+        int r = rbuf_room(s, len, max_cap);
+        if (r == 0) {
+            memcpy(s->rbuf + s->rlen, buf, len);
+            s->rlen += (uint32_t)len;
+            s->t_active = s->loop->now;
+        } else {
+            rc = r;
+        }
+    }
+    if (release != NULL)
+        release(ud); /* copied (or refused): the backend's buffer is free again */
+    return rc;
+}
+
 void flare__stream_eof(flare_stream_t *s)
 {
     s->sflags |= FLARE_S_RD_EOF;
@@ -424,69 +487,93 @@ static ssize_t tx_sendfile(flare_stream_t *s, const flare_outseg_t *seg, size_t 
     return wr;
 }
 
+int flare__stream_out_next(const flare_stream_t *s, struct iovec *iov, int max,
+                           flare_out_next_t *nx)
+{
+    const flare_outq_t *q = s->oq;
+    uint32_t nsegs = q != NULL ? q->nsegs : 0;
+    size_t skip = q != NULL ? q->wsent : 0, wpos = 0;
+    int n = 0;
+    *nx = (flare_out_next_t){ 0 };
+    for (uint32_t i = 0; i <= nsegs && n < max; i++) {
+        size_t at = i < nsegs ? q->seg[i].at : s->wbuf.len;
+        size_t part = at - wpos; /* wbuf bytes [wpos, at) */
+        if (skip >= part) {
+            skip -= part;
+        } else {
+            iov[n].iov_base = s->wbuf.data + wpos + skip;
+            iov[n].iov_len = part - skip;
+            nx->total += part - skip;
+            n++;
+            skip = 0;
+        }
+        wpos = at;
+        if (i == nsegs) {
+            nx->all = true;
+            break;
+        }
+        if (n == max)
+            break;
+        if (skip >= q->seg[i].len) {
+            skip -= q->seg[i].len;
+        } else if (q->seg[i].fd >= 0) {
+            /* gathered bytes go first (with MSG_MORE: the file follows);
+             * the file range itself on its own turn */
+            if (n == 0) {
+                nx->file = &q->seg[i];
+                nx->file_skip = skip;
+                nx->total = q->seg[i].len - skip;
+            } else {
+                nx->more = true;
+            }
+            break;
+        } else {
+            iov[n].iov_base = (char *)q->seg[i].ptr + skip;
+            iov[n].iov_len = q->seg[i].len - skip;
+            nx->total += q->seg[i].len - skip;
+            n++;
+            skip = 0;
+        }
+    }
+    return n;
+}
+
+bool flare__stream_out_done(flare_stream_t *s, size_t n)
+{
+    flare_outq_t *q = s->oq;
+    s->t_active = s->loop->now;
+    size_t sent = (q != NULL ? q->wsent : 0) + n;
+    if (sent == s->wbuf.len + (q != NULL ? q->segbytes : 0)) {
+        s->wbuf.len = 0;
+        release_segs(s); /* (and wsent = 0) */
+        return true;
+    }
+    if (q != NULL)
+        q->wsent = sent;
+    else
+        flare__stream_wrote_part(s, sent);
+    if (s->oq != NULL && s->oq->wsent >= COMPACT_MIN)
+        compact(s); /* releases the segments written whole */
+    return false;
+}
+
 int flare__stream_flush_slow(flare_stream_t *s)
 {
     if (!(s->sflags & FLARE_S_ATTACHED))
         return 0;
     while (s->wbuf.len > 0 || flare__stream_nsegs(s) > 0) {
         struct iovec iov[MAX_IOV];
-        int n = 0;
-        flare_outq_t *q = s->oq;
-        uint32_t nsegs = q != NULL ? q->nsegs : 0;
-        size_t skip = q != NULL ? q->wsent : 0, wpos = 0, total = 0;
-        const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
-        size_t file_skip = 0;
-        bool more = false; /* a file range follows the gathered bytes */
-        bool all = false;  /* the gathered bytes are all that is queued */
-        for (uint32_t i = 0; i <= nsegs && n < MAX_IOV; i++) {
-            size_t at = i < nsegs ? q->seg[i].at : s->wbuf.len;
-            size_t part = at - wpos; /* wbuf bytes [wpos, at) */
-            if (skip >= part) {
-                skip -= part;
-            } else {
-                iov[n].iov_base = s->wbuf.data + wpos + skip;
-                iov[n].iov_len = part - skip;
-                total += part - skip;
-                n++;
-                skip = 0;
-            }
-            wpos = at;
-            if (i == nsegs) {
-                all = true;
-                break;
-            }
-            if (n == MAX_IOV)
-                break;
-            if (skip >= q->seg[i].len) {
-                skip -= q->seg[i].len;
-            } else if (q->seg[i].fd >= 0) {
-                /* gathered bytes go first (with MSG_MORE: the file follows);
-                 * the file range itself on its own turn */
-                if (n == 0) {
-                    file = &q->seg[i];
-                    file_skip = skip;
-                } else {
-                    more = true;
-                }
-                break;
-            } else {
-                iov[n].iov_base = (char *)q->seg[i].ptr + skip;
-                iov[n].iov_len = q->seg[i].len - skip;
-                total += q->seg[i].len - skip;
-                n++;
-                skip = 0;
-            }
-        }
+        flare_out_next_t nx;
+        int n = flare__stream_out_next(s, iov, MAX_IOV, &nx);
         ssize_t wr;
-        if (file != NULL) {
-            total = file->len - file_skip;
-            wr = tx_sendfile(s, file, file_skip);
-        } else if (flare__unlikely(all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
+        if (nx.file != NULL) {
+            wr = tx_sendfile(s, nx.file, nx.file_skip);
+        } else if (flare__unlikely(nx.all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
             s->tr->state |= FLARE_TR_LAST;
-            wr = tx_writev(s, iov, n, more);
+            wr = tx_writev(s, iov, n, nx.more);
             s->tr->state &= ~(uint32_t)FLARE_TR_LAST;
         } else {
-            wr = tx_writev(s, iov, n, more);
+            wr = tx_writev(s, iov, n, nx.more);
         }
         if (wr < 0) {
             if (wr == -EAGAIN) {
@@ -495,22 +582,11 @@ int flare__stream_flush_slow(flare_stream_t *s)
             }
             return -1;
         }
-        s->t_active = s->loop->now;
-        size_t sent = (q != NULL ? q->wsent : 0) + (size_t)wr;
-        if (sent == s->wbuf.len + (q != NULL ? q->segbytes : 0)) {
-            s->wbuf.len = 0;
-            release_segs(s); /* (and wsent = 0) */
+        if (flare__stream_out_done(s, (size_t)wr))
             break;
-        }
-        if (q != NULL)
-            q->wsent = sent;
-        else
-            flare__stream_wrote_part(s, sent);
-        if (s->oq != NULL && s->oq->wsent >= COMPACT_MIN)
-            compact(s);
         /* a short write: the socket is full. Not so through a transport: TLS
          * takes one record per call, and only -EAGAIN says it would block */
-        if ((size_t)wr < total && s->tr == NULL) {
+        if ((size_t)wr < nx.total && s->tr == NULL) {
             blocked(s, false);
             return 0;
         }

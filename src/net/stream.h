@@ -135,6 +135,18 @@ void flare__stream_close(flare_stream_t *s, bool clean);
 ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap);
 void flare__stream_eof(flare_stream_t *s); /* the peer's end: FLARE_S_RD_EOF, no read interest */
 
+/* Input a completion backend received into a buffer it owns (io_uring: a
+ * provided buffer of its ring), handed to the stream instead of a read:
+ * buf[0, len) is appended to the read buffer exactly as flare__stream_read
+ * would have put it there (taken from the pool when absent; its consumed
+ * front dropped, or grown up to max_cap, when the bytes do not fit), and
+ * release(ud) returns the backend's buffer before this returns, whatever
+ * the result. len, 0 when len is 0 (the peer's end: FLARE_S_RD_EOF, as a
+ * read of 0), -ENOBUFS (they do not fit in max_cap) or -ENOMEM. The
+ * protocol then consumes rbuf[rpos, rlen) as after a read. */
+ssize_t flare__stream_give(flare_stream_t *s, const char *buf, size_t len, size_t max_cap,
+                           flare_task_fn release, void *ud);
+
 static inline ssize_t flare__stream_read(flare_stream_t *s, size_t max_cap)
 {
     /* the common case inline: plain TCP, a buffer from the pool or one
@@ -254,6 +266,37 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
  * is not kept). */
 int flare__stream_queue(flare_stream_t *s, const struct iovec *iov, int n, flare_task_fn release,
                         void *ud);
+
+/* Output as a queue completed through a callback, in two steps that a
+ * readiness backend runs together (flare__stream_flush_slow: out_next,
+ * writev/sendfile, out_done, in the same turn) and a completion backend
+ * apart (out_next, a send submitted with those iovecs, out_done from its
+ * completion). */
+typedef struct flare_out_next {
+    /* non-NULL: the next piece is this file range, sent on its own from
+     * file->off + file_skip (iov is then empty) */
+    const flare_outseg_t *file;
+    size_t file_skip;
+    size_t total; /* bytes offered: in iov[0..n), or left of the file range */
+    bool more;    /* a file range follows the gathered bytes (MSG_MORE) */
+    bool all;     /* the gathered bytes are everything queued */
+} flare_out_next_t;
+
+/* What to send next: fills iov[0..max) with the queued bytes from the
+ * first unsent one, in order (copied bytes and borrowed segments), up to a
+ * file range; returns their count (0 with nx->file set: the range is next;
+ * 0 with nothing set: nothing is queued). Changes nothing: the same offer
+ * is made until out_done. The iovecs point into the queue, valid until
+ * out_done or anything else queued. */
+int flare__stream_out_next(const flare_stream_t *s, struct iovec *iov, int max,
+                           flare_out_next_t *nx);
+
+/* n bytes of what out_next offered were written (n may be less than
+ * nx->total: a short send). Advances the queue; borrowed segments and file
+ * ranges are released here once written (when the queue empties, or when
+ * its written front is compacted), never at submission. true when the
+ * queue is empty now (the protocol's "drained"). */
+bool flare__stream_out_done(flare_stream_t *s, size_t n);
 
 /* Writes queued output. 1: all written; 0: waiting for the socket
  * (interest set); -1: the socket failed (the caller closes the stream). */
