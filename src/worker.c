@@ -52,7 +52,7 @@ static void worker_trim(flare_worker_t *w)
     freed += flare__ex_trim(w, keep);
     keep =
         conns * TRIM_BUFS_PER_CONN > TRIM_KEEP_BUFS ? conns * TRIM_BUFS_PER_CONN : TRIM_KEEP_BUFS;
-    freed += flare__bufpool_trim(&w->pool, keep);
+    freed += flare__bufpool_trim(&w->loop.pool, keep);
     freed += flare__h2_mem_trim(w);
     w->trimmed += freed;
     if (w->trimmed >= TRIM_RELEASE) {
@@ -172,7 +172,7 @@ void flare__worker_free_memory(flare_worker_t *w)
 {
     flare__ex_dispose_all(w);
     flare__h2_mem_dispose(w);
-    flare__bufpool_dispose(&w->pool);
+    flare__bufpool_dispose(&w->loop.pool);
 }
 
 static unsigned cpu_count(void)

@@ -60,7 +60,6 @@ struct flare_worker {
     uint64_t drain_deadline;
     flare_conn_t *conns;        /* all live connections (sweep list) */
     flare_conn_t *dead;         /* closed this iteration, freed after the batch */
-    flare_bufpool_t pool;       /* free FLARE_CONN_BUF-byte buffers */
     struct flare_req *free_ex;  /* recycled exchanges */
     struct flare_h2_mem *h2mem; /* HTTP/2 sessions' blocks (http2/mem.c) */
     /* exchanges whose connection closed while a handler still owed the

@@ -54,7 +54,6 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
         close(fd);
         return;
     }
-    flare__conn_set_peer(&c->base, sa);
     flare_transport_t *tr = NULL;
     if (l != NULL && flare__unlikely(l->tls != NULL)) {
         tr = flare__tls_accept(l->tls, fd, &w->tls_counters);
@@ -64,18 +63,68 @@ void flare__conn_open(flare_worker_t *w, int fd, const struct sockaddr *sa,
             return;
         }
     }
-    c->base.listener = l;
-    if (flare__stream_open(&c->base.s, &w->pool, &w->loop, fd, tr, conn_io_cb) != 0) {
+    if (flare__stream_open(&c->base.s, &w->loop, fd, tr, conn_io_cb) != 0) {
         if (tr != NULL)
             tr->ops->free(tr);
         close(fd);
         free(c);
         return;
     }
-    if (tr != NULL)
-        c->base.s.on_open = tls_open;
-    c->t_open = c->t_head = w->loop.now;
+    if (tr != NULL) {
+        tr->on_open = tls_open;
+        tr->hs_deadline = w->loop.now + flare__tls_handshake_timeout(l->tls);
+    }
+    c->t_head = (uint32_t)w->loop.now;
+    flare__conn_set_peer(&c->base, sa); /* (in the stream's spare bytes: after its open) */
+    if (l != NULL && l->admin)
+        c->base.s.conn_flags |= FLARE_CONN_ADMIN;
     flare__conn_attach(&c->base, w, &flare__h1_conn_ops);
+}
+
+/* Upgrades whose 101 is not out yet. Few at a time, so a list per worker
+ * thread instead of two pointers in every connection (an idle connection
+ * stays within 192 bytes); a connection is only touched on its worker's
+ * thread. */
+typedef struct h1_upgrade {
+    const h1conn_t *c;
+    flare_upgrade_fn fn;
+    void *ud;
+    struct h1_upgrade *next;
+} h1_upgrade_t;
+
+static _Thread_local h1_upgrade_t *upgrades;
+
+int flare__h1_upgrade_set(h1conn_t *c, flare_upgrade_fn fn, void *ud)
+{
+    if (c->flags & C_UPGRADE) { /* a second 101 on it: the last one's taker, as before */
+        h1_upgrade_t *u = upgrades;
+        while (u->c != c)
+            u = u->next;
+        u->fn = fn;
+        u->ud = ud;
+        return 0;
+    }
+    h1_upgrade_t *u = malloc(sizeof(*u));
+    if (u == NULL)
+        return FLARE_ENOMEM;
+    *u = (h1_upgrade_t){ c, fn, ud, upgrades };
+    upgrades = u;
+    c->flags |= C_UPGRADE;
+    return 0;
+}
+
+/* C_UPGRADE's fn and ud, off the list (C_UPGRADE cleared). */
+static void upgrade_take(h1conn_t *c, flare_upgrade_fn *fn, void **ud)
+{
+    h1_upgrade_t **pp = &upgrades;
+    while ((*pp)->c != c)
+        pp = &(*pp)->next;
+    h1_upgrade_t *u = *pp;
+    *pp = u->next;
+    *fn = u->fn;
+    *ud = u->ud;
+    free(u);
+    c->flags &= ~(uint32_t)C_UPGRADE;
 }
 
 /* ops->closed: the stream is closed and the connection off the worker's
@@ -85,10 +134,12 @@ static void h1_closed(flare_conn_t *base)
     h1conn_t *c = (h1conn_t *)base;
     flare_worker_t *w = h1_worker(c);
     c->flags |= C_DEAD;
-    if ((c->flags & C_UPGRADE) && c->upgrade_fn != NULL) {
+    if (c->flags & C_UPGRADE) {
         /* the 101 never got out: the would-be owner learns it with no stream */
-        c->flags &= ~(uint32_t)C_UPGRADE;
-        c->upgrade_fn(w, NULL, c->upgrade_ud);
+        flare_upgrade_fn fn;
+        void *ud;
+        upgrade_take(c, &fn, &ud);
+        fn(w, NULL, ud);
     }
 
     /* in-flight exchanges: finished ones are recycled, the others are
@@ -161,9 +212,9 @@ static void start_linger(h1conn_t *c)
  * upgrade request) goes to its new owner; this connection object ends. */
 static void handoff(h1conn_t *c)
 {
-    flare_upgrade_fn fn = c->upgrade_fn;
-    void *ud = c->upgrade_ud;
-    c->flags &= ~(uint32_t)C_UPGRADE; /* handed over: closing c must not report a failure */
+    flare_upgrade_fn fn;
+    void *ud;
+    upgrade_take(c, &fn, &ud); /* handed over: closing c must not report a failure */
     fn(h1_worker(c), &c->base.s, ud);
     conn_close(c); /* the stream has moved: only the object is left to free */
 }
@@ -553,7 +604,7 @@ static bool recv_stream(h1conn_t *c)
             c->recv = NULL;
             flare__ex_body_end(ex, 0); /* settles ex: it may be gone now */
             if (c->base.s.rpos < c->base.s.rlen)
-                c->t_head = h1_worker(c)->loop.now;
+                c->t_head = (uint32_t)h1_worker(c)->loop.now;
             return true;
         }
     }
@@ -863,7 +914,7 @@ static void process(h1conn_t *c)
         if (!done)
             continue; /* c->recv set, or closing: the loop condition decides */
         if (c->base.s.rpos < c->base.s.rlen)
-            c->t_head = w->loop.now;
+            c->t_head = (uint32_t)w->loop.now;
     }
     c->flags &= ~C_IN_BATCH;
 }
@@ -921,7 +972,7 @@ static void on_readable(h1conn_t *c)
         if (s->rpos == s->rlen) {
             c->scan = 0;
             c->flags &= ~C_LINE_SEEN;
-            c->t_head = w->loop.now;
+            c->t_head = (uint32_t)w->loop.now;
         }
         /* a head larger than the buffer grows it up to the head limit; the
          * parser reports 431/414 past it */
@@ -1060,7 +1111,7 @@ static void h1_sweep(flare_conn_t *base, uint64_t now)
             conn_close(c);
     } else if (flare__unlikely(flare__stream_handshaking(&c->base.s))) {
         /* counted from accept: a client trickling its hello gains nothing */
-        if (now - c->t_open > flare__tls_handshake_timeout(c->base.listener->tls)) {
+        if (now > c->base.s.tr->hs_deadline) {
             atomic_fetch_add_explicit(&w->tls_counters.handshake_timeouts, 1, memory_order_relaxed);
             flare__metrics_timeout(w, FLARE__TO_HANDSHAKE);
             conn_close(c);
@@ -1077,7 +1128,7 @@ static void h1_sweep(flare_conn_t *base, uint64_t now)
             timeout_error(c, 408, "request body timeout");
         }
     } else if (c->base.s.rpos < c->base.s.rlen && !(c->flags & C_READ_PAUSED)) {
-        if (now - c->t_head > cfg->header_timeout_ms) {
+        if ((uint32_t)now - c->t_head > cfg->header_timeout_ms) {
             flare__metrics_timeout(w, FLARE__TO_HEADER);
             timeout_error(c, 408, "request header timeout");
         }

@@ -35,16 +35,26 @@ enum {
  * (http2/h2.h: struct flare_h2conn must fit in it). */
 typedef struct flare_h1conn {
     flare_conn_t base; /* first: the loop hands us &base.s.io */
-    uint32_t flags;
-    uint32_t nqueue;
-    uint32_t scan;                   /* head bytes already scanned for a line end */
+    /* 32 bits, not 16: gcc updates a 16-bit field with a 16-bit constant
+     * by load, or, store, 8 instructions more per keep-alive request in
+     * all (bench/guard.sh: 1,256 with 16 bits) */
+    uint32_t flags;  /* C_* */
+    uint16_t nqueue; /* exchanges in qhead..qtail (at most MAX_INFLIGHT + 1) */
+    uint32_t scan;   /* head bytes already scanned for a line end */
+    /* first byte of the current head: the loop clock's low 32 bits (ms),
+     * compared by unsigned difference (a header timeout is far below the
+     * 49 days that wrap) */
+    uint32_t t_head;
     struct flare_req *qhead, *qtail; /* in-flight exchanges, in request order */
     struct flare_req *recv;          /* exchange whose body is still arriving */
-    flare_upgrade_fn upgrade_fn;     /* C_UPGRADE: who takes the stream */
-    void *upgrade_ud;
-    uint64_t t_head; /* first byte of the current head (ms) */
-    uint64_t t_open; /* accept (ms): the TLS handshake deadline counts from here */
+    /* rarely used, so not here: who takes the stream after a 101 (C_UPGRADE:
+     * conn.c's list of pending upgrades), the TLS handshake's start
+     * (the transport's hs_deadline) */
 } h1conn_t;
+
+/* The bytes per idle keep-alive connection (bench/counts.sh, idle): the
+ * stream lends its buffers back to the pool when idle, so this is all. */
+_Static_assert(sizeof(h1conn_t) <= 192, "an idle HTTP/1.1 connection grew past 192 bytes");
 
 static inline flare_worker_t *h1_worker(const h1conn_t *c)
 {
@@ -52,6 +62,9 @@ static inline flare_worker_t *h1_worker(const h1conn_t *c)
 }
 
 void flare__conn_flush(h1conn_t *c);
+/* response.c's upgrade: once everything before the 101 is out, the stream
+ * goes to fn(ud) (handoff); 0 or FLARE_ENOMEM. */
+int flare__h1_upgrade_set(h1conn_t *c, flare_upgrade_fn fn, void *ud);
 extern const flare_conn_ops_t flare__h1_conn_ops;
 
 #endif

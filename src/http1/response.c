@@ -315,7 +315,7 @@ static int upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn,
     size_t need = 128 + token.len;
     for (flare_res_hdr_t *h = ex->res.hdrs; h != NULL; h = h->next)
         need += h->name.len + h->value.len + 4;
-    if (flare__buf_reserve(out, need) != 0)
+    if (flare__buf_reserve(out, need) != 0 || flare__h1_upgrade_set(c, fn, ud) != 0)
         return FLARE_ENOMEM;
     char *p = out->data + out->len;
     PUT(p, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: ");
@@ -325,9 +325,6 @@ static int upgrade(struct flare_req *ex, flare_str_t token, flare_upgrade_fn fn,
     p = put_headers(p, ex->res.hdrs);
     PUT(p, "\r\n");
     out->len = (size_t)(p - out->data);
-    c->flags |= C_UPGRADE;
-    c->upgrade_fn = fn;
-    c->upgrade_ud = ud;
     return 0;
 }
 
@@ -348,10 +345,10 @@ static bool h1_secure(const struct flare_req *ex)
 static int h1_peer(const struct flare_req *ex, uint8_t addr[16])
 {
     const h1conn_t *c = (h1conn_t *)ex->conn;
-    if (c == NULL || c->base.peer_family == 0)
+    if (c == NULL || flare__conn_peer_family(&c->base) == 0)
         return 0;
     memcpy(addr, c->base.peer, 16);
-    return c->base.peer_family;
+    return flare__conn_peer_family(&c->base);
 }
 
 /* What waits for the client: the stream's output when this exchange is

@@ -425,7 +425,7 @@ fail:
 static void release_after_output(h2_stream_t *st, flare_task_fn fn, void *ud)
 {
     flare_stream_t *s = st->h2 != NULL && st->h2->c != NULL ? &st->h2->c->s : NULL;
-    if (s == NULL || s->nsegs == 0) {
+    if (s == NULL || flare__stream_nsegs(s) == 0) {
         fn(ud);
         return;
     }
@@ -470,10 +470,10 @@ static bool h2_secure(const struct flare_req *ex)
 static int h2_peer(const struct flare_req *ex, uint8_t addr[16])
 {
     const flare_conn_t *c = ex->conn;
-    if (c == NULL || c->peer_family == 0)
+    if (c == NULL || flare__conn_peer_family(c) == 0)
         return 0;
     memcpy(addr, c->peer, 16);
-    return c->peer_family;
+    return flare__conn_peer_family(c);
 }
 
 /* Streamed bytes not yet taken by nghttp2, plus the connection's output. */

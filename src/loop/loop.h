@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/bufpool.h"
+
 /* Interest and readiness. The values are poll(2)'s, which epoll and
  * io_uring's poll requests use too, so a backend passes them through
  * unchanged (epoll.c checks that at compile time). ERR and HUP are only
@@ -66,7 +68,10 @@ struct flare_loop {
     int backend_fd;  /* the poller's descriptor (epoll), -1 when none */
     uint8_t backend; /* FLARE__LOOP_EPOLL or FLARE__LOOP_URING (backend.h) */
     bool stop;
-    uint64_t now;           /* cached monotonic ms, refreshed after each wait */
+    uint64_t now; /* cached monotonic ms, refreshed after each wait */
+    /* the worker's free FLARE_CONN_BUF-byte buffers, lent to its streams:
+     * here so that a stream reaches it through the loop pointer it has */
+    flare_bufpool_t pool;
     uint64_t turn;          /* counts the waits: what one turn handles is simultaneous */
     flare__timer_t *timers; /* heap root */
     size_t ntimers;

@@ -11,12 +11,12 @@ void flare__conn_set_peer(flare_conn_t *c, const struct sockaddr *sa)
 {
     if (sa != NULL && sa->sa_family == AF_INET) {
         memcpy(c->peer, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
-        c->peer_family = AF_INET;
+        c->s.conn_family = AF_INET;
     } else if (sa != NULL && sa->sa_family == AF_INET6) {
         memcpy(c->peer, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
-        c->peer_family = AF_INET6;
+        c->s.conn_family = AF_INET6;
     } else if (sa != NULL && sa->sa_family == AF_UNIX) {
-        c->peer_family = AF_UNIX; /* no address: the peer is "unix:" (peer stays zeroed) */
+        c->s.conn_family = AF_UNIX; /* no address: the peer is "unix:" (peer stays zeroed) */
     }
 }
 
@@ -34,10 +34,10 @@ void flare__conn_attach(flare_conn_t *c, flare_worker_t *w, const flare_conn_ops
 
 void flare__conn_close(flare_conn_t *c, bool clean)
 {
-    if (c->cflags & FLARE_CONN_DEAD)
+    if (c->s.conn_flags & FLARE_CONN_DEAD)
         return;
     flare_worker_t *w = flare__conn_worker(c);
-    c->cflags |= FLARE_CONN_DEAD;
+    c->s.conn_flags |= FLARE_CONN_DEAD;
     flare__stream_close(&c->s, clean);
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -68,7 +68,7 @@ void flare__conn_sweep_all(flare_worker_t *w)
     bool past = w->draining && now >= w->drain_deadline;
     for (flare_conn_t *c = w->conns, *next; c != NULL; c = next) {
         next = c->next;
-        if (c->cflags & FLARE_CONN_DEAD)
+        if (flare__conn_dead(c))
             continue; /* closed by an earlier one's sweep (its callbacks) */
         c->ops->sweep(c, now);
         if (past)

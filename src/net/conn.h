@@ -50,6 +50,21 @@
  *     replies queued on the stream and flushed at the end of the batch.
  *   TLS is below the stream (net/transport.h): every path above reads
  *   plaintext through the same flare__stream_read.
+ * Readiness is still each protocol's: the loop calls the io callback the
+ * protocol set on the stream (HTTP/1.1's conn_io_cb, HTTP/2's h2_io_cb,
+ * WebSocket's io_cb), which reads and flushes through the stream. The
+ * design's "data arrived" / "output drained" operations, one callback in
+ * net/ calling them, are the next step; the table has no entries for them
+ * yet.
+ *
+ * Size: an idle keep-alive HTTP/1.1 connection allocates 192 bytes (this
+ * struct, 152, and HTTP/1.1's 40; asserted in http1/conn.h). What an idle
+ * one does not need lives elsewhere: the stream's segments and partial
+ * write state behind one pointer (flare_outq_t, made on first use), the
+ * TLS handshake's callback and deadline in the transport, the buffer pool
+ * in the loop, the listener only as what is read of it (the admin flag,
+ * FLARE_CONN_ADMIN; the TLS handshake deadline), a pending upgrade's taker
+ * in HTTP/1.1's list of them.
  */
 #ifndef FLARE_NET_CONN_H
 #define FLARE_NET_CONN_H
@@ -91,9 +106,10 @@ typedef struct flare_conn_ops {
     void (*stats)(const flare_conn_t *c, flare_conn_stats_t *st);
 } flare_conn_ops_t;
 
-/* Generic connection flags (c->cflags) */
+/* Generic connection flags (c->s.conn_flags) */
 enum {
-    FLARE_CONN_DEAD = 1u << 0, /* closed: on w->dead until the batch ends */
+    FLARE_CONN_DEAD = 1u << 0,  /* closed: on w->dead until the batch ends */
+    FLARE_CONN_ADMIN = 1u << 1, /* accepted on an admin listener (flare_app_admin_listen) */
 };
 
 struct flare_conn {
@@ -103,12 +119,16 @@ struct flare_conn {
      * derived pointer on costs an instruction at each use (bench/guard.sh:
      * 1,256 instructions per keep-alive request derived, against 1,248) */
     flare_worker_t *w;
-    const struct flare_listener *listener; /* accepted on (TLS context, admin port) */
-    flare_conn_t *prev, *next;             /* the worker's list (w->conns; w->dead once closed) */
-    uint8_t peer[16];                      /* client address (IPv4 in the first 4 bytes) */
-    uint8_t peer_family;                   /* AF_INET, AF_INET6, AF_UNIX; 0: unknown */
-    uint8_t cflags;                        /* FLARE_CONN_* */
+    flare_conn_t *prev, *next; /* the worker's list (w->conns; w->dead once closed) */
+    uint8_t peer[16];          /* client address (IPv4 in the first 4 bytes) */
+    /* and in the stream's spare bytes (no padding here): s.conn_flags
+     * (FLARE_CONN_*) and s.conn_family (the peer's: AF_INET, AF_INET6,
+     * AF_UNIX; 0: unknown), read through the functions below */
 };
+
+/* An idle HTTP/1.1 connection allocates this and 40 bytes of its own
+ * (http1/conn.h: 192 in all): keep it at 152. */
+_Static_assert(sizeof(struct flare_conn) <= 152, "the connection grew");
 
 /* The worker a connection lives on. */
 static inline flare_worker_t *flare__conn_worker(const flare_conn_t *c)
@@ -116,7 +136,8 @@ static inline flare_worker_t *flare__conn_worker(const flare_conn_t *c)
     return c->w;
 }
 
-/* Sets c's address from the accepted socket's (sa may be NULL). */
+/* Sets c's address from the accepted socket's (sa may be NULL). After the
+ * stream's open: the family is kept in the stream. */
 struct sockaddr;
 void flare__conn_set_peer(flare_conn_t *c, const struct sockaddr *sa);
 
@@ -130,7 +151,18 @@ void flare__conn_close(flare_conn_t *c, bool clean);
 
 static inline bool flare__conn_dead(const flare_conn_t *c)
 {
-    return c->cflags & FLARE_CONN_DEAD;
+    return c->s.conn_flags & FLARE_CONN_DEAD;
+}
+
+/* Was c accepted on an admin listener? */
+static inline bool flare__conn_admin(const flare_conn_t *c)
+{
+    return c->s.conn_flags & FLARE_CONN_ADMIN;
+}
+
+static inline int flare__conn_peer_family(const flare_conn_t *c)
+{
+    return c->s.conn_family;
 }
 
 /* worker.c: each live connection's ops->sweep / ops->drain; then, past the

@@ -1,9 +1,9 @@
 /* The stream: a connection's read buffer, output queue and writing, over
  * plain TCP (direct syscalls) or a transport (TLS). See stream.h.
  *
- * Output queue layout: wbuf holds copied bytes; segs[i] goes before wbuf
- * offset segs[i].at. wsent counts bytes of the whole sequence already
- * written. When everything is written the queue resets; a queue that
+ * Output queue layout: wbuf holds copied bytes; oq->seg[i] goes before wbuf
+ * offset oq->seg[i].at. oq->wsent counts bytes of the whole sequence
+ * already written (no oq: none). When everything is written the queue resets; a queue that
  * never drains completely (a slow WebSocket reader fed by broadcasts) is
  * compacted once enough of its front is written, so it does not grow with
  * everything ever sent. */
@@ -70,21 +70,19 @@ void flare__stream_read_enable(flare_stream_t *s, bool on)
 
 /* ---- open, move, close ---- */
 
-void flare__stream_init_detached(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop,
-                                 flare_io_fn cb)
+void flare__stream_init_detached(flare_stream_t *s, flare_loop_t *loop, flare_io_fn cb)
 {
     memset(s, 0, sizeof(*s));
     s->io.fd = -1;
     s->io.cb = cb;
-    s->pool = pool;
     s->loop = loop;
     s->t_active = loop->now;
 }
 
-int flare__stream_open(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop, int fd,
-                       flare_transport_t *tr, flare_io_fn cb)
+int flare__stream_open(flare_stream_t *s, flare_loop_t *loop, int fd, flare_transport_t *tr,
+                       flare_io_fn cb)
 {
-    flare__stream_init_detached(s, pool, loop, cb);
+    flare__stream_init_detached(s, loop, cb);
     s->io.fd = fd;
     s->tr = tr;
     if (flare__loop_add(loop, &s->io, FLARE_IO_READ) != 0) {
@@ -96,15 +94,58 @@ int flare__stream_open(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *l
     return 0;
 }
 
+/* Releases the queued segments; the queue is empty after (written or
+ * dropped). */
 static void release_segs(flare_stream_t *s)
 {
-    for (uint32_t i = 0; i < s->nsegs; i++) {
-        if (s->segs[i].release != NULL)
-            s->segs[i].release(s->segs[i].ud);
+    flare_outq_t *q = s->oq;
+    if (q == NULL)
+        return;
+    for (uint32_t i = 0; i < q->nsegs; i++) {
+        if (q->seg[i].release != NULL)
+            q->seg[i].release(q->seg[i].ud);
     }
-    s->nsegs = 0;
-    s->segbytes = 0;
+    q->nsegs = 0;
+    q->segbytes = 0;
+    q->wsent = 0;
     s->sflags &= ~(uint32_t)FLARE_S_SEG_FILE;
+}
+
+/* s->oq with room for one more segment (made on first use). NULL when out
+ * of memory. */
+static flare_outq_t *outq(flare_stream_t *s, uint32_t need)
+{
+    flare_outq_t *q = s->oq;
+    if (q != NULL && q->capsegs >= need)
+        return q;
+    uint32_t cap = q != NULL && q->capsegs != 0 ? q->capsegs * 2 : 4;
+    if (cap < need)
+        cap = need;
+    flare_outq_t *v = realloc(q, sizeof(*v) + cap * sizeof(v->seg[0]));
+    if (v == NULL)
+        return NULL;
+    if (q == NULL) {
+        v->wsent = v->segbytes = 0;
+        v->nsegs = 0;
+    }
+    v->capsegs = cap;
+    s->oq = v;
+    return v;
+}
+
+/* Out of line: inlined into the flush fast path, it kept the written
+ * count in a callee-saved register there (+2 instructions per keep-alive
+ * request, bench/guard.sh). */
+__attribute__((cold, noinline)) void flare__stream_wrote_part(flare_stream_t *s, size_t n)
+{
+    flare_outq_t *q = outq(s, 0);
+    if (q != NULL) {
+        q->wsent = n;
+        return;
+    }
+    /* out of memory: drop the written bytes from the front instead */
+    memmove(s->wbuf.data, s->wbuf.data + n, s->wbuf.len - n);
+    s->wbuf.len -= n;
 }
 
 void flare__stream_free_rbuf(flare_stream_t *s)
@@ -112,7 +153,7 @@ void flare__stream_free_rbuf(flare_stream_t *s)
     if (s->rbuf == NULL)
         return;
     if (s->rcap == FLARE_CONN_BUF)
-        flare__bufpool_put(s->pool, s->rbuf);
+        flare__bufpool_put(&s->loop->pool, s->rbuf);
     else
         free(s->rbuf);
     s->rbuf = NULL;
@@ -124,7 +165,7 @@ void flare__stream_free_wbuf(flare_stream_t *s)
     if (s->wbuf.data == NULL)
         return;
     if (s->wbuf.cap == FLARE_CONN_BUF)
-        flare__bufpool_put(s->pool, s->wbuf.data);
+        flare__bufpool_put(&s->loop->pool, s->wbuf.data);
     else
         free(s->wbuf.data);
     s->wbuf.data = NULL;
@@ -181,11 +222,9 @@ void flare__stream_close_socket(flare_stream_t *s, bool clean)
     s->sflags &= ~(uint32_t)(FLARE_S_ATTACHED | FLARE_S_WANT_WRITE);
     release_segs(s);
     s->wbuf.len = 0;
-    s->wsent = 0;
     flare__stream_free_wbuf(s);
-    free(s->segs);
-    s->segs = NULL;
-    s->capsegs = 0;
+    free(s->oq);
+    s->oq = NULL;
 }
 
 void flare__stream_close(flare_stream_t *s, bool clean)
@@ -199,7 +238,7 @@ void flare__stream_close(flare_stream_t *s, bool clean)
 ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
 {
     if (s->rbuf == NULL) {
-        s->rbuf = flare__bufpool_get(s->pool);
+        s->rbuf = flare__bufpool_get(&s->loop->pool);
         if (s->rbuf == NULL)
             return -ENOMEM;
         s->rcap = FLARE_CONN_BUF;
@@ -252,9 +291,72 @@ ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
     } else if (n == 0) {
         flare__stream_eof(s);
     }
-    if (flare__unlikely(opening) && (s->tr->state & FLARE_TR_ESTABLISHED) && s->on_open != NULL)
-        s->on_open(s);
+    if (flare__unlikely(opening) && (s->tr->state & FLARE_TR_ESTABLISHED) && s->tr->on_open != NULL)
+        s->tr->on_open(s);
     return n;
+}
+
+/* Room for `need` more bytes after rlen: the buffer taken from the pool,
+ * its consumed front dropped, or grown up to max_cap. 0, -ENOBUFS or
+ * -ENOMEM. */
+static int rbuf_room(flare_stream_t *s, size_t need, size_t max_cap)
+{
+    if (s->rbuf == NULL) {
+        s->rbuf = flare__bufpool_get(&s->loop->pool);
+        if (s->rbuf == NULL)
+            return -ENOMEM;
+        s->rcap = FLARE_CONN_BUF;
+        s->rlen = s->rpos = 0;
+    } else if (s->rpos == s->rlen) {
+        s->rpos = s->rlen = 0;
+    }
+    if (s->rcap - s->rlen >= need)
+        return 0;
+    if (s->rpos > 0) {
+        memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
+        s->rlen -= s->rpos;
+        s->rpos = 0;
+        if (s->rcap - s->rlen >= need)
+            return 0;
+    }
+    size_t cap = s->rcap;
+    while (cap - s->rlen < need && cap < max_cap)
+        cap *= 2;
+    if (cap > max_cap)
+        cap = max_cap;
+    if (cap - s->rlen < need || cap > UINT32_MAX)
+        return -ENOBUFS;
+    char *nb = malloc(cap);
+    if (nb == NULL)
+        return -ENOMEM;
+    memcpy(nb, s->rbuf, s->rlen);
+    uint32_t len = s->rlen;
+    flare__stream_free_rbuf(s);
+    s->rbuf = nb;
+    s->rlen = len;
+    s->rcap = (uint32_t)cap;
+    return 0;
+}
+
+ssize_t flare__stream_give(flare_stream_t *s, const char *buf, size_t len, size_t max_cap,
+                           flare_task_fn release, void *ud)
+{
+    ssize_t rc = (ssize_t)len;
+    if (len == 0) {
+        flare__stream_eof(s);
+    } else {
+        int r = rbuf_room(s, len, max_cap);
+        if (r == 0) {
+            memcpy(s->rbuf + s->rlen, buf, len);
+            s->rlen += (uint32_t)len;
+            s->t_active = s->loop->now;
+        } else {
+            rc = r;
+        }
+    }
+    if (release != NULL)
+        release(ud); /* copied (or refused): the backend's buffer is free again */
+    return rc;
 }
 
 void flare__stream_eof(flare_stream_t *s)
@@ -267,21 +369,16 @@ void flare__stream_eof(flare_stream_t *s)
 
 int flare__stream_add_seg(flare_stream_t *s, const flare_outseg_t *seg)
 {
-    if (s->nsegs == s->capsegs) {
-        uint32_t cap = s->capsegs != 0 ? s->capsegs * 2 : 4;
-        flare_outseg_t *v = realloc(s->segs, cap * sizeof(*v));
-        if (v == NULL) {
-            if (seg->release != NULL)
-                seg->release(seg->ud);
-            return FLARE_ENOMEM;
-        }
-        s->segs = v;
-        s->capsegs = cap;
+    flare_outq_t *q = outq(s, flare__stream_nsegs(s) + 1);
+    if (q == NULL) {
+        if (seg->release != NULL)
+            seg->release(seg->ud);
+        return FLARE_ENOMEM;
     }
-    s->segs[s->nsegs] = *seg;
-    s->segs[s->nsegs].at = s->wbuf.len;
-    s->nsegs++;
-    s->segbytes += seg->len;
+    q->seg[q->nsegs] = *seg;
+    q->seg[q->nsegs].at = s->wbuf.len;
+    q->nsegs++;
+    q->segbytes += seg->len;
     if (seg->fd >= 0)
         s->sflags |= FLARE_S_SEG_FILE;
     return 0;
@@ -302,10 +399,11 @@ int flare__stream_push_file(flare_stream_t *s, int fd, uint64_t off, uint64_t le
  * wbuf bytes before the first unwritten piece. */
 static void compact(flare_stream_t *s)
 {
-    size_t done = s->wsent, wpos = 0;
+    flare_outq_t *q = s->oq; /* (there is one: wsent is in it) */
+    size_t done = q->wsent, wpos = 0;
     uint32_t i = 0;
     while (done > 0) {
-        size_t at = i < s->nsegs ? s->segs[i].at : s->wbuf.len;
+        size_t at = i < q->nsegs ? q->seg[i].at : s->wbuf.len;
         size_t part = at - wpos;
         if (done < part) {
             wpos += done;
@@ -314,25 +412,25 @@ static void compact(flare_stream_t *s)
         }
         done -= part;
         wpos = at;
-        if (i == s->nsegs || done < s->segs[i].len)
+        if (i == q->nsegs || done < q->seg[i].len)
             break;
-        done -= s->segs[i].len;
-        s->segbytes -= s->segs[i].len;
-        if (s->segs[i].release != NULL)
-            s->segs[i].release(s->segs[i].ud);
+        done -= q->seg[i].len;
+        q->segbytes -= q->seg[i].len;
+        if (q->seg[i].release != NULL)
+            q->seg[i].release(q->seg[i].ud);
         i++;
     }
     if (i > 0) {
-        memmove(s->segs, s->segs + i, (s->nsegs - i) * sizeof(*s->segs));
-        s->nsegs -= i;
+        memmove(q->seg, q->seg + i, (q->nsegs - i) * sizeof(*q->seg));
+        q->nsegs -= i;
     }
     if (wpos > 0) {
         memmove(s->wbuf.data, s->wbuf.data + wpos, s->wbuf.len - wpos);
         s->wbuf.len -= wpos;
-        for (uint32_t k = 0; k < s->nsegs; k++)
-            s->segs[k].at -= wpos;
+        for (uint32_t k = 0; k < q->nsegs; k++)
+            q->seg[k].at -= wpos;
     }
-    s->wsent = done;
+    q->wsent = done;
 }
 
 /* ---- writing ---- */
@@ -389,67 +487,93 @@ static ssize_t tx_sendfile(flare_stream_t *s, const flare_outseg_t *seg, size_t 
     return wr;
 }
 
+int flare__stream_out_next(const flare_stream_t *s, struct iovec *iov, int max,
+                           flare_out_next_t *nx)
+{
+    const flare_outq_t *q = s->oq;
+    uint32_t nsegs = q != NULL ? q->nsegs : 0;
+    size_t skip = q != NULL ? q->wsent : 0, wpos = 0;
+    int n = 0;
+    *nx = (flare_out_next_t){ 0 };
+    for (uint32_t i = 0; i <= nsegs && n < max; i++) {
+        size_t at = i < nsegs ? q->seg[i].at : s->wbuf.len;
+        size_t part = at - wpos; /* wbuf bytes [wpos, at) */
+        if (skip >= part) {
+            skip -= part;
+        } else {
+            iov[n].iov_base = s->wbuf.data + wpos + skip;
+            iov[n].iov_len = part - skip;
+            nx->total += part - skip;
+            n++;
+            skip = 0;
+        }
+        wpos = at;
+        if (i == nsegs) {
+            nx->all = true;
+            break;
+        }
+        if (n == max)
+            break;
+        if (skip >= q->seg[i].len) {
+            skip -= q->seg[i].len;
+        } else if (q->seg[i].fd >= 0) {
+            /* gathered bytes go first (with MSG_MORE: the file follows);
+             * the file range itself on its own turn */
+            if (n == 0) {
+                nx->file = &q->seg[i];
+                nx->file_skip = skip;
+                nx->total = q->seg[i].len - skip;
+            } else {
+                nx->more = true;
+            }
+            break;
+        } else {
+            iov[n].iov_base = (char *)q->seg[i].ptr + skip;
+            iov[n].iov_len = q->seg[i].len - skip;
+            nx->total += q->seg[i].len - skip;
+            n++;
+            skip = 0;
+        }
+    }
+    return n;
+}
+
+bool flare__stream_out_done(flare_stream_t *s, size_t n)
+{
+    flare_outq_t *q = s->oq;
+    s->t_active = s->loop->now;
+    size_t sent = (q != NULL ? q->wsent : 0) + n;
+    if (sent == s->wbuf.len + (q != NULL ? q->segbytes : 0)) {
+        s->wbuf.len = 0;
+        release_segs(s); /* (and wsent = 0) */
+        return true;
+    }
+    if (q != NULL)
+        q->wsent = sent;
+    else
+        flare__stream_wrote_part(s, sent);
+    if (s->oq != NULL && s->oq->wsent >= COMPACT_MIN)
+        compact(s); /* releases the segments written whole */
+    return false;
+}
+
 int flare__stream_flush_slow(flare_stream_t *s)
 {
     if (!(s->sflags & FLARE_S_ATTACHED))
         return 0;
-    while (s->wbuf.len > 0 || s->nsegs > 0) {
+    while (s->wbuf.len > 0 || flare__stream_nsegs(s) > 0) {
         struct iovec iov[MAX_IOV];
-        int n = 0;
-        size_t skip = s->wsent, wpos = 0, total = 0;
-        const flare_outseg_t *file = NULL; /* the next unsent piece is this file range */
-        size_t file_skip = 0;
-        bool more = false; /* a file range follows the gathered bytes */
-        bool all = false;  /* the gathered bytes are all that is queued */
-        for (uint32_t i = 0; i <= s->nsegs && n < MAX_IOV; i++) {
-            size_t at = i < s->nsegs ? s->segs[i].at : s->wbuf.len;
-            size_t part = at - wpos; /* wbuf bytes [wpos, at) */
-            if (skip >= part) {
-                skip -= part;
-            } else {
-                iov[n].iov_base = s->wbuf.data + wpos + skip;
-                iov[n].iov_len = part - skip;
-                total += part - skip;
-                n++;
-                skip = 0;
-            }
-            wpos = at;
-            if (i == s->nsegs) {
-                all = true;
-                break;
-            }
-            if (n == MAX_IOV)
-                break;
-            if (skip >= s->segs[i].len) {
-                skip -= s->segs[i].len;
-            } else if (s->segs[i].fd >= 0) {
-                /* gathered bytes go first (with MSG_MORE: the file follows);
-                 * the file range itself on its own turn */
-                if (n == 0) {
-                    file = &s->segs[i];
-                    file_skip = skip;
-                } else {
-                    more = true;
-                }
-                break;
-            } else {
-                iov[n].iov_base = (char *)s->segs[i].ptr + skip;
-                iov[n].iov_len = s->segs[i].len - skip;
-                total += s->segs[i].len - skip;
-                n++;
-                skip = 0;
-            }
-        }
+        flare_out_next_t nx;
+        int n = flare__stream_out_next(s, iov, MAX_IOV, &nx);
         ssize_t wr;
-        if (file != NULL) {
-            total = file->len - file_skip;
-            wr = tx_sendfile(s, file, file_skip);
-        } else if (flare__unlikely(all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
+        if (nx.file != NULL) {
+            wr = tx_sendfile(s, nx.file, nx.file_skip);
+        } else if (flare__unlikely(nx.all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
             s->tr->state |= FLARE_TR_LAST;
-            wr = tx_writev(s, iov, n, more);
+            wr = tx_writev(s, iov, n, nx.more);
             s->tr->state &= ~(uint32_t)FLARE_TR_LAST;
         } else {
-            wr = tx_writev(s, iov, n, more);
+            wr = tx_writev(s, iov, n, nx.more);
         }
         if (wr < 0) {
             if (wr == -EAGAIN) {
@@ -458,19 +582,11 @@ int flare__stream_flush_slow(flare_stream_t *s)
             }
             return -1;
         }
-        s->t_active = s->loop->now;
-        s->wsent += (size_t)wr;
-        if (s->wsent == s->wbuf.len + s->segbytes) {
-            s->wbuf.len = 0;
-            s->wsent = 0;
-            release_segs(s);
+        if (flare__stream_out_done(s, (size_t)wr))
             break;
-        }
-        if (s->wsent >= COMPACT_MIN)
-            compact(s);
         /* a short write: the socket is full. Not so through a transport: TLS
          * takes one record per call, and only -EAGAIN says it would block */
-        if ((size_t)wr < total && s->tr == NULL) {
+        if ((size_t)wr < nx.total && s->tr == NULL) {
             blocked(s, false);
             return 0;
         }

@@ -70,40 +70,47 @@ enum {
 
 typedef struct flare_stream flare_stream_t;
 
+/* The output a busy stream needs besides wbuf: borrowed segments and file
+ * ranges, and how much of the queue a partial write already took. Made on
+ * the first segment or partial write, kept until the stream closes (a
+ * connection that sends files keeps its array); a stream that only ever
+ * writes whole buffers (a keep-alive connection's small responses) never
+ * has one. */
+typedef struct flare_outq {
+    size_t wsent;    /* bytes of the whole queue (wbuf + seg) already written */
+    size_t segbytes; /* sum of seg[].len */
+    uint32_t nsegs, capsegs;
+    flare_outseg_t seg[];
+} flare_outq_t;
+
 /* The transport's handshake is done (TLS: the ALPN choice is known). */
 typedef void (*flare_stream_open_fn)(flare_stream_t *s);
 
+/* Laid out so that an idle HTTP/1.1 connection fits in 192 bytes
+ * (http1/conn.h): what only a busy stream needs is behind `oq`, the
+ * handshake's callback in the transport, the buffer pool in the loop. */
 struct flare_stream {
-    flare_io_t io; /* first: the loop hands the protocol &io */
-    uint32_t sflags;
+    flare_io_t io;         /* first: the loop hands the protocol &io */
     flare_transport_t *tr; /* NULL: plain TCP */
-    flare_bufpool_t *pool; /* the worker's buffers */
-    flare_loop_t *loop;    /* its loop: interest, clock */
+    flare_loop_t *loop;    /* its loop: interest, clock, the worker's buffer pool */
     char *rbuf;
     uint32_t rlen, rcap, rpos;
-    flare_buf_t wbuf; /* queued output bytes */
-    size_t wsent;     /* bytes of the whole queue (wbuf + segs) already written */
-    size_t segbytes;  /* sum of segs[].len */
-    flare_outseg_t *segs;
-    uint32_t nsegs, capsegs;
+    uint16_t sflags;
+    /* the connection's (net/conn.h: FLARE_CONN_* flags, the peer's address
+     * family), kept here where they cost no padding */
+    uint8_t conn_flags, conn_family;
+    flare_buf_t wbuf;  /* queued output bytes */
     uint64_t t_active; /* last progress, either direction (ms, loop clock) */
-    /* called once when the transport's handshake completes, inside the
-     * flare__stream_read that completed it, before that read returns (its
-     * application bytes, if any, are in the buffer then); NULL: none. A
-     * server's handshake always completes in a read: nothing is written
-     * before the client's first request. Set after flare__stream_open. */
-    flare_stream_open_fn on_open;
+    flare_outq_t *oq;  /* NULL: no segment queued, no partial write */
 };
-
 /* Sets up a stream on an accepted socket (tr NULL: plain) and starts
  * watching it for input with io->cb = cb. 0, or FLARE_ESYS (the caller
  * still owns fd and tr). */
-int flare__stream_open(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop, int fd,
-                       flare_transport_t *tr, flare_io_fn cb);
+int flare__stream_open(flare_stream_t *s, flare_loop_t *loop, int fd, flare_transport_t *tr,
+                       flare_io_fn cb);
 
 /* A stream that gets its socket later (flare__stream_move): output queues. */
-void flare__stream_init_detached(flare_stream_t *s, flare_bufpool_t *pool, flare_loop_t *loop,
-                                 flare_io_fn cb);
+void flare__stream_init_detached(flare_stream_t *s, flare_loop_t *loop, flare_io_fn cb);
 
 /* Hands src's socket, transport and unconsumed input to dst (made with
  * flare__stream_init_detached; its queued output is kept and goes first),
@@ -128,13 +135,25 @@ void flare__stream_close(flare_stream_t *s, bool clean);
 ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap);
 void flare__stream_eof(flare_stream_t *s); /* the peer's end: FLARE_S_RD_EOF, no read interest */
 
+/* Input a completion backend received into a buffer it owns (io_uring: a
+ * provided buffer of its ring), handed to the stream instead of a read:
+ * buf[0, len) is appended to the read buffer exactly as flare__stream_read
+ * would have put it there (taken from the pool when absent; its consumed
+ * front dropped, or grown up to max_cap, when the bytes do not fit), and
+ * release(ud) returns the backend's buffer before this returns, whatever
+ * the result. len, 0 when len is 0 (the peer's end: FLARE_S_RD_EOF, as a
+ * read of 0), -ENOBUFS (they do not fit in max_cap) or -ENOMEM. The
+ * protocol then consumes rbuf[rpos, rlen) as after a read. */
+ssize_t flare__stream_give(flare_stream_t *s, const char *buf, size_t len, size_t max_cap,
+                           flare_task_fn release, void *ud);
+
 static inline ssize_t flare__stream_read(flare_stream_t *s, size_t max_cap)
 {
     /* the common case inline: plain TCP, a buffer from the pool or one
      * whose bytes were all consumed */
     if (flare__likely(s->tr == NULL)) {
         if (s->rbuf == NULL) {
-            s->rbuf = flare__bufpool_get(s->pool);
+            s->rbuf = flare__bufpool_get(&s->loop->pool);
             if (s->rbuf == NULL)
                 return -ENOMEM;
             s->rcap = FLARE_CONN_BUF;
@@ -172,20 +191,26 @@ static inline bool flare__stream_has_pending(const flare_stream_t *s)
 void flare__stream_free_rbuf(flare_stream_t *s);
 void flare__stream_free_wbuf(flare_stream_t *s);
 
+/* Segments queued (borrowed memory, file ranges). */
+static inline uint32_t flare__stream_nsegs(const flare_stream_t *s)
+{
+    return s->oq != NULL ? s->oq->nsegs : 0;
+}
+
 static inline void flare__stream_idle(flare_stream_t *s)
 {
     if (s->rbuf != NULL && s->rpos == s->rlen) {
         if (flare__likely(s->rcap == FLARE_CONN_BUF)) {
-            flare__bufpool_put(s->pool, s->rbuf);
+            flare__bufpool_put(&s->loop->pool, s->rbuf);
             s->rbuf = NULL;
             s->rlen = s->rpos = s->rcap = 0;
         } else {
             flare__stream_free_rbuf(s);
         }
     }
-    if (s->wbuf.data != NULL && s->wbuf.len == 0 && s->nsegs == 0) {
+    if (s->wbuf.data != NULL && s->wbuf.len == 0 && flare__stream_nsegs(s) == 0) {
         if (flare__likely(s->wbuf.cap == FLARE_CONN_BUF)) {
-            flare__bufpool_put(s->pool, s->wbuf.data);
+            flare__bufpool_put(&s->loop->pool, s->wbuf.data);
             s->wbuf.data = NULL;
             s->wbuf.cap = 0;
         } else {
@@ -197,12 +222,12 @@ static inline void flare__stream_idle(flare_stream_t *s)
 /* Output bytes queued and not yet written. */
 static inline size_t flare__stream_unsent(const flare_stream_t *s)
 {
-    return s->wbuf.len + s->segbytes - s->wsent;
+    return s->wbuf.len + (s->oq != NULL ? s->oq->segbytes - s->oq->wsent : 0);
 }
 
 static inline bool flare__stream_has_output(const flare_stream_t *s)
 {
-    return s->wbuf.len > 0 || s->nsegs > 0;
+    return s->wbuf.len > 0 || flare__stream_nsegs(s) > 0;
 }
 
 /* The output buffer, taken from the pool when absent (NULL data when out
@@ -210,7 +235,7 @@ static inline bool flare__stream_has_output(const flare_stream_t *s)
 static inline flare_buf_t *flare__stream_wbuf(flare_stream_t *s)
 {
     if (s->wbuf.data == NULL) {
-        char *b = flare__bufpool_get(s->pool);
+        char *b = flare__bufpool_get(&s->loop->pool);
         if (b != NULL) {
             s->wbuf.data = b;
             s->wbuf.cap = FLARE_CONN_BUF;
@@ -242,15 +267,48 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
 int flare__stream_queue(flare_stream_t *s, const struct iovec *iov, int n, flare_task_fn release,
                         void *ud);
 
+/* Output as a queue completed through a callback, in two steps that a
+ * readiness backend runs together (flare__stream_flush_slow: out_next,
+ * writev/sendfile, out_done, in the same turn) and a completion backend
+ * apart (out_next, a send submitted with those iovecs, out_done from its
+ * completion). */
+typedef struct flare_out_next {
+    /* non-NULL: the next piece is this file range, sent on its own from
+     * file->off + file_skip (iov is then empty) */
+    const flare_outseg_t *file;
+    size_t file_skip;
+    size_t total; /* bytes offered: in iov[0..n), or left of the file range */
+    bool more;    /* a file range follows the gathered bytes (MSG_MORE) */
+    bool all;     /* the gathered bytes are everything queued */
+} flare_out_next_t;
+
+/* What to send next: fills iov[0..max) with the queued bytes from the
+ * first unsent one, in order (copied bytes and borrowed segments), up to a
+ * file range; returns their count (0 with nx->file set: the range is next;
+ * 0 with nothing set: nothing is queued). Changes nothing: the same offer
+ * is made until out_done. The iovecs point into the queue, valid until
+ * out_done or anything else queued. */
+int flare__stream_out_next(const flare_stream_t *s, struct iovec *iov, int max,
+                           flare_out_next_t *nx);
+
+/* n bytes of what out_next offered were written (n may be less than
+ * nx->total: a short send). Advances the queue; borrowed segments and file
+ * ranges are released here once written (when the queue empties, or when
+ * its written front is compacted), never at submission. true when the
+ * queue is empty now (the protocol's "drained"). */
+bool flare__stream_out_done(flare_stream_t *s, size_t n);
+
 /* Writes queued output. 1: all written; 0: waiting for the socket
  * (interest set); -1: the socket failed (the caller closes the stream). */
 int flare__stream_flush_slow(flare_stream_t *s);
 
+/* A partial write of wbuf from the inline path: records it (in s->oq). */
+void flare__stream_wrote_part(flare_stream_t *s, size_t n);
+
 /* The common case inline: one buffer, nothing borrowed, plain TCP. */
 static inline int flare__stream_flush(flare_stream_t *s)
 {
-    if (flare__likely(s->nsegs == 0 && s->wsent == 0 && s->tr == NULL &&
-                      !(s->sflags & FLARE_S_WANT_WRITE))) {
+    if (flare__likely(s->oq == NULL && s->tr == NULL && !(s->sflags & FLARE_S_WANT_WRITE))) {
         if (s->wbuf.len == 0)
             return 1;
         ssize_t wr = flare__write(s->io.fd, s->wbuf.data, s->wbuf.len);
@@ -260,7 +318,7 @@ static inline int flare__stream_flush(flare_stream_t *s)
             return 1;
         }
         if (wr > 0)
-            s->wsent = (size_t)wr;
+            flare__stream_wrote_part(s, (size_t)wr);
         else if (wr != -EAGAIN && wr != -EINTR)
             return -1;
     }

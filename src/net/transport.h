@@ -61,11 +61,24 @@ enum {
     FLARE_TR_LAST = 1u << 3,
 };
 
+struct flare_stream;
+
 struct flare_transport {
     const flare_transport_ops_t *ops;
     int fd;
     uint32_t want;  /* FLARE_IO_* the last -EAGAIN waits for */
     uint32_t state; /* FLARE_TR_* */
+    /* called once when the handshake completes, inside the
+     * flare__stream_read that completed it, before that read returns (its
+     * application bytes, if any, are in the buffer then); NULL: none. A
+     * server's handshake always completes in a read: nothing is written
+     * before the client's first request. Set by the stream's owner. Here,
+     * not in the stream: only a transport with a handshake needs it. */
+    void (*on_open)(struct flare_stream *s);
+    /* accept + the listener's handshake timeout (ms, loop clock): a
+     * handshake not done by then is closed (counted from accept: a client
+     * trickling its hello gains nothing) */
+    uint64_t hs_deadline;
 };
 
 #endif

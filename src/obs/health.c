@@ -24,7 +24,7 @@ bool flare__admin_elsewhere(const flare_req_t *req)
     const struct flare_req *ex = req;
     if (!flare__app_has_admin(ex->worker->app))
         return false;
-    return ex->conn == NULL || ex->conn->listener == NULL || !ex->conn->listener->admin;
+    return ex->conn == NULL || !flare__conn_admin(ex->conn);
 }
 
 int flare_health_check(flare_app_t *app, const char *name, bool (*fn)(void *ud), void *ud)

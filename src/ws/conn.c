@@ -199,7 +199,7 @@ flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route)
     flare_ws_t *ws = calloc(1, sizeof(*ws));
     if (ws == NULL)
         return NULL;
-    flare__stream_init_detached(&ws->s, &ww->w->pool, &ww->w->loop, io_cb);
+    flare__stream_init_detached(&ws->s, &ww->w->loop, io_cb);
     ws->ww = ww;
     ws->route = route;
     ws->state = WS_PENDING;

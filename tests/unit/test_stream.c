@@ -1,0 +1,192 @@
+/* net/stream: the entry points a completion backend drives (io_uring,
+ * issue 27), tested without one: output taken as "what to send next" and
+ * "n bytes completed", input handed over in a buffer the backend owns. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "loop/loop.h"
+#include "net/stream.h"
+
+typedef struct {
+    flare_loop_t loop;
+    flare_stream_t s;
+    int peer; /* the other end of the socket pair */
+} fix_t;
+
+static void no_io(flare_loop_t *l, flare_io_t *io, uint32_t ev)
+{
+    (void)l;
+    (void)io;
+    (void)ev;
+}
+
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(flare__loop_init(&f->loop), 0);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    f->peer = sv[1];
+    assert_int_equal(flare__stream_open(&f->s, &f->loop, sv[0], NULL, no_io), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    flare__stream_close(&f->s, false);
+    close(f->peer);
+    flare__bufpool_dispose(&f->loop.pool);
+    flare__loop_dispose(&f->loop);
+    free(f);
+    return 0;
+}
+
+static int released;
+static void count_release(void *ud)
+{
+    (void)ud;
+    released++;
+}
+
+/* Everything the queue holds, gathered by flare__stream_out_next into one
+ * string (no file ranges in these tests). */
+static size_t gather(const flare_stream_t *s, char *out, size_t cap, flare_out_next_t *nx)
+{
+    struct iovec iov[8];
+    int n = flare__stream_out_next(s, iov, 8, nx);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        assert_true(len + iov[i].iov_len <= cap);
+        memcpy(out + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    assert_int_equal(len, nx->total);
+    return len;
+}
+
+/* Bytes, a borrowed segment, bytes: offered in order; a completion of part
+ * of them advances the queue and keeps the segment; the completion of the
+ * rest empties it and releases the segment then, not before. */
+static void test_out_next_and_done(void **state)
+{
+    fix_t *f = *state;
+    flare_stream_t *s = &f->s;
+    released = 0;
+    static const char big[1000] = { [0] = 'B', [999] = 'E' }; /* past COPY_MAX: borrowed */
+    struct iovec in[3] = { { "head:", 5 }, { (void *)big, sizeof(big) } };
+    assert_int_equal(flare__stream_queue(s, in, 2, count_release, NULL), 0);
+    assert_int_equal(flare__stream_queue(s, &(struct iovec){ ":tail", 5 }, 1, NULL, NULL), 0);
+    assert_int_equal(released, 0); /* borrowed, not copied */
+    assert_int_equal(flare__stream_unsent(s), 1010);
+
+    char out[1100];
+    flare_out_next_t nx;
+    size_t len = gather(s, out, sizeof(out), &nx);
+    assert_int_equal(len, 1010);
+    assert_true(nx.all);
+    assert_null(nx.file);
+    assert_memory_equal(out, "head:B", 6);
+    assert_memory_equal(out + 5 + 999, "E:tail", 6);
+
+    /* 7 bytes complete (a short send): the next offer starts after them */
+    assert_false(flare__stream_out_done(s, 7));
+    assert_int_equal(flare__stream_unsent(s), 1003);
+    len = gather(s, out, sizeof(out), &nx);
+    assert_int_equal(len, 1003);
+    assert_int_equal(out[1003 - 6], 'E');
+    assert_int_equal(released, 0);
+
+    /* the rest completes: the queue is empty, the segment released */
+    assert_true(flare__stream_out_done(s, 1003));
+    assert_int_equal(released, 1);
+    assert_int_equal(flare__stream_unsent(s), 0);
+    assert_false(flare__stream_has_output(s));
+    assert_int_equal(flare__stream_out_next(s, (struct iovec[1]){ 0 }, 1, &nx), 0);
+}
+
+/* The epoll path is the same two steps inline: flushing writes what
+ * out_next offers and completes it; the peer reads the bytes in order. */
+static void test_flush_is_next_and_done(void **state)
+{
+    fix_t *f = *state;
+    flare_stream_t *s = &f->s;
+    released = 0;
+    static char big[4096];
+    memset(big, 'x', sizeof(big));
+    struct iovec in[2] = { { "a", 1 }, { big, sizeof(big) } };
+    assert_int_equal(flare__stream_queue(s, in, 2, count_release, NULL), 0);
+    assert_int_equal(flare__stream_queue(s, &(struct iovec){ "z", 1 }, 1, NULL, NULL), 0);
+    assert_int_equal(flare__stream_flush(s), 1);
+    assert_int_equal(released, 1);
+    char got[4200];
+    ssize_t n = read(f->peer, got, sizeof(got));
+    assert_int_equal(n, 4098);
+    assert_int_equal(got[0], 'a');
+    assert_int_equal(got[1], 'x');
+    assert_int_equal(got[4097], 'z');
+}
+
+/* A backend hands over bytes it received into its own buffer: they are in
+ * the stream's read buffer as a read would have put them, the backend's
+ * buffer is released at once, a second hand-over appends after what is
+ * unconsumed, and a hand-over of nothing is the peer's end. */
+static void test_give(void **state)
+{
+    fix_t *f = *state;
+    flare_stream_t *s = &f->s;
+    released = 0;
+    char *kbuf = malloc(64); /* the backend's (a provided buffer) */
+    assert_non_null(kbuf);
+    memcpy(kbuf, "GET / HTTP/1.1\r\n", 16);
+    assert_int_equal(flare__stream_give(s, kbuf, 16, 1 << 20, count_release, NULL), 16);
+    assert_int_equal(released, 1);
+    memset(kbuf, '#', 64); /* the backend reuses it: the stream's copy is unaffected */
+    assert_int_equal(s->rlen - s->rpos, 16);
+    assert_memory_equal(s->rbuf + s->rpos, "GET / HTTP/1.1\r\n", 16);
+
+    s->rpos += 4; /* the protocol consumed "GET " */
+    memcpy(kbuf, "Host: a\r\n\r\n", 11);
+    assert_int_equal(flare__stream_give(s, kbuf, 11, 1 << 20, count_release, NULL), 11);
+    assert_int_equal(released, 2);
+    assert_int_equal(s->rlen - s->rpos, 23);
+    assert_memory_equal(s->rbuf + s->rpos, "/ HTTP/1.1\r\nHost: a\r\n\r\n", 23);
+
+    /* more than the buffer may grow to: refused, the buffer still released */
+    char *huge = calloc(1, FLARE_CONN_BUF + 1);
+    assert_non_null(huge);
+    assert_int_equal(
+        flare__stream_give(s, huge, FLARE_CONN_BUF + 1, FLARE_CONN_BUF, count_release, NULL),
+        -ENOBUFS);
+    assert_int_equal(released, 3);
+    free(huge);
+
+    s->rpos = s->rlen;
+    assert_int_equal(flare__stream_give(s, kbuf, 0, 1 << 20, count_release, NULL), 0);
+    assert_int_equal(released, 4);
+    assert_true(s->sflags & FLARE_S_RD_EOF);
+    free(kbuf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_out_next_and_done, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_is_next_and_done, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_give, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
