@@ -35,7 +35,7 @@ static int setup(void **state)
 {
     fix_t *f = calloc(1, sizeof(*f));
     assert_non_null(f);
-    assert_int_equal(flare__loop_init(&f->loop), 0);
+    assert_int_equal(flare__loop_init(&f->loop, FLARE__LOOP_EPOLL), 0);
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     f->peer = sv[1];
