@@ -55,9 +55,9 @@ typedef void (*flare_task_fn)(void *ud);
  * The choice and its reason are logged once per run, at info level.
  * FLARE_IO_URING: the app does not start when io_uring cannot be used. */
 typedef enum flare_io_backend {
-    FLARE_IO_AUTO = 0,
-    FLARE_IO_EPOLL,
-    FLARE_IO_URING,
+    FLARE_IO_AUTO = 0, /* io_uring where this process may use it, else epoll */
+    FLARE_IO_EPOLL,    /* epoll, level-triggered */
+    FLARE_IO_URING,    /* io_uring; the run fails when it cannot be used */
 } flare_io_backend_t;
 
 typedef struct flare_config {
