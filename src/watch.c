@@ -7,6 +7,7 @@
  * may already have been collected later in the same batch. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "core/core.h"
 #include "loop/loop.h"
@@ -137,6 +138,14 @@ int flare_watch_new(flare_worker_t *w, int fd, unsigned events, flare_watch_fn c
         return FLARE_EINVAL;
     if (!w->handles_open)
         return FLARE_ESTATE;
+    /* a regular file or a directory is always ready: nothing to wait for.
+     * epoll refuses it (EPERM) and io_uring's poll would report it ready
+     * forever: both backends refuse it the same way */
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return flare__fail(FLARE_ESYS, errno, "watch fd %d", fd);
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+        return flare__fail(FLARE_ESYS, EPERM, "watch fd %d: a file is always ready", fd);
     flare_watch_t *wt = calloc(1, sizeof(*wt));
     if (wt == NULL)
         return flare__fail(FLARE_ENOMEM, 0, "flare_watch_new: out of memory");

@@ -33,6 +33,10 @@ int flare__uring_add(flare_loop_t *l, flare_io_t *io, uint32_t events);
 int flare__uring_mod(flare_loop_t *l, flare_io_t *io, uint32_t events);
 void flare__uring_del(flare_loop_t *l, flare_io_t *io);
 int flare__uring_poll(flare_loop_t *l, int timeout_ms);
+/* Submits what is queued (removals, arming) without waiting: the loop has
+ * stopped, and a descriptor removed in its last turn must be let go now (a
+ * poll request holds its file: a closed socket would send no FIN). */
+void flare__uring_submit(flare_loop_t *l);
 
 /* Can this process use io_uring the way uring.c does (io_uring_setup
  * allowed, the operations it submits supported)? 0, or a negative errno;

@@ -276,6 +276,8 @@ void flare__loop_run(flare_loop_t *l)
             l->after_events(l->after_events_ud);
         }
     }
+    if (l->backend == FLARE__LOOP_URING)
+        flare__uring_submit(l); /* what the last turn removed is let go now */
 }
 
 void flare__loop_dispose(flare_loop_t *l)

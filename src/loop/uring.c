@@ -302,6 +302,17 @@ static void enable(struct flare__uring *u)
     u->enabled = true;
 }
 
+void flare__uring_submit(flare_loop_t *l)
+{
+    struct flare__uring *u = l->uring;
+    if (!u->enabled)
+        return; /* never ran: nothing was ever submitted */
+    prepare(u);
+    /* with events: under DEFER_TASKRUN a cancelled request completes, and
+     * lets go of its file, only when this thread asks for completions */
+    io_uring_submit_and_get_events(&u->ring);
+}
+
 int flare__uring_poll(flare_loop_t *l, int timeout_ms)
 {
     struct flare__uring *u = l->uring;

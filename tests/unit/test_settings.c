@@ -714,7 +714,7 @@ static int run_main(flare_settings_t *s, int *code, char *out, char *err, const 
     for (int i = 0; i < 2; i++) {
         FILE *f = fopen(paths[i], "r");
         assert_non_null(f);
-        size_t n = fread(bufs[i], 1, 4095, f);
+        size_t n = fread(bufs[i], 1, 8191, f);
         bufs[i][n] = '\0';
         fclose(f);
     }
@@ -724,7 +724,7 @@ static int run_main(flare_settings_t *s, int *code, char *out, char *err, const 
 static void test_main(void **state)
 {
     (void)state;
-    static char out[4096], err[4096];
+    static char out[8192], err[8192];
     flare_settings_t s;
     int code;
 
