@@ -43,11 +43,6 @@ typedef void (*flare_task_fn)(void *ud);
 
 /* ---- configuration ------------------------------------------------------ */
 
-/* The server's settings. A zero field means its default (in brackets), so a
- * zeroed struct, `(flare_config_t){ 0 }` or a designated initializer naming
- * only what differs, is a complete configuration. Values past the bound
- * after "<=" are refused by flare_app_new (FLARE_EINVAL, see there); every
- * timeout is <= INT_MAX ms (about 24.8 days). */
 /* The I/O backend each worker's loop uses (flare_config_t.io).
  * FLARE_IO_AUTO: io_uring when this process may use it (io_uring_setup is
  * allowed and the kernel has the requests Flare submits), else epoll; FLARE_IO
@@ -60,6 +55,11 @@ typedef enum flare_io_backend {
     FLARE_IO_URING,    /* io_uring; the run fails when it cannot be used */
 } flare_io_backend_t;
 
+/* The server's settings. A zero field means its default (in brackets), so a
+ * zeroed struct, `(flare_config_t){ 0 }` or a designated initializer naming
+ * only what differs, is a complete configuration. Values past the bound
+ * after "<=" are refused by flare_app_new (FLARE_EINVAL, see there); every
+ * timeout is <= INT_MAX ms (about 24.8 days). */
 typedef struct flare_config {
     unsigned workers;           /* worker threads [0: number of CPUs], <= 1024 */
     unsigned max_conns;         /* per worker; beyond it new connections are closed [100000] */
