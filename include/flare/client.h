@@ -68,6 +68,11 @@ typedef struct flare_client_config {
     unsigned max_per_origin;        /* connections per origin per worker [32] */
     size_t max_response;            /* answer body bytes; more: FLARE_ETOOBIG [64 MiB] */
     const char *ca_file;            /* PEM CA bundle for https; NULL: the system's store */
+    /* Fixed answers for names, like curl's --resolve: "host:port:addr[,addr]..."
+     * strings (up to 4 addresses each, IPv6 ones bare or in brackets),
+     * NULL-terminated; may be NULL. A call to that host and port uses these
+     * addresses, in order, instead of the resolver's; copied. */
+    const char *const *resolve;
 } flare_client_config_t;
 
 /* Makes a client for app (before flare_app_run; freed with the app). cfg

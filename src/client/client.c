@@ -55,11 +55,29 @@ typedef struct origin origin_t;
 typedef struct cconn cconn_t;
 typedef struct cworker cworker_t;
 
+/* One resolved address. */
+typedef struct addr {
+    struct sockaddr_storage sa;
+    socklen_t len;
+} addr_t;
+
+enum { MAX_ADDRS = 4 };
+
+/* A fixed answer for a name (flare_client_config_t.resolve). */
+typedef struct pin {
+    char *host;
+    uint16_t port;
+    unsigned naddrs;
+    addr_t addrs[MAX_ADDRS];
+} pin_t;
+
 struct flare_client {
     flare_client_t *next; /* the app's clients */
     unsigned index;
     flare_client_config_t cfg;
     char *ca_file;
+    pin_t *pins; /* cfg.resolve, parsed */
+    unsigned npins;
     SSL_CTX *ssl_ctx;
 };
 
@@ -88,8 +106,11 @@ struct origin {
     char *host; /* NUL-terminated */
     uint16_t port;
     bool tls, ip6;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
+    /* the resolved addresses in the resolver's order; a connection tries
+     * them from the one that last worked (pref) and moves to the next when
+     * one refuses or is unreachable (localhost may be ::1 then 127.0.0.1) */
+    addr_t addrs[MAX_ADDRS];
+    unsigned naddrs, pref;
     uint64_t addr_until; /* ms; 0: not resolved (a literal address never expires) */
     rjob_t *resolving;
     cconn_t *idle; /* idle keep-alive connections, most recent first */
@@ -113,7 +134,8 @@ struct cconn {
     flare_client_call_t *call;
     char *buf;
     size_t len, cap;
-    bool reused; /* it served an answer: a close before the next is a stale connection */
+    bool reused;        /* it served an answer: a close before the next is a stale connection */
+    unsigned ai, tries; /* the address being tried (origin's addrs), how many so far */
     uint64_t idle_since;
 };
 
@@ -284,6 +306,53 @@ static int tls_setup(cconn_t *c, flare_client_t *cl)
     return 0;
 }
 
+/* Whether a failed connect may be retried on the origin's next address. */
+static bool connect_next_ok(int err)
+{
+    return err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH ||
+           err == EADDRNOTAVAIL || err == EAFNOSUPPORT || err == ECONNRESET;
+}
+
+/* Starts connecting c's socket to the origin's address c->ai, moving on to
+ * the next addresses while one fails at once with an error another address
+ * may not have. Replaces c's socket and watch; 0 or an error (set_err). */
+static int conn_connect(cconn_t *c)
+{
+    origin_t *o = c->o;
+    for (;;) {
+        const addr_t *a = &o->addrs[c->ai];
+        flare_watch_free(c->watch);
+        c->watch = NULL;
+        if (c->fd >= 0)
+            close(c->fd);
+        c->tries++;
+        c->fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int err = 0;
+        if (c->fd < 0) {
+            err = errno;
+        } else {
+            int one = 1;
+            setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            if (connect(c->fd, (const struct sockaddr *)&a->sa, a->len) != 0 &&
+                errno != EINPROGRESS)
+                err = errno;
+        }
+        if (err == 0)
+            break;
+        if (!connect_next_ok(err) || c->tries >= o->naddrs) {
+            set_err("connect to %s:%u: %s", o->host, o->port, strerror(err));
+            return FLARE_ESYS;
+        }
+        c->ai = (c->ai + 1) % o->naddrs;
+    }
+    int rc = flare_watch_new(c->o->cw->w, c->fd, FLARE_WATCH_WRITE, conn_io, c, &c->watch);
+    if (rc != 0)
+        set_err("connection set-up: %s", flare_strerror(rc));
+    else if (c->ssl != NULL && SSL_set_fd(c->ssl, c->fd) != 1)
+        rc = FLARE_ENOMEM;
+    return rc;
+}
+
 /* Opens a new connection to o for call. */
 static void conn_open(origin_t *o, flare_client_call_t *call)
 {
@@ -293,27 +362,20 @@ static void conn_open(origin_t *o, flare_client_call_t *call)
         return;
     }
     c->o = o;
-    c->fd = socket(o->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    c->fd = -1;
+    c->ai = o->pref;
     o->nconns++;
     c->all_next = o->all;
     o->all = c;
     call->conn = c;
     c->call = call;
-    if (c->fd < 0) {
-        set_err("socket: %s", strerror(errno));
-        call_fail(call, FLARE_ESYS);
-        return;
-    }
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(c->fd, (struct sockaddr *)&o->addr, o->addrlen) != 0 && errno != EINPROGRESS) {
-        set_err("connect to %s:%u: %s", o->host, o->port, strerror(errno));
-        call_fail(call, FLARE_ESYS);
-        return;
-    }
     c->state = S_CONNECTING;
-    int rc = flare_watch_new(call->cw->w, c->fd, FLARE_WATCH_WRITE, conn_io, c, &c->watch);
-    if (rc == 0 && o->tls)
+    int rc = conn_connect(c);
+    if (rc != 0) {
+        call_fail(call, rc);
+        return;
+    }
+    if (o->tls)
         rc = tls_setup(c, call->cw->cl);
     if (rc != 0) {
         set_err("connection set-up: %s", flare_strerror(rc));
@@ -453,8 +515,8 @@ struct rjob {
     char *host;
     char port[8];
     int rc;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
+    addr_t addrs[MAX_ADDRS];
+    unsigned naddrs;
     char why[128];
 };
 
@@ -470,8 +532,16 @@ static void resolve_work(void *ud)
         j->rc = FLARE_ENOTFOUND;
         snprintf(j->why, sizeof(j->why), "%s", g != 0 ? gai_strerror(g) : "no address");
     } else {
-        memcpy(&j->addr, res->ai_addr, res->ai_addrlen);
-        j->addrlen = res->ai_addrlen;
+        for (struct addrinfo *ai = res; ai != NULL && j->naddrs < MAX_ADDRS; ai = ai->ai_next) {
+            if (ai->ai_addrlen > sizeof(j->addrs[0].sa))
+                continue;
+            memcpy(&j->addrs[j->naddrs].sa, ai->ai_addr, ai->ai_addrlen);
+            j->addrs[j->naddrs++].len = ai->ai_addrlen;
+        }
+        if (j->naddrs == 0) {
+            j->rc = FLARE_ENOTFOUND;
+            snprintf(j->why, sizeof(j->why), "no usable address");
+        }
     }
     if (res != NULL)
         freeaddrinfo(res);
@@ -492,8 +562,16 @@ static void resolve_done(void *ud)
             }
             o->failing = false;
         } else {
-            o->addr = j->addr;
-            o->addrlen = j->addrlen;
+            /* keep the address that worked if it is still among them */
+            unsigned pref = 0;
+            for (unsigned i = 0; i < j->naddrs && o->naddrs > 0; i++) {
+                const addr_t *a = &j->addrs[i], *p = &o->addrs[o->pref];
+                if (a->len == p->len && memcmp(&a->sa, &p->sa, a->len) == 0)
+                    pref = i;
+            }
+            memcpy(o->addrs, j->addrs, sizeof(j->addrs));
+            o->naddrs = j->naddrs;
+            o->pref = pref;
             o->addr_until = now_ms() + DNS_CACHE_MS;
             origin_dispatch(o);
         }
@@ -831,10 +909,19 @@ static void conn_io(flare_watch_t *wt, unsigned events, void *ud)
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
             soerr = errno;
         if (soerr != 0) {
+            if (connect_next_ok(soerr) && c->tries < c->o->naddrs) {
+                c->ai = (c->ai + 1) % c->o->naddrs;
+                int rc = conn_connect(c);
+                if (rc != 0)
+                    call_fail(c->call, rc);
+                return;
+            }
             set_err("connect to %s:%u: %s", c->o->host, c->o->port, strerror(soerr));
             call_fail(c->call, FLARE_ESYS);
             return;
         }
+        if (c->ai < c->o->naddrs)
+            c->o->pref = c->ai; /* the next connection starts here */
         if (c->ssl != NULL) {
             c->state = S_HANDSHAKE;
             handshake(c);
@@ -978,15 +1065,82 @@ static void dispose_worker(flare_worker_t *w, void *state)
     flare__worker_module_set(w, set->slot, NULL);
 }
 
+static void client_free(flare_client_t *cl)
+{
+    SSL_CTX_free(cl->ssl_ctx);
+    free(cl->ca_file);
+    for (unsigned i = 0; i < cl->npins; i++)
+        free(cl->pins[i].host);
+    free(cl->pins);
+    free(cl);
+}
+
+/* Parses one address of a resolve entry into a. */
+static bool pin_addr(const char *s, size_t n, uint16_t port, addr_t *a)
+{
+    char buf[INET6_ADDRSTRLEN + 2];
+    if (n >= 2 && s[0] == '[' && s[n - 1] == ']') {
+        s++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof(buf))
+        return false;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&a->sa;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&a->sa;
+    memset(a, 0, sizeof(*a));
+    if (inet_pton(AF_INET, buf, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(port);
+        a->len = sizeof(*s4);
+    } else if (inet_pton(AF_INET6, buf, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(port);
+        a->len = sizeof(*s6);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Parses "host:port:addr[,addr]..." into p; 0, FLARE_EINVAL or FLARE_ENOMEM. */
+static int pin_parse(const char *e, pin_t *p)
+{
+    const char *c1 = strchr(e, ':');
+    const char *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+    if (c1 == NULL || c2 == NULL || c1 == e)
+        return FLARE_EINVAL;
+    unsigned long port = 0;
+    for (const char *d = c1 + 1; d < c2; d++) {
+        if (*d < '0' || *d > '9' || port > 65535)
+            return FLARE_EINVAL;
+        port = port * 10 + (unsigned long)(*d - '0');
+    }
+    if (c2 == c1 + 1 || port == 0 || port > 65535)
+        return FLARE_EINVAL;
+    p->port = (uint16_t)port;
+    for (const char *a = c2 + 1;;) {
+        const char *end = strchr(a, ',');
+        size_t n = end != NULL ? (size_t)(end - a) : strlen(a);
+        if (p->naddrs == MAX_ADDRS || !pin_addr(a, n, p->port, &p->addrs[p->naddrs]))
+            return FLARE_EINVAL;
+        p->naddrs++;
+        if (end == NULL)
+            break;
+        a = end + 1;
+    }
+    p->host = strndup(e, (size_t)(c1 - e));
+    return p->host != NULL ? 0 : FLARE_ENOMEM;
+}
+
 static void free_app(flare_app_t *app, void *state)
 {
     (void)app;
     client_set_t *set = state;
     for (flare_client_t *cl = set->head, *n; cl != NULL; cl = n) {
         n = cl->next;
-        SSL_CTX_free(cl->ssl_ctx);
-        free(cl->ca_file);
-        free(cl);
+        client_free(cl);
     }
     free(set);
 }
@@ -1022,6 +1176,24 @@ int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg, flare_c
     if (c->ca_file != NULL && (cl->ca_file = strdup(c->ca_file)) == NULL)
         goto fail;
     c->ca_file = cl->ca_file;
+    size_t npins = 0;
+    while (c->resolve != NULL && c->resolve[npins] != NULL)
+        npins++;
+    if (npins > 0 && (cl->pins = calloc(npins, sizeof(*cl->pins))) == NULL)
+        goto fail;
+    while (cl->npins < npins) {
+        const char *e = c->resolve[cl->npins];
+        rc = pin_parse(e, &cl->pins[cl->npins++]); /* a partial entry is freed with the rest */
+        if (rc == FLARE_EINVAL)
+            rc = flare__fail(FLARE_EINVAL, 0,
+                             "flare_client_new: resolve entry \"%s\": want "
+                             "host:port:addr[,addr]... (at most %d addresses)",
+                             e, MAX_ADDRS);
+        if (rc != 0)
+            goto fail;
+    }
+    c->resolve = NULL; /* the caller's array is not kept */
+    rc = FLARE_ENOMEM;
     cl->ssl_ctx = SSL_CTX_new(TLS_client_method());
     if (cl->ssl_ctx == NULL)
         goto fail;
@@ -1055,9 +1227,7 @@ int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg, flare_c
     *out = cl;
     return 0;
 fail:
-    SSL_CTX_free(cl->ssl_ctx);
-    free(cl->ca_file);
-    free(cl);
+    client_free(cl);
     return rc;
 }
 
@@ -1097,18 +1267,30 @@ static origin_t *origin_get(cworker_t *cw, const flare_url_t *u)
     o->ip6 = u->ip6;
     o->cw = cw;
     /* a literal address needs no resolution */
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&o->addr;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&o->addr;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&o->addrs[0].sa;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&o->addrs[0].sa;
     if (inet_pton(AF_INET, o->host, &s4->sin_addr) == 1) {
         s4->sin_family = AF_INET;
         s4->sin_port = htons(o->port);
-        o->addrlen = sizeof(*s4);
+        o->addrs[0].len = sizeof(*s4);
+        o->naddrs = 1;
         o->addr_until = UINT64_MAX;
     } else if (inet_pton(AF_INET6, o->host, &s6->sin6_addr) == 1) {
         s6->sin6_family = AF_INET6;
         s6->sin6_port = htons(o->port);
-        o->addrlen = sizeof(*s6);
+        o->addrs[0].len = sizeof(*s6);
+        o->naddrs = 1;
         o->addr_until = UINT64_MAX;
+    } else {
+        for (unsigned i = 0; i < cw->cl->npins; i++) {
+            const pin_t *p = &cw->cl->pins[i];
+            if (p->port == o->port && strcasecmp(p->host, o->host) == 0) {
+                memcpy(o->addrs, p->addrs, sizeof(p->addrs));
+                o->naddrs = p->naddrs;
+                o->addr_until = UINT64_MAX;
+                break;
+            }
+        }
     }
     o->next = cw->origins;
     cw->origins = o;

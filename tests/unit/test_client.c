@@ -161,7 +161,7 @@ static int up_big(flare_req_t *req, flare_res_t *res, void *ud)
 
 /* ---- the gateway ---- */
 
-static flare_client_t *cl_plain, *cl_ca, *cl_sys, *cl_one;
+static flare_client_t *cl_plain, *cl_ca, *cl_sys, *cl_one, *cl_pin;
 
 typedef struct gw_call {
     flare_res_t *res;
@@ -188,6 +188,8 @@ static flare_client_t *pick(flare_req_t *req)
         return cl_sys;
     if (c.len == 3 && memcmp(c.ptr, "one", 3) == 0)
         return cl_one;
+    if (c.len == 3 && memcmp(c.ptr, "pin", 3) == 0)
+        return cl_pin;
     return cl_plain;
 }
 
@@ -307,6 +309,20 @@ static int gw_cancel(flare_req_t *req, flare_res_t *res, void *ud)
 /* ---- set-up ---- */
 
 static flare_app_t *up, *gw;
+static int dead_port;
+
+/* A loopback port nothing listens on (bound, then closed). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
 static flare_test_t *tup, *tgw;
 static char dir[] = "/tmp/flare-client-XXXXXX";
 static int up_port, up_tls_port;
@@ -325,13 +341,13 @@ static int setup(void **state)
 {
     (void)state;
     assert_non_null(mkdtemp(dir));
-    /* a private CA, and a certificate for 127.0.0.1 only */
+    /* a private CA, and a certificate for 127.0.0.1 and pinned.test only */
     assert_int_equal(
         sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
            "-keyout ca.key -out ca.pem -days 2 -subj /CN=flare-test-ca >/dev/null 2>&1 && "
            "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv.key "
            "-out srv.csr -subj /CN=127.0.0.1 >/dev/null 2>&1 && "
-           "printf 'subjectAltName=IP:127.0.0.1\\n' > ext && "
+           "printf 'subjectAltName=IP:127.0.0.1,DNS:pinned.test\\n' > ext && "
            "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
            "-extfile ext -out srv.pem >/dev/null 2>&1",
            dir),
@@ -387,6 +403,38 @@ static int setup(void **state)
         flare_client_new(gw, &(flare_client_config_t){ .ca_file = "/nonexistent.pem" }, &bad),
         FLARE_ETLS);
     assert_null(bad);
+    /* fixed answers for names: ::1 first, where nothing listens (or no IPv6
+     * at all), then 127.0.0.1 */
+    dead_port = free_port();
+    char pin_plain[64], pin_tls[64], pin_dead[64], pin_one[64];
+    snprintf(pin_plain, sizeof(pin_plain), "pinned.test:%d:[::1],127.0.0.1", up_port);
+    snprintf(pin_tls, sizeof(pin_tls), "PINNED.test:%d:::1,127.0.0.1", up_tls_port);
+    snprintf(pin_dead, sizeof(pin_dead), "dead.test:%d:[::1],127.0.0.1", dead_port);
+    snprintf(pin_one, sizeof(pin_one), "first.test:%d:127.0.0.1,[::1]", up_port);
+    const char *pins[] = { pin_plain, pin_tls, pin_dead, pin_one, NULL };
+    assert_int_equal(
+        flare_client_new(gw, &(flare_client_config_t){ .ca_file = ca, .resolve = pins }, &cl_pin),
+        0);
+    static const char *const bad_pins[] = {
+        "nohost",
+        ":80:127.0.0.1",
+        "a:0:127.0.0.1",
+        "a:65536:127.0.0.1",
+        "a:8x:127.0.0.1",
+        "a:80:",
+        "a:80:127.0.0.1,",
+        "a:80:notanip",
+        "a:80:1.1.1.1,2.2.2.2,3.3.3.3,4.4.4.4,5.5.5.5",
+        "a::1.1.1.1",
+    };
+    for (size_t i = 0; i < sizeof(bad_pins) / sizeof(bad_pins[0]); i++) {
+        const char *one[] = { "ok.test:80:127.0.0.1", bad_pins[i], NULL };
+        bad = (flare_client_t *)1;
+        assert_int_equal(flare_client_new(gw, &(flare_client_config_t){ .resolve = one }, &bad),
+                         FLARE_EINVAL);
+        assert_null(bad);
+        assert_non_null(strstr(flare_last_error(), bad_pins[i]));
+    }
     assert_int_equal(flare_get(gw, "/call", gw_call, NULL), 0);
     assert_int_equal(flare_get(gw, "/cancel", gw_cancel, NULL), 0);
     assert_int_equal(flare_get(gw, "/pair", gw_pair, NULL), 0);
@@ -529,14 +577,29 @@ static void test_bad_upstreams(void **state)
     }
     assert_has(call("u=http://127.0.0.1:%d/", raw.port + 0), "rc=0");
     /* nothing listens: refused */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
-    assert_has(call("u=http://127.0.0.1:%d/", ntohs(sa.sin_port)), "rc=-8 ");
+    assert_has(call("u=http://127.0.0.1:%d/", free_port()), "rc=-8 ");
+}
+
+/* A name with several addresses: a refused or unreachable one is skipped
+ * (a name such as localhost may give ::1 first while the server listens on
+ * 127.0.0.1 only), and the one that worked is tried first next time. */
+static void test_address_fallback(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        assert_has(call("u=http://pinned.test:%d/hello&c=pin", up_port),
+                   "rc=0 status=200 len=2 body=hi");
+        assert_has(call("u=http://first.test:%d/hello&c=pin", up_port),
+                   "rc=0 status=200 len=2 body=hi");
+    }
+    /* TLS on the socket that answered: the handshake checks the name */
+    assert_has(call("u=https://pinned.test:%d/hello&c=pin", up_tls_port),
+               "rc=0 status=200 len=2 body=hi");
+    assert_has(call("u=https://pinned.test:%d/echo&c=pin&m=POST&b=x", up_tls_port),
+               "rc=0 status=201");
+    /* every address refuses: the call fails, naming the host */
+    assert_has(call("u=http://dead.test:%d/&c=pin", dead_port), "rc=-8 ");
+    assert_has(call("u=http://dead.test:%d/&c=pin", dead_port), "connect to dead.test");
 }
 
 static void test_tls(void **state)
@@ -576,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_stale_connection_retry),
         cmocka_unit_test(test_bad_upstreams),
         cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_address_fallback),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
