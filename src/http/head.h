@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/parse.h"
 #include "flare/common.h"
@@ -53,9 +54,43 @@ typedef struct flare_http_head {
     const char *error; /* short static text naming the problem */
 } flare_http_head_t;
 
-/* The method id of a method token (FLARE_METHOD_OTHER when unknown):
- * HTTP/2's :method. */
-flare_method_t flare__http_method_id(const char *m, size_t n);
+/* The method id of a method token (FLARE_METHOD_OTHER when unknown): the
+ * HTTP/1.1 request line's and HTTP/2's :method. Inline: each protocol's
+ * parser compiles it in (no call between the protocols). */
+static inline flare_method_t flare__http_method_id(const char *m, size_t n)
+{
+    switch (n) {
+    case 3:
+        if (memcmp(m, "GET", 3) == 0)
+            return FLARE_METHOD_GET;
+        if (memcmp(m, "PUT", 3) == 0)
+            return FLARE_METHOD_PUT;
+        break;
+    case 4:
+        if (memcmp(m, "POST", 4) == 0)
+            return FLARE_METHOD_POST;
+        if (memcmp(m, "HEAD", 4) == 0)
+            return FLARE_METHOD_HEAD;
+        break;
+    case 5:
+        if (memcmp(m, "PATCH", 5) == 0)
+            return FLARE_METHOD_PATCH;
+        if (memcmp(m, "TRACE", 5) == 0)
+            return FLARE_METHOD_TRACE;
+        break;
+    case 6:
+        if (memcmp(m, "DELETE", 6) == 0)
+            return FLARE_METHOD_DELETE;
+        break;
+    case 7:
+        if (memcmp(m, "OPTIONS", 7) == 0)
+            return FLARE_METHOD_OPTIONS;
+        if (memcmp(m, "CONNECT", 7) == 0)
+            return FLARE_METHOD_CONNECT;
+        break;
+    }
+    return FLARE_METHOD_OTHER;
+}
 
 /* Chunked transfer-coding decoder state (http1/parser.h decodes), resumable
  * at any byte boundary: the exchange carries it for a chunked body. */

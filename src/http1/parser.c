@@ -113,46 +113,6 @@ __attribute__((cold, noinline)) static int fail(flare_http_head_t *head, int sta
     return FLARE_PARSE_ERROR;
 }
 
-static flare_method_t method_id(const char *m, size_t n)
-{
-    switch (n) {
-    case 3:
-        if (memcmp(m, "GET", 3) == 0)
-            return FLARE_METHOD_GET;
-        if (memcmp(m, "PUT", 3) == 0)
-            return FLARE_METHOD_PUT;
-        break;
-    case 4:
-        if (memcmp(m, "POST", 4) == 0)
-            return FLARE_METHOD_POST;
-        if (memcmp(m, "HEAD", 4) == 0)
-            return FLARE_METHOD_HEAD;
-        break;
-    case 5:
-        if (memcmp(m, "PATCH", 5) == 0)
-            return FLARE_METHOD_PATCH;
-        if (memcmp(m, "TRACE", 5) == 0)
-            return FLARE_METHOD_TRACE;
-        break;
-    case 6:
-        if (memcmp(m, "DELETE", 6) == 0)
-            return FLARE_METHOD_DELETE;
-        break;
-    case 7:
-        if (memcmp(m, "OPTIONS", 7) == 0)
-            return FLARE_METHOD_OPTIONS;
-        if (memcmp(m, "CONNECT", 7) == 0)
-            return FLARE_METHOD_CONNECT;
-        break;
-    }
-    return FLARE_METHOD_OTHER;
-}
-
-flare_method_t flare__http_method_id(const char *m, size_t n)
-{
-    return method_id(m, n);
-}
-
 /* The SIMD loops below run while 16 bytes can be loaded: p <= end - 16,
  * computed only when end - p >= 16 so that it stays inside the buffer. */
 
@@ -601,7 +561,7 @@ int flare__http_parse_head(const char *buf, size_t len, const flare_http_limits_
             goto line_more;
         if (*p != ' ' || p == line)
             return fail(head, 400, "invalid method");
-        head->method_id = method_id(line, (size_t)(p - line));
+        head->method_id = flare__http_method_id(line, (size_t)(p - line));
     }
     head->method = (flare_str_t){ line, (size_t)(p - line) };
 
