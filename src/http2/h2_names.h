@@ -44,10 +44,24 @@ enum { FLARE__H2_ERRORS(FLARE__H2_ERR_ENUM) FLARE__H2E_COUNT };
 enum { FLARE__H2_FLOODS(FLARE__H2_FLOOD_ENUM) FLARE__H2F_COUNT };
 #undef FLARE__H2_FLOOD_ENUM
 
+#define FLARE__H2_NAME(n, s) s,
+
 /* The label of an error code: "unknown" for a code RFC 9113 does not
- * define (a peer may send any 32-bit value; this side sends none). */
-const char *flare__h2_error_name(uint32_t code);
+ * define (a peer may send any 32-bit value; this side sends none). Inline:
+ * the metrics read the names without calling into the protocol. */
+static inline const char *flare__h2_error_name(uint32_t code)
+{
+    static const char *const names[FLARE__H2E_COUNT] = { FLARE__H2_ERRORS(FLARE__H2_NAME) };
+    return code < FLARE__H2E_COUNT ? names[code] : "unknown";
+}
+
 /* The label of a defence (FLARE__H2F_*); NULL when out of range. */
-const char *flare__h2_flood_name(unsigned kind);
+static inline const char *flare__h2_flood_name(unsigned kind)
+{
+    static const char *const names[FLARE__H2F_COUNT] = { FLARE__H2_FLOODS(FLARE__H2_NAME) };
+    return kind < FLARE__H2F_COUNT ? names[kind] : NULL;
+}
+
+#undef FLARE__H2_NAME
 
 #endif

@@ -27,6 +27,14 @@
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define PREFACE_LEN (sizeof(preface) - 1)
 
+/* h2_names.h's error enum is generated in code order: its index is the
+ * code nghttp2 hands over */
+_Static_assert((int)FLARE__H2E_NO_ERROR == (int)NGHTTP2_NO_ERROR &&
+                   (int)FLARE__H2E_FLOW_CONTROL_ERROR == (int)NGHTTP2_FLOW_CONTROL_ERROR &&
+                   (int)FLARE__H2E_ENHANCE_YOUR_CALM == (int)NGHTTP2_ENHANCE_YOUR_CALM &&
+                   (int)FLARE__H2E_HTTP_1_1_REQUIRED == (int)NGHTTP2_HTTP_1_1_REQUIRED,
+               "FLARE__H2_ERRORS is not in RFC 9113 code order");
+
 bool flare__h2_preface(const char *buf, size_t len, bool *partial)
 {
     size_t n = len < PREFACE_LEN ? len : PREFACE_LEN;
