@@ -340,8 +340,7 @@ static void connections(flare_metrics_writer_t *mw, flare_metrics_app_t *ma,
                          "Connections ended by a timeout, by kind");
     for (unsigned k = 0; k < FLARE__TO_KINDS; k++)
         sample_u64(mw, "flare_timeouts_total", (const char *[]){ "kind", kinds[k], NULL }, to[k]);
-    flare_metrics_family(mw, "flare_ws_connections", "gauge",
-                         "Open WebSocket connections (sampled every 250 ms)");
+    flare_metrics_family(mw, "flare_ws_connections", "gauge", "Open WebSocket connections");
     sample_u64(mw, "flare_ws_connections", NULL, t->ws_open);
     flare_metrics_family(mw, "flare_ws_messages_total", "counter",
                          "WebSocket messages, by direction");

@@ -17,7 +17,6 @@
 #include "http/exchange.h"
 #include "app.h"
 #include "obs/metrics_app.h"
-#include "ws/ws.h"
 
 const uint64_t flare__hist_bounds_ns[FLARE__HIST_NB] = {
     100000,   250000,    500000,    1000000,   2500000,    5000000,    10000000,   25000000,
@@ -179,7 +178,6 @@ void flare__metrics_sample_conns(flare_worker_t *w)
     }
     atomic_store_explicit(&m->open, open, memory_order_relaxed);
     atomic_store_explicit(&m->active, active, memory_order_relaxed);
-    atomic_store_explicit(&m->ws_open, flare__ws_open(w), memory_order_relaxed);
     atomic_store_explicit(&m->h2_open, h2_open, memory_order_relaxed);
     atomic_store_explicit(&m->h2_streams, h2_streams, memory_order_relaxed);
 }

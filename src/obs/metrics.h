@@ -57,9 +57,10 @@ enum {
 #define FLARE__HIST_STREAM (FLARE__HIST_NB + 2)
 
 typedef struct flare_metrics_w {
-    flare__ctr_t rx, tx;                /* bytes */
-    flare__ctr_t open, active, ws_open; /* sampled by the sweep, gauges */
-    flare__ctr_t ws_msgs[2];            /* 0 received, 1 sent */
+    flare__ctr_t rx, tx;       /* bytes */
+    flare__ctr_t open, active; /* sampled by the sweep, gauges */
+    flare__ctr_t ws_open;      /* a gauge, kept by ws/ (flare__metrics_ws_open) */
+    flare__ctr_t ws_msgs[2];   /* 0 received, 1 sent */
     flare__ctr_t timeouts[FLARE__TO_KINDS];
     flare__ctr_t parse_err[FLARE__PARSE_ST_N];
     flare__ctr_t dropped; /* request series that found no slot */
@@ -125,6 +126,15 @@ static inline void flare__metrics_ws_msg(flare_worker_t *w, unsigned dir)
     flare_metrics_w_t *m = w->metrics;
     if (flare__unlikely(m != NULL))
         flare__ctr_add(&m->ws_msgs[dir], 1);
+}
+
+/* The worker's open WebSocket connections changed to n (a gauge the
+ * WebSocket layer keeps: the metrics do not reach into it). */
+static inline void flare__metrics_ws_open(flare_worker_t *w, unsigned n)
+{
+    flare_metrics_w_t *m = w->metrics;
+    if (flare__unlikely(m != NULL))
+        atomic_store_explicit(&m->ws_open, n, memory_order_relaxed);
 }
 
 /* HTTP/2: one cell of FLARE__H2C_* (a frame sent, a stream or connection

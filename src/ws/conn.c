@@ -144,6 +144,7 @@ static void release(flare_ws_t *ws)
     if (ws->next != NULL)
         ws->next->prev = ws->prev;
     ww->nconns--;
+    flare__metrics_ws_open(ww->w, ww->nconns);
     flare__stream_close(&ws->s, false);
     flare__buf_free(&ws->msg);
     flare__buf_free(&ws->zin);
@@ -222,6 +223,7 @@ flare_ws_t *flare__ws_new(ws_worker_t *ww, const ws_route_t *route)
         ww->conns->prev = ws;
     ww->conns = ws;
     ww->nconns++;
+    flare__metrics_ws_open(ww->w, ww->nconns);
     return ws;
 }
 

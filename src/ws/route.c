@@ -9,7 +9,6 @@
 #include "module.h"
 #include "http/exchange.h"
 #include "worker.h"
-#include "ws/ws.h"
 #include "ws/ws_int.h"
 
 /* The app-wide states, reachable from here as long as they exist: until
@@ -336,11 +335,4 @@ int flare_ws_group_route(flare_group_t *g, const char *pattern, const flare_ws_c
     if (g == NULL)
         return flare__fail(FLARE_EINVAL, 0, "flare_ws_group_route: group is NULL");
     return add(flare__group_app(g), g, pattern, cfg);
-}
-
-unsigned flare__ws_open(const flare_worker_t *w)
-{
-    const ws_app_t *wa = flare__ws_app_state(w->app);
-    const ws_worker_t *ww = wa != NULL ? flare__ws_worker(w, wa) : NULL;
-    return ww != NULL ? ww->nconns : 0;
 }
