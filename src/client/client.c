@@ -26,6 +26,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@
 #include "http1/parser.h"
 #include "http1/resp_head.h"
 #include "module.h"
+#include "obs/metrics.h"
 #include "worker.h"
 
 #define CLIENT_MAX_FIELDS 100
@@ -63,6 +65,32 @@ typedef struct addr {
 
 enum { MAX_ADDRS = 4 };
 
+/* ---- per-upstream statistics ----
+ *
+ * Kept only while the app counts (flare_metrics_*): one entry per upstream
+ * (scheme://host:port) the client has called, app-wide, each with one cell
+ * per worker that only that worker writes (relaxed stores, no shared write
+ * on the call path); the metrics collector sums the cells at scrape time
+ * on the scraping thread. Entries are added under a lock (once per worker
+ * and upstream) and published through `nups`; never removed before the
+ * app is freed. Past UP_MAX upstreams the others share the entry "other". */
+enum { E_TIMEOUT, E_CONNECT, E_TLS, E_PROTOCOL, E_CLOSED, E_RESOLVE, E_TOO_BIG, E_OTHER, E_KINDS };
+static const char *const err_kind[E_KINDS] = { "timeout", "connect", "tls",     "protocol",
+                                               "closed",  "resolve", "too_big", "other" };
+enum { UP_MAX = 64 };
+
+typedef struct upcell {
+    _Alignas(64) flare__ctr_t answers[5]; /* by status class: 1xx .. 5xx */
+    flare__ctr_t errors[E_KINDS];
+    flare__ctr_t hist[FLARE__HIST_NB + 1]; /* answered calls' durations, not cumulative */
+    flare__ctr_t sum_ns;
+} upcell_t;
+
+typedef struct upstat {
+    char name[96];   /* "http://host:port"; "other" */
+    upcell_t *cells; /* ncells: one per worker */
+} upstat_t;
+
 /* A fixed answer for a name (flare_client_config_t.resolve). */
 typedef struct pin {
     char *host;
@@ -78,6 +106,11 @@ struct flare_client {
     char *ca_file;
     pin_t *pins; /* cfg.resolve, parsed */
     unsigned npins;
+    /* per-upstream statistics (above) */
+    pthread_mutex_t up_lock;
+    upstat_t *ups[UP_MAX + 1];
+    _Atomic unsigned nups;
+    unsigned ncells;
     SSL_CTX *ssl_ctx;
 };
 
@@ -119,6 +152,7 @@ struct origin {
     unsigned nconns;
     flare_client_call_t *wait_head, *wait_tail;
     SSL_SESSION *session; /* for resumption */
+    upcell_t *stats;      /* this worker's cell of its upstream's statistics; NULL: not counting */
 };
 
 enum { S_CONNECTING, S_HANDSHAKE, S_SEND, S_RECV, S_IDLE };
@@ -151,6 +185,7 @@ struct flare_client_call {
     void *ud;
     flare_timer_t *timer;
     uint64_t deadline; /* the total, ms */
+    uint64_t t0_ns;    /* when it was made (counted only: o->stats) */
     uint64_t phase_deadline;
     /* the answer */
     bool have_head, got_byte;
@@ -415,6 +450,51 @@ static void wait_remove(flare_client_call_t *call)
     call->waiting = false;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned err_kind_of(int rc, bool before_send)
+{
+    switch (rc) {
+    case FLARE_ETIMEDOUT:
+        return E_TIMEOUT;
+    case FLARE_ETLS:
+        return E_TLS;
+    case FLARE_EIO:
+        return E_PROTOCOL;
+    case FLARE_ECLOSED:
+        return E_CLOSED;
+    case FLARE_ENOTFOUND:
+        return E_RESOLVE;
+    case FLARE_ETOOBIG:
+        return E_TOO_BIG;
+    case FLARE_ESYS:
+        return before_send ? E_CONNECT : E_OTHER;
+    default:
+        return E_OTHER;
+    }
+}
+
+/* Counts an answered call into its upstream's cell. */
+static void count_answer(const flare_client_call_t *call)
+{
+    upcell_t *u = call->o->stats;
+    if (u == NULL)
+        return;
+    if (call->status >= 100 && call->status <= 599)
+        flare__ctr_add(&u->answers[call->status / 100 - 1], 1);
+    uint64_t d = mono_ns() - call->t0_ns;
+    unsigned b = 0;
+    while (b < FLARE__HIST_NB && d > flare__hist_bounds_ns[b])
+        b++;
+    flare__ctr_add(&u->hist[b], 1);
+    flare__ctr_add(&u->sum_ns, d);
+}
+
 /* Ends call with an error: its connection (whose state is unknown) is
  * closed, the callback runs, the call is freed. */
 static void call_fail(flare_client_call_t *call, int rc)
@@ -432,6 +512,8 @@ static void call_fail(flare_client_call_t *call, int rc)
     }
     if (err_text[0] == '\0')
         set_err("%s", flare_strerror(rc));
+    if (o->stats != NULL)
+        flare__ctr_add(&o->stats->errors[err_kind_of(rc, err_before_send)], 1);
     flare_client_fn cb = call->cb;
     void *ud = call->ud;
     call_free(call);
@@ -461,6 +543,7 @@ static void call_done(flare_client_call_t *call, bool reusable)
         conn_close(c);
     }
     flare_timer_stop(call->timer);
+    count_answer(call);
     flare_client_res_t res = { .status = call->status,
                                .headers = call->fields,
                                .nheaders = call->nfields,
@@ -1067,6 +1150,12 @@ static void dispose_worker(flare_worker_t *w, void *state)
 
 static void client_free(flare_client_t *cl)
 {
+    unsigned n = atomic_load_explicit(&cl->nups, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) {
+        free(cl->ups[i]->cells);
+        free(cl->ups[i]);
+    }
+    pthread_mutex_destroy(&cl->up_lock);
     SSL_CTX_free(cl->ssl_ctx);
     free(cl->ca_file);
     for (unsigned i = 0; i < cl->npins; i++)
@@ -1134,6 +1223,91 @@ static int pin_parse(const char *e, pin_t *p)
     return p->host != NULL ? 0 : FLARE_ENOMEM;
 }
 
+/* The sum over the workers of one upstream's cells. */
+static void upstat_sum(const flare_client_t *cl, const upstat_t *u, upcell_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (unsigned w = 0; w < cl->ncells; w++) {
+        upcell_t *c = &u->cells[w];
+        for (unsigned k = 0; k < 5; k++)
+            t->answers[k] += flare__ctr_get(&c->answers[k]);
+        for (unsigned k = 0; k < E_KINDS; k++)
+            t->errors[k] += flare__ctr_get(&c->errors[k]);
+        for (unsigned b = 0; b <= FLARE__HIST_NB; b++)
+            t->hist[b] += flare__ctr_get(&c->hist[b]);
+        t->sum_ns += flare__ctr_get(&c->sum_ns);
+    }
+}
+
+/* The metrics collector: every client's upstreams (docs/client.md). On the
+ * scraping thread. */
+static void collect(flare_metrics_writer_t *mw, void *ud)
+{
+    client_set_t *set = ud;
+    static const char *const classes[5] = { "1xx", "2xx", "3xx", "4xx", "5xx" };
+    for (int fam = 0; fam < 3; fam++) {
+        bool started = false;
+        for (flare_client_t *cl = set->head; cl != NULL; cl = cl->next) {
+            unsigned n = atomic_load_explicit(&cl->nups, memory_order_acquire);
+            char idx[16];
+            snprintf(idx, sizeof(idx), "%u", cl->index);
+            for (unsigned i = 0; i < n; i++) {
+                if (!started) {
+                    if (fam == 0)
+                        flare_metrics_family(mw, "flare_client_requests_total", "counter",
+                                             "Answers from upstreams (flare_client), by status "
+                                             "class");
+                    else if (fam == 1)
+                        flare_metrics_family(
+                            mw, "flare_client_errors_total", "counter",
+                            "Upstream calls that ended without an answer, by kind");
+                    else
+                        flare_metrics_family(mw, "flare_client_request_duration_seconds",
+                                             "histogram",
+                                             "Upstream calls answered: from the call to the "
+                                             "whole answer");
+                    started = true;
+                }
+                upcell_t t;
+                upstat_sum(cl, cl->ups[i], &t);
+                const char *up = cl->ups[i]->name;
+                if (fam == 0) {
+                    for (unsigned k = 0; k < 5; k++)
+                        flare_metrics_sample(mw, "flare_client_requests_total",
+                                             (const char *[]){ "client", idx, "upstream", up,
+                                                               "class", classes[k], NULL },
+                                             (double)t.answers[k]);
+                } else if (fam == 1) {
+                    for (unsigned k = 0; k < E_KINDS; k++)
+                        flare_metrics_sample(mw, "flare_client_errors_total",
+                                             (const char *[]){ "client", idx, "upstream", up,
+                                                               "kind", err_kind[k], NULL },
+                                             (double)t.errors[k]);
+                } else {
+                    uint64_t cum = 0;
+                    for (unsigned b = 0; b <= FLARE__HIST_NB; b++) {
+                        char le[32];
+                        if (b < FLARE__HIST_NB)
+                            snprintf(le, sizeof(le), "%g", (double)flare__hist_bounds_ns[b] / 1e9);
+                        else
+                            snprintf(le, sizeof(le), "+Inf");
+                        cum += t.hist[b];
+                        flare_metrics_sample(
+                            mw, "flare_client_request_duration_seconds_bucket",
+                            (const char *[]){ "client", idx, "upstream", up, "le", le, NULL },
+                            (double)cum);
+                    }
+                    const char *lb[] = { "client", idx, "upstream", up, NULL };
+                    flare_metrics_sample(mw, "flare_client_request_duration_seconds_sum", lb,
+                                         (double)t.sum_ns / 1e9);
+                    flare_metrics_sample(mw, "flare_client_request_duration_seconds_count", lb,
+                                         (double)cum);
+                }
+            }
+        }
+    }
+}
+
 static void free_app(flare_app_t *app, void *state)
 {
     (void)app;
@@ -1155,6 +1329,7 @@ int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg, flare_c
     flare_client_t *cl = calloc(1, sizeof(*cl));
     if (cl == NULL)
         return FLARE_ENOMEM;
+    pthread_mutex_init(&cl->up_lock, NULL);
     if (cfg != NULL)
         cl->cfg = *cfg;
     flare_client_config_t *c = &cl->cfg;
@@ -1220,6 +1395,10 @@ int flare_client_new(flare_app_t *app, const flare_client_config_t *cfg, flare_c
             free(set);
             goto fail;
         }
+        /* the app's clients share one collector: each family written once */
+        rc = flare_metrics_collector(app, collect, set);
+        if (rc != 0)
+            goto fail; /* the set stays registered, empty: freed with the app */
     }
     cl->index = set->n++;
     cl->next = set->head;
@@ -1243,6 +1422,44 @@ static cworker_t *worker_state(flare_client_t *cl, flare_worker_t *w)
             return cw;
     }
     return NULL;
+}
+
+/* This worker's cell of o's upstream entry, made on first use (past
+ * UP_MAX upstreams: the entry "other"); NULL when out of memory (the calls
+ * are then not counted). On the worker's thread. */
+static upcell_t *upstat_cell(cworker_t *cw, const origin_t *o)
+{
+    flare_client_t *cl = cw->cl;
+    char name[sizeof(((upstat_t *)0)->name)];
+    snprintf(name, sizeof(name), o->ip6 ? "%s://[%s]:%u" : "%s://%s:%u", o->tls ? "https" : "http",
+             o->host, o->port);
+    unsigned wid = flare_worker_id(cw->w);
+    upcell_t *cell = NULL;
+    pthread_mutex_lock(&cl->up_lock);
+    unsigned n = atomic_load_explicit(&cl->nups, memory_order_relaxed);
+    if (n >= UP_MAX)
+        snprintf(name, sizeof(name), "other");
+    unsigned i = 0;
+    while (i < n && strcmp(cl->ups[i]->name, name) != 0)
+        i++;
+    if (i == n && n <= UP_MAX) {
+        if (cl->ncells == 0)
+            cl->ncells = flare__app_nworkers(cw->w->app);
+        upstat_t *u = calloc(1, sizeof(*u));
+        size_t bytes = cl->ncells * sizeof(upcell_t);
+        if (u != NULL && (u->cells = aligned_alloc(_Alignof(upcell_t), bytes)) != NULL) {
+            memset(u->cells, 0, bytes);
+            memcpy(u->name, name, sizeof(name));
+            cl->ups[n] = u;
+            atomic_store_explicit(&cl->nups, n + 1, memory_order_release);
+        } else {
+            free(u);
+        }
+    }
+    if (i < atomic_load_explicit(&cl->nups, memory_order_relaxed) && wid < cl->ncells)
+        cell = &cl->ups[i]->cells[wid];
+    pthread_mutex_unlock(&cl->up_lock);
+    return cell;
 }
 
 static origin_t *origin_get(cworker_t *cw, const flare_url_t *u)
@@ -1292,6 +1509,8 @@ static origin_t *origin_get(cworker_t *cw, const flare_url_t *u)
             }
         }
     }
+    if (cw->w->metrics != NULL)
+        o->stats = upstat_cell(cw, o);
     o->next = cw->origins;
     cw->origins = o;
     return o;
@@ -1406,6 +1625,8 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         return FLARE_ENOMEM;
     call->cw = cw;
     call->o = o;
+    if (o->stats != NULL)
+        call->t0_ns = mono_ns();
     call->cb = cb;
     call->ud = ud;
     call->head_req = strcmp(method, "HEAD") == 0;

@@ -435,6 +435,7 @@ static int setup(void **state)
         assert_null(bad);
         assert_non_null(strstr(flare_last_error(), bad_pins[i]));
     }
+    assert_int_equal(flare_metrics_enable(gw), 0);
     assert_int_equal(flare_get(gw, "/call", gw_call, NULL), 0);
     assert_int_equal(flare_get(gw, "/cancel", gw_cancel, NULL), 0);
     assert_int_equal(flare_get(gw, "/pair", gw_pair, NULL), 0);
@@ -620,6 +621,94 @@ static void test_tls(void **state)
     assert_has(call("u=https://127.0.0.1:%d/hello&c=ca", up_port), "rc=-14 ");
 }
 
+/* The value of one series in the app's exposition; -1 when absent. */
+static double series(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)) != NULL; p += n) {
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    }
+    return -1;
+}
+
+static char *render(void)
+{
+    char *out;
+    size_t len;
+    assert_int_equal(flare_metrics_render(gw, &out, &len), 0);
+    return out;
+}
+
+/* flare_client_* series: answers by class, errors by kind, durations, per
+ * client and upstream. */
+static void test_upstream_metrics(void **state)
+{
+    (void)state;
+    char ok[160], nf[160], cnt[160], inf[160], sum[160], conn[160], proto[160];
+    snprintf(ok, sizeof(ok),
+             "flare_client_requests_total{client=\"4\",upstream=\"http://first.test:%d\","
+             "class=\"2xx\"}",
+             up_port);
+    snprintf(nf, sizeof(nf),
+             "flare_client_requests_total{client=\"4\",upstream=\"http://first.test:%d\","
+             "class=\"4xx\"}",
+             up_port);
+    snprintf(cnt, sizeof(cnt),
+             "flare_client_request_duration_seconds_count{client=\"4\","
+             "upstream=\"http://first.test:%d\"}",
+             up_port);
+    snprintf(inf, sizeof(inf),
+             "flare_client_request_duration_seconds_bucket{client=\"4\","
+             "upstream=\"http://first.test:%d\",le=\"+Inf\"}",
+             up_port);
+    snprintf(sum, sizeof(sum),
+             "flare_client_request_duration_seconds_sum{client=\"4\","
+             "upstream=\"http://first.test:%d\"}",
+             up_port);
+    snprintf(conn, sizeof(conn),
+             "flare_client_errors_total{client=\"4\",upstream=\"http://dead.test:%d\","
+             "kind=\"connect\"}",
+             dead_port);
+    snprintf(proto, sizeof(proto),
+             "flare_client_errors_total{client=\"0\",upstream=\"http://127.0.0.1:%d\","
+             "kind=\"protocol\"}",
+             raw.port);
+    char *before = render();
+    double ok0 = series(before, ok), nf0 = series(before, nf), cnt0 = series(before, cnt);
+    double conn0 = series(before, conn), proto0 = series(before, proto);
+    /* earlier tests called these upstreams: the series exist already */
+    assert_true(ok0 >= 3 && cnt0 >= 3 && conn0 >= 2 && proto0 >= 1);
+    assert_non_null(strstr(before, "# TYPE flare_client_request_duration_seconds histogram\n"));
+    free(before);
+
+    assert_has(call("u=http://first.test:%d/hello&c=pin", up_port), "rc=0 status=200");
+    assert_has(call("u=http://first.test:%d/hello&c=pin", up_port), "rc=0 status=200");
+    assert_has(call("u=http://first.test:%d/nowhere&c=pin", up_port), "rc=0 status=404");
+    assert_has(call("u=http://dead.test:%d/&c=pin", dead_port), "rc=-8 ");
+    raw_script("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+               AFTER_CLOSE);
+    assert_has(call("u=http://127.0.0.1:%d/", raw.port), "rc=-13 ");
+
+    char *after = render();
+    assert_true(series(after, ok) == ok0 + 2);
+    assert_true(series(after, nf) == (nf0 < 0 ? 0 : nf0) + 1);
+    assert_true(series(after, cnt) == cnt0 + 3);
+    assert_true(series(after, inf) == series(after, cnt));
+    assert_true(series(after, sum) > 0);
+    assert_true(series(after, conn) == conn0 + 1);
+    assert_true(series(after, proto) == proto0 + 1);
+    /* one family header per family, whatever the number of clients */
+    const char *p = after;
+    int types = 0;
+    while ((p = strstr(p, "# TYPE flare_client_requests_total ")) != NULL) {
+        types++;
+        p++;
+    }
+    assert_int_equal(types, 1);
+    free(after);
+}
+
 static void test_cancel(void **state)
 {
     (void)state;
@@ -640,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_bad_upstreams),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_address_fallback),
+        cmocka_unit_test(test_upstream_metrics),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
