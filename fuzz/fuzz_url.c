@@ -4,7 +4,8 @@
  * inside the input, the host is not empty, the port is not 0, the target
  * starts with '/' or '?' or is the static "/", nothing parsed holds a
  * control byte or a space, and the authority ends where the target
- * begins. On failure the reason is given. */
+ * begins. On failure the reason is given. flare__url_resolve runs on it as
+ * a reference and as a base: a result is always a URL the parser takes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         CHECK(rc == -1 && why != NULL);
     }
+    /* the input as a redirect's Location against a fixed base, and as a
+     * base for a fixed reference: the result, when there is one, is a URL
+     * the parser takes, and fits */
+    static const char *const bases[] = { "http://a/b/c/d;p?q", "https://[::1]:8443/x" };
+    char out[512];
+    for (size_t i = 0; i < 2; i++) {
+        int r = flare__url_resolve(bases[i], s, out, sizeof(out));
+        CHECK(r >= -1 && r < (int)sizeof(out));
+        if (r >= 0) {
+            CHECK((size_t)r == strlen(out));
+            CHECK(flare__url_parse(out, &u, &why) == 0);
+        }
+    }
+    int r = flare__url_resolve(s, "../g/./h?x#y", out, sizeof(out));
+    CHECK(r == -1 || (r >= 0 && flare__url_parse(out, &u, &why) == 0));
     free(s);
     return 0;
 }

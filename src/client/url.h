@@ -3,6 +3,7 @@
 #define FLARE_CLIENT_URL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "flare/common.h"
@@ -23,5 +24,13 @@ typedef struct flare_url {
  * schemes, userinfo ("user@"), an empty host, a port outside 1..65535,
  * control bytes or spaces anywhere. */
 int flare__url_parse(const char *s, flare_url_t *u, const char **why);
+
+/* The absolute URL a reference (a redirect's Location) names against the
+ * absolute http(s) URL base (RFC 3986 5.2: absolute, "//authority",
+ * "/path", "?query", relative paths with "." and ".." segments; the
+ * fragment dropped), written NUL-terminated into out (cap bytes). Its
+ * length, or -1: base or the result not a URL flare__url_parse takes
+ * (another scheme included), or out too small. */
+int flare__url_resolve(const char *base, const char *ref, char *out, size_t cap);
 
 #endif

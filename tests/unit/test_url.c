@@ -42,6 +42,71 @@ static void test_good(void **state)
     assert_view(u.target, "/");
 }
 
+static void resolves(const char *base, const char *ref, const char *want)
+{
+    char out[256];
+    int n = flare__url_resolve(base, ref, out, sizeof(out));
+    if (want == NULL) {
+        if (n != -1)
+            fail_msg("%s + %s: got %s, want an error", base, ref, out);
+        return;
+    }
+    if (n < 0 || strcmp(out, want) != 0 || (size_t)n != strlen(want))
+        fail_msg("%s + %s: got %s (%d), want %s", base, ref, n < 0 ? "(error)" : out, n, want);
+}
+
+/* RFC 3986 5.4's examples (those an http client meets), and the edges. */
+static void test_resolve(void **state)
+{
+    (void)state;
+    const char *b = "http://a/b/c/d;p?q";
+    resolves(b, "g", "http://a/b/c/g");
+    resolves(b, "./g", "http://a/b/c/g");
+    resolves(b, "g/", "http://a/b/c/g/");
+    resolves(b, "/g", "http://a/g");
+    resolves(b, "//g", "http://g");
+    resolves(b, "?y", "http://a/b/c/d;p?y");
+    resolves(b, "g?y", "http://a/b/c/g?y");
+    resolves(b, "#s", "http://a/b/c/d;p?q");
+    resolves(b, "g#s", "http://a/b/c/g");
+    resolves(b, "", "http://a/b/c/d;p?q");
+    resolves(b, ".", "http://a/b/c/");
+    resolves(b, "./", "http://a/b/c/");
+    resolves(b, "..", "http://a/b/");
+    resolves(b, "../", "http://a/b/");
+    resolves(b, "../g", "http://a/b/g");
+    resolves(b, "../..", "http://a/");
+    resolves(b, "../../g", "http://a/g");
+    resolves(b, "../../../g", "http://a/g");
+    resolves(b, "../../../../g", "http://a/g");
+    resolves(b, "/./g", "http://a/g");
+    resolves(b, "/../g", "http://a/g");
+    resolves(b, "g.", "http://a/b/c/g.");
+    resolves(b, "..g", "http://a/b/c/..g");
+    resolves(b, "./../g", "http://a/b/g");
+    resolves(b, "./g/.", "http://a/b/c/g/");
+    resolves(b, "g/./h", "http://a/b/c/g/h");
+    resolves(b, "g/../h", "http://a/b/c/h");
+    resolves(b, "g?y/./x", "http://a/b/c/g?y/./x");
+    /* absolute references, schemes and ports */
+    resolves(b, "https://x.test:8443/p?q#f", "https://x.test:8443/p?q");
+    resolves(b, "HTTP://X/", "HTTP://X/");
+    resolves("https://h:444/a/b", "//k/z", "https://k/z");
+    resolves("https://h:444/a/b", "/z", "https://h:444/z");
+    resolves("http://[::1]:8080/a/b", "c", "http://[::1]:8080/a/c");
+    resolves("http://h", "x", "http://h/x");
+    resolves("http://h?q", "?r", "http://h/?r");
+    /* refused */
+    resolves(b, "ftp://x/", NULL);
+    resolves(b, "javascript:alert(1)", NULL);
+    resolves(b, "mailto:a@b", NULL);
+    resolves(b, "http://user@h/", NULL);
+    resolves(b, "/a b", NULL);
+    resolves("ftp://a/", "g", NULL);
+    char tiny[12];
+    assert_int_equal(flare__url_resolve(b, "/long/path", tiny, sizeof(tiny)), -1);
+}
+
 static void test_bad(void **state)
 {
     (void)state;
@@ -76,6 +141,7 @@ static void test_bad(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(test_good), cmocka_unit_test(test_bad) };
+    const struct CMUnitTest tests[] = { cmocka_unit_test(test_good), cmocka_unit_test(test_bad),
+                                        cmocka_unit_test(test_resolve) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
