@@ -90,6 +90,13 @@ typedef struct flare_client_req {
     flare_str_t body;           /* sent with Content-Length; copied */
     unsigned timeout_ms;        /* > 0: this call's total timeout */
     const char *host;           /* the Host header's value; NULL: the URL's authority */
+    /* > 0: answers 301, 302, 303, 307 and 308 with a Location are followed,
+     * up to this many times (more: FLARE_EIO, "too many redirects"). 303,
+     * and 301/302 to a POST, continue as GET without the body; 307/308 keep
+     * the method and body. Authorization, Cookie, Proxy-Authorization and
+     * the host override are dropped when the redirect leaves the origin.
+     * 0: a redirect is an answer like any other. */
+    unsigned max_redirects;
 } flare_client_req_t;
 
 /* An answer, valid during the callback only. */

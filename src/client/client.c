@@ -198,7 +198,19 @@ struct flare_client_call {
     flare_chunked_t ch;
     char *body;
     size_t body_len, body_cap;
+    struct redir *rd; /* following redirects (flare_client_req_t.max_redirects) */
 };
+
+/* What a call that follows redirects keeps to make its next request. */
+typedef struct redir {
+    unsigned left, max; /* redirects still allowed, and at first */
+    char *url;          /* the current URL */
+    char *method;
+    char **headers; /* NULL-terminated copies */
+    char *body;
+    size_t body_len;
+    char *host; /* the Host override; dropped once the call leaves its origin */
+} redir_t;
 
 static _Thread_local char err_text[256];
 static _Thread_local bool err_before_send;
@@ -422,8 +434,23 @@ static void conn_open(origin_t *o, flare_client_call_t *call)
 
 /* ---- calls ---- */
 
+static void redir_free(redir_t *rd)
+{
+    if (rd == NULL)
+        return;
+    free(rd->url);
+    free(rd->method);
+    for (size_t i = 0; rd->headers != NULL && rd->headers[i] != NULL; i++)
+        free(rd->headers[i]);
+    free(rd->headers);
+    free(rd->body);
+    free(rd->host);
+    free(rd);
+}
+
 static void call_free(flare_client_call_t *call)
 {
+    redir_free(call->rd);
     flare_timer_free(call->timer);
     free(call->out);
     free(call->fields);
@@ -523,6 +550,8 @@ static void call_fail(flare_client_call_t *call, int rc)
     origin_dispatch(o); /* a slot may have opened */
 }
 
+static bool follow(flare_client_call_t *call);
+
 static void call_done(flare_client_call_t *call, bool reusable)
 {
     cconn_t *c = call->conn;
@@ -543,6 +572,10 @@ static void call_done(flare_client_call_t *call, bool reusable)
         conn_close(c);
     }
     flare_timer_stop(call->timer);
+    if (flare__unlikely(call->rd != NULL) && follow(call)) {
+        origin_dispatch(o); /* the connection it left may serve another call */
+        return;
+    }
     count_answer(call);
     flare_client_res_t res = { .status = call->status,
                                .headers = call->fields,
@@ -551,6 +584,143 @@ static void call_done(flare_client_call_t *call, bool reusable)
     call->cb(0, &res, call->ud);
     call_free(call);
     origin_dispatch(o);
+}
+
+static int serialize(flare_client_call_t *call, const char *method, const flare_url_t *u,
+                     const flare_client_req_t *req);
+static origin_t *origin_get(cworker_t *cw, const flare_url_t *u);
+
+static bool is_method(const char *m, const char *want)
+{
+    return strcmp(m, want) == 0;
+}
+
+/* Drops the copied headers named in names (a NULL-terminated list). */
+static void redir_drop(redir_t *rd, const char *const *names)
+{
+    size_t w = 0;
+    for (size_t i = 0; rd->headers[i] != NULL; i++) {
+        bool drop = false;
+        for (size_t k = 0; names[k] != NULL && !drop; k++) {
+            size_t n = strlen(names[k]);
+            drop = strncasecmp(rd->headers[i], names[k], n) == 0 && rd->headers[i][n] == ':';
+        }
+        if (drop)
+            free(rd->headers[i]);
+        else
+            rd->headers[w++] = rd->headers[i];
+    }
+    rd->headers[w] = NULL;
+}
+
+/* The answer in call is a redirect the caller asked to follow: the call
+ * starts again on the Location's URL (the same handle, its total timeout
+ * still running). true when it was taken over (sent on, or failed); false:
+ * it is an answer (no Location). */
+static bool follow(flare_client_call_t *call)
+{
+    int st = call->status;
+    if (st != 301 && st != 302 && st != 303 && st != 307 && st != 308)
+        return false;
+    redir_t *rd = call->rd;
+    const char *loc = NULL;
+    for (size_t i = 0; i < call->nfields && loc == NULL; i++) {
+        if (call->fields[i].name.len == 8 &&
+            strncasecmp(call->fields[i].name.ptr, "location", 8) == 0)
+            loc = call->fields[i].value.ptr; /* NUL-terminated copy */
+    }
+    if (loc == NULL)
+        return false;
+    char url[2048];
+    flare_url_t u;
+    const char *why;
+    if (rd->left == 0) {
+        set_err("too many redirects (more than %u), the last to %.200s", rd->max, loc);
+        call_fail(call, FLARE_EIO);
+        return true;
+    }
+    if (flare__url_resolve(rd->url, loc, url, sizeof(url)) < 0 ||
+        flare__url_parse(url, &u, &why) != 0) {
+        set_err("redirect from %s to a Location that is not an http(s) URL: %.200s", rd->url, loc);
+        call_fail(call, FLARE_EIO);
+        return true;
+    }
+    char *nurl = strdup(url);
+    origin_t *o = nurl != NULL ? origin_get(call->cw, &u) : NULL;
+    if (o == NULL) {
+        free(nurl);
+        call_fail(call, FLARE_ENOMEM);
+        return true;
+    }
+    /* the re-parse points into nurl, which the redir keeps */
+    flare__url_parse(nurl, &u, &why);
+    free(rd->url);
+    rd->url = nurl;
+    rd->left--;
+    if ((st == 303 && !is_method(rd->method, "HEAD")) ||
+        ((st == 301 || st == 302) && is_method(rd->method, "POST"))) {
+        static const char *const body_fields[] = { "content-type", "content-encoding",
+                                                   "content-language", "content-location", NULL };
+        char *get = strdup("GET");
+        if (get == NULL) {
+            call_fail(call, FLARE_ENOMEM);
+            return true;
+        }
+        free(rd->method);
+        rd->method = get;
+        free(rd->body);
+        rd->body = NULL;
+        rd->body_len = 0;
+        redir_drop(rd, body_fields);
+    }
+    if (o != call->o) {
+        static const char *const credentials[] = { "authorization", "cookie", "proxy-authorization",
+                                                   NULL };
+        redir_drop(rd, credentials);
+        free(rd->host);
+        rd->host = NULL;
+    }
+    /* the next request, and a clean slate for its answer */
+    flare_client_req_t req = { .method = rd->method,
+                               .headers = (const char *const *)rd->headers,
+                               .body = { rd->body, rd->body_len },
+                               .host = rd->host };
+    free(call->out);
+    call->out = NULL;
+    if (serialize(call, rd->method, &u, &req) != 0) {
+        call_fail(call, FLARE_ENOMEM);
+        return true;
+    }
+    free(call->fields);
+    free(call->body);
+    call->fields = NULL;
+    call->nfields = 0;
+    call->body = NULL;
+    call->body_len = call->body_cap = 0;
+    call->have_head = call->got_byte = call->keep_alive = false;
+    call->status = 0;
+    call->content_length = 0;
+    memset(&call->ch, 0, sizeof(call->ch));
+    call->sent = 0;
+    call->retried = false;
+    call->head_req = is_method(rd->method, "HEAD");
+    call->idempotent = call->head_req || is_method(rd->method, "GET") ||
+                       is_method(rd->method, "PUT") || is_method(rd->method, "DELETE") ||
+                       is_method(rd->method, "OPTIONS");
+    call->o = o;
+    if (o->stats != NULL && call->t0_ns == 0)
+        call->t0_ns = mono_ns();
+    phase(call, 0);
+    call->waiting = true;
+    call->next = NULL;
+    if (o->wait_tail != NULL)
+        o->wait_tail->next = call;
+    else
+        o->wait_head = call;
+    o->wait_tail = call;
+    if (!flare_timer_active(call->cw->kick))
+        flare_timer_start(call->cw->kick, 0);
+    return true;
 }
 
 static void call_start_send(flare_client_call_t *call)
@@ -1574,6 +1744,37 @@ static bool reserved_header(const char *h)
     return false;
 }
 
+/* Keeps what the call's next requests need when it follows redirects. */
+static int redir_new(flare_client_call_t *call, const char *method, const flare_client_req_t *req)
+{
+    redir_t *rd = calloc(1, sizeof(*rd));
+    if (rd == NULL)
+        return FLARE_ENOMEM;
+    call->rd = rd;
+    rd->left = rd->max = req->max_redirects;
+    size_t n = 0;
+    while (req->headers != NULL && req->headers[n] != NULL)
+        n++;
+    rd->url = strdup(req->url);
+    rd->method = strdup(method);
+    rd->headers = calloc(n + 1, sizeof(char *));
+    if (rd->url == NULL || rd->method == NULL || rd->headers == NULL)
+        return FLARE_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if ((rd->headers[i] = strdup(req->headers[i])) == NULL)
+            return FLARE_ENOMEM;
+    }
+    if (req->host != NULL && (rd->host = strdup(req->host)) == NULL)
+        return FLARE_ENOMEM;
+    if (req->body.len > 0) {
+        if ((rd->body = malloc(req->body.len)) == NULL)
+            return FLARE_ENOMEM;
+        memcpy(rd->body, req->body.ptr, req->body.len);
+        rd->body_len = req->body.len;
+    }
+    return 0;
+}
+
 int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_client_req_t *req,
                          flare_client_fn cb, void *ud, flare_client_call_t **out)
 {
@@ -1633,6 +1834,8 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
     call->idempotent = call->head_req || strcmp(method, "GET") == 0 || strcmp(method, "PUT") == 0 ||
                        strcmp(method, "DELETE") == 0 || strcmp(method, "OPTIONS") == 0;
     int rc = serialize(call, method, &u, req);
+    if (rc == 0 && req->max_redirects > 0)
+        rc = redir_new(call, method, req);
     if (rc == 0)
         rc = flare_timer_new(w, call_timeout, call, &call->timer);
     if (rc != 0) {

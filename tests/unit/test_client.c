@@ -147,6 +147,52 @@ static int up_echo(flare_req_t *req, flare_res_t *res, void *ud)
     return flare_res_send(res, 201, FLARE_STR("text/plain"), (flare_str_t){ out, (size_t)n });
 }
 
+/* Redirects: /r301 (relative: "method"), /r302 (to /hello), /r303 and
+ * /r307 (to /method), /loop (to itself), /nolocation, /badloc (ftp),
+ * /away (to first.test, another origin); /method says what came. */
+static int up_port_for_away;
+
+static int up_redirect(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    flare_str_t p = flare_req_path(req);
+    int st = 302;
+    char loc[128] = "";
+    if (flare_str_eq(p, FLARE_STR("/r301"))) {
+        st = 301;
+        snprintf(loc, sizeof(loc), "method");
+    } else if (flare_str_eq(p, FLARE_STR("/r302"))) {
+        snprintf(loc, sizeof(loc), "/hello");
+    } else if (flare_str_eq(p, FLARE_STR("/r303"))) {
+        st = 303;
+        snprintf(loc, sizeof(loc), "/method");
+    } else if (flare_str_eq(p, FLARE_STR("/r307"))) {
+        st = 307;
+        snprintf(loc, sizeof(loc), "/method#frag");
+    } else if (flare_str_eq(p, FLARE_STR("/loop"))) {
+        snprintf(loc, sizeof(loc), "/loop");
+    } else if (flare_str_eq(p, FLARE_STR("/badloc"))) {
+        snprintf(loc, sizeof(loc), "ftp://x/");
+    } else if (flare_str_eq(p, FLARE_STR("/away"))) {
+        st = 308;
+        snprintf(loc, sizeof(loc), "http://first.test:%d/method", up_port_for_away);
+    }
+    if (loc[0] != '\0')
+        flare_res_header(res, FLARE_STR("Location"), (flare_str_t){ loc, strlen(loc) });
+    return flare_res_send(res, st, FLARE_STR("text/plain"), FLARE_STR("moved"));
+}
+
+static int up_method(flare_req_t *req, flare_res_t *res, void *ud)
+{
+    (void)ud;
+    char out[128];
+    flare_str_t m = flare_req_method_str(req), b = flare_req_body(req);
+    int n = snprintf(out, sizeof(out), "%.*s %zu auth=%d ctype=%d", (int)m.len, m.ptr, b.len,
+                     flare_req_header(req, "authorization").len > 0,
+                     flare_req_header(req, "content-type").len > 0);
+    return flare_res_send(res, 200, FLARE_STR("text/plain"), (flare_str_t){ out, (size_t)n });
+}
+
 static int up_big(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)req;
@@ -208,14 +254,21 @@ static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
     char *url = cstr(flare_req_query_param(req, "u"));
     char *method = cstr(flare_req_query_param(req, "m"));
     flare_str_t body = flare_req_query_param(req, "b");
+    char *redirects = cstr(flare_req_query_param(req, "r"));
+    bool auth = flare_req_query_param(req, "a").len > 0;
     gw_call_t *g = malloc(sizeof(*g));
     g->res = res;
-    const char *hdrs[] = { "X-Test: via-gateway", NULL };
-    int rc = flare_client_request(
-        pick(req), flare_req_worker(req),
-        &(flare_client_req_t){
-            .method = method[0] ? method : NULL, .url = url, .headers = hdrs, .body = body },
-        gw_done, g, NULL);
+    const char *hdrs[] = { "X-Test: via-gateway", "Content-Type: text/plain",
+                           auth ? "Authorization: Bearer secret" : NULL, NULL };
+    int rc =
+        flare_client_request(pick(req), flare_req_worker(req),
+                             &(flare_client_req_t){ .method = method[0] ? method : NULL,
+                                                    .url = url,
+                                                    .headers = hdrs,
+                                                    .body = body,
+                                                    .max_redirects = (unsigned)atoi(redirects) },
+                             gw_done, g, NULL);
+    free(redirects);
     free(url);
     free(method);
     if (rc != 0) {
@@ -370,6 +423,16 @@ static int setup(void **state)
     assert_int_equal(flare_get(up, "/hello", up_hello, NULL), 0);
     assert_int_equal(flare_post(up, "/echo", up_echo, NULL), 0);
     assert_int_equal(flare_get(up, "/big", up_big, NULL), 0);
+    static const char *const redirs[] = { "/r301", "/r302",   "/r303", "/r307",
+                                          "/loop", "/badloc", "/away", "/nolocation" };
+    for (size_t i = 0; i < sizeof(redirs) / sizeof(redirs[0]); i++) {
+        assert_int_equal(flare_get(up, redirs[i], up_redirect, NULL), 0);
+        assert_int_equal(flare_post(up, redirs[i], up_redirect, NULL), 0);
+    }
+    assert_int_equal(flare_get(up, "/method", up_method, NULL), 0);
+    assert_int_equal(flare_post(up, "/method", up_method, NULL), 0);
+    assert_int_equal(flare_put(up, "/method", up_method, NULL), 0);
+    assert_int_equal(flare_put(up, "/r307", up_redirect, NULL), 0);
     char cert[256], key[256];
     snprintf(cert, sizeof(cert), "%s/srv.pem", dir);
     snprintf(key, sizeof(key), "%s/srv.key", dir);
@@ -378,6 +441,7 @@ static int setup(void **state)
                      0);
     assert_int_equal(flare_test_start(up, NULL, &tup), 0);
     up_port = flare_test_port(tup);
+    up_port_for_away = up_port;
     up_tls_port = flare_app_listener_port(up, 1);
     assert_true(up_tls_port > 0);
 
@@ -709,6 +773,35 @@ static void test_upstream_metrics(void **state)
     free(after);
 }
 
+/* Redirects, followed only when asked. */
+static void test_redirects(void **state)
+{
+    (void)state;
+    int p = up_port;
+    /* not asked: the 3xx is the answer */
+    assert_has(call("u=http://127.0.0.1:%d/r302", p), "rc=0 status=302 len=5 body=moved");
+    assert_has(call("u=http://127.0.0.1:%d/r302&r=3", p), "rc=0 status=200 len=2 body=hi");
+    /* 303, and 301/302 to a POST: GET without the body (or its fields);
+     * 307/308: the same method and body; a relative Location */
+    assert_has(call("u=http://127.0.0.1:%d/r303&r=1&m=POST&b=xyz", p),
+               "rc=0 status=200 len=20 body=GET 0 auth=0 ctype=0");
+    assert_has(call("u=http://127.0.0.1:%d/r301&r=1&m=POST&b=xyz", p), "body=GET 0 auth=0");
+    assert_has(call("u=http://127.0.0.1:%d/r307&r=1&m=POST&b=xyz", p),
+               "body=POST 3 auth=0 ctype=1");
+    assert_has(call("u=http://127.0.0.1:%d/r307&r=1&m=PUT&b=xyz", p), "body=PUT 3");
+    /* credentials: kept on the same origin, dropped when the redirect leaves it */
+    assert_has(call("u=http://127.0.0.1:%d/r307&r=1&a=1", p), "body=GET 0 auth=1");
+    assert_has(call("u=http://127.0.0.1:%d/away&r=1&a=1&c=pin&m=POST&b=xyz", p),
+               "rc=0 status=200 len=21 body=POST 3 auth=0 ctype=1");
+    /* limits and bad Locations */
+    assert_has(call("u=http://127.0.0.1:%d/loop&r=3", p), "rc=-13 ");
+    assert_has(call("u=http://127.0.0.1:%d/loop&r=3", p), "too many redirects (more than 3)");
+    assert_has(call("u=http://127.0.0.1:%d/r302&r=1", p), "rc=0 status=200");
+    assert_has(call("u=http://127.0.0.1:%d/badloc&r=2", p), "rc=-13 ");
+    assert_has(call("u=http://127.0.0.1:%d/badloc&r=2", p), "not an http(s) URL: ftp://x/");
+    assert_has(call("u=http://127.0.0.1:%d/nolocation&r=2", p), "rc=0 status=302");
+}
+
 static void test_cancel(void **state)
 {
     (void)state;
@@ -730,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_address_fallback),
         cmocka_unit_test(test_upstream_metrics),
+        cmocka_unit_test(test_redirects),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
