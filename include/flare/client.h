@@ -97,6 +97,11 @@ typedef struct flare_client_req {
      * the host override are dropped when the redirect leaves the origin.
      * 0: a redirect is an answer like any other. */
     unsigned max_redirects;
+    /* The inbound request this call serves, or NULL: when its client goes
+     * away first (flare_req_on_abort), the call is cancelled and its
+     * callback runs (from the loop, soon after) with FLARE_ECANCELED, so the
+     * handler ends as usual; its answer goes nowhere. */
+    flare_req_t *req;
 } flare_client_req_t;
 
 /* An answer, valid during the callback only. */

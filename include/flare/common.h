@@ -99,7 +99,8 @@ FLARE_API bool flare_str_ieq(flare_str_t a, flare_str_t b);
     X(DB, -15, "database error")                                    \
     X(UNAVAIL, -16, "service unavailable")                          \
     X(TIMEDOUT, -17, "timed out")                                   \
-    X(END, -18, "end of sequence")
+    X(END, -18, "end of sequence")                                  \
+    X(CANCELED, -19, "cancelled")
 
 enum {
     FLARE_OK = 0,

@@ -319,6 +319,16 @@ FLARE_API void *flare_req_alloc(flare_req_t *req, size_t size);
  * Hooks run in reverse order of registration. */
 FLARE_API int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud);
 
+/* Runs fn(ud) once if the exchange loses its client before it ends (the
+ * connection closed, the HTTP/2 stream was reset), on the worker's thread,
+ * from inside the connection's close: fn must not answer or end the
+ * exchange itself, only arrange for the work it waits on to stop (a timer,
+ * flare_client_req_t.req does this for an upstream call). The handler still
+ * answers (the answer goes nowhere) and the cleanups still run. Not run at
+ * a normal end. 0, FLARE_EINVAL, FLARE_ECLOSED (the client is gone already),
+ * FLARE_ENOMEM. */
+FLARE_API int flare_req_on_abort(flare_req_t *req, flare_task_fn fn, void *ud);
+
 /* Per-request attributes: a middleware sets, a handler reads. Typed: a
  * missing key or a value of another type is a plain "not found"
  * (FLARE_ENOTFOUND / NULL), never an error path. Keys and string values are copied into the

@@ -198,8 +198,16 @@ struct flare_client_call {
     flare_chunked_t ch;
     char *body;
     size_t body_len, body_cap;
-    struct redir *rd; /* following redirects (flare_client_req_t.max_redirects) */
+    struct redir *rd;  /* following redirects (flare_client_req_t.max_redirects) */
+    struct bind *bind; /* the inbound request it serves (flare_client_req_t.req) */
+    bool aborted;      /* that request lost its client: the timer fails the call */
 };
+
+/* The link between a call and the inbound request it serves, in the
+ * request's arena: whichever ends first unlinks the other. */
+typedef struct bind {
+    flare_client_call_t *call; /* NULL once the call has ended */
+} bind_t;
 
 /* What a call that follows redirects keeps to make its next request. */
 typedef struct redir {
@@ -450,6 +458,8 @@ static void redir_free(redir_t *rd)
 
 static void call_free(flare_client_call_t *call)
 {
+    if (call->bind != NULL)
+        call->bind->call = NULL;
     redir_free(call->rd);
     flare_timer_free(call->timer);
     free(call->out);
@@ -1206,6 +1216,12 @@ static void conn_io(flare_watch_t *wt, unsigned events, void *ud)
 static void call_timeout(void *ud)
 {
     flare_client_call_t *call = ud;
+    if (call->aborted) {
+        set_err("%s:%u: cancelled: the request it serves lost its client", call->o->host,
+                call->o->port);
+        call_fail(call, FLARE_ECANCELED);
+        return;
+    }
     uint64_t now = now_ms();
     const char *what = now >= call->deadline ? "the call's total time"
                        : call->conn == NULL  ? "waiting for a connection"
@@ -1744,6 +1760,28 @@ static bool reserved_header(const char *h)
     return false;
 }
 
+/* The inbound request lost its client: the call fails from the loop (not
+ * inside the connection's close, where the handler's answer must not end
+ * the exchange). */
+static void bind_abort(void *ud)
+{
+    bind_t *b = ud;
+    if (b->call != NULL) {
+        b->call->aborted = true;
+        flare_timer_start(b->call->timer, 0);
+    }
+}
+
+/* The inbound request ended (its arena goes): the call, if still running,
+ * forgets it. */
+static void bind_end(void *ud)
+{
+    bind_t *b = ud;
+    if (b->call != NULL)
+        b->call->bind = NULL;
+    b->call = NULL;
+}
+
 /* Keeps what the call's next requests need when it follows redirects. */
 static int redir_new(flare_client_call_t *call, const char *method, const flare_client_req_t *req)
 {
@@ -1838,6 +1876,20 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         rc = redir_new(call, method, req);
     if (rc == 0)
         rc = flare_timer_new(w, call_timeout, call, &call->timer);
+    if (rc == 0 && req->req != NULL) {
+        /* a failed registration leaves b unlinked: its hooks find no call */
+        bind_t *b = flare_req_alloc(req->req, sizeof(*b));
+        if (b == NULL) {
+            rc = FLARE_ENOMEM;
+        } else {
+            b->call = NULL;
+            if ((rc = flare_req_on_cleanup(req->req, bind_end, b)) == 0 &&
+                (rc = flare_req_on_abort(req->req, bind_abort, b)) == 0) {
+                b->call = call;
+                call->bind = b;
+            }
+        }
+    }
     if (rc != 0) {
         call_free(call);
         return rc;

@@ -167,6 +167,15 @@ void flare__ex_orphan(flare_worker_t *w, struct flare_req *ex)
 {
     ex->conn = NULL;
     ex->flags |= EX_ORPHAN;
+    /* its abort hooks (flare_req_on_abort), once; they may not end the
+     * exchange (the list is walked), only arrange for it to end */
+    for (flare_cleanup_t *cl = ex->cleanups; cl != NULL; cl = cl->next) {
+        if (cl->abort && cl->fn != NULL) {
+            flare_task_fn fn = cl->fn;
+            cl->fn = NULL;
+            fn(cl->ud);
+        }
+    }
     ex->oprev = NULL;
     ex->next = w->orphans;
     if (w->orphans != NULL)
@@ -199,7 +208,8 @@ static __attribute__((noinline)) void ex_put_slow(flare_worker_t *w, struct flar
     while (ex->cleanups != NULL) {
         flare_cleanup_t *cl = ex->cleanups;
         ex->cleanups = cl->next;
-        cl->fn(cl->ud);
+        if (!cl->abort)
+            cl->fn(cl->ud);
     }
     if (flare__arena_used(&ex->arena))
         flare__arena_reset(&ex->arena);

@@ -132,8 +132,9 @@ typedef struct flare_attr {
 
 typedef struct flare_cleanup {
     struct flare_cleanup *next;
-    flare_task_fn fn;
+    flare_task_fn fn; /* NULL: an abort hook that ran */
     void *ud;
+    bool abort; /* flare_req_on_abort: runs when the exchange is orphaned, not at its end */
 } flare_cleanup_t;
 
 /* The response half of an exchange: what flare_res_t points to. Embedded

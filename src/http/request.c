@@ -182,7 +182,22 @@ int flare_req_on_cleanup(flare_req_t *req, flare_task_fn fn, void *ud)
         return FLARE_ENOMEM;
     cl->fn = fn;
     cl->ud = ud;
+    cl->abort = false;
     cl->next = req->cleanups;
+    req->cleanups = cl;
+    return 0;
+}
+
+int flare_req_on_abort(flare_req_t *req, flare_task_fn fn, void *ud)
+{
+    if (req == NULL || fn == NULL)
+        return FLARE_EINVAL;
+    if (req->flags & EX_ORPHAN)
+        return FLARE_ECLOSED;
+    flare_cleanup_t *cl = flare__arena_alloc(&req->arena, sizeof(*cl));
+    if (cl == NULL)
+        return FLARE_ENOMEM;
+    *cl = (flare_cleanup_t){ .next = req->cleanups, .fn = fn, .ud = ud, .abort = true };
     req->cleanups = cl;
     return 0;
 }

@@ -42,6 +42,7 @@ static struct {
     int after;
     _Atomic int accepts, requests;
     _Atomic int cur_fd; /* the connection being served, -1: none */
+    _Atomic int eofs;   /* AFTER_SILENT: the client closed while waiting */
 } raw;
 
 static bool read_head(int fd)
@@ -99,7 +100,11 @@ static void *raw_main(void *arg)
                 continue;
             if (raw.after == AFTER_HOLD || raw.after == AFTER_SILENT) {
                 struct pollfd q = { .fd = fd, .events = POLLIN };
-                poll(&q, 1, 2000); /* until the client gives up */
+                char b;
+                /* until the client gives up */
+                if (poll(&q, 1, raw.after == AFTER_SILENT ? 5000 : 2000) == 1 &&
+                    recv(fd, &b, 1, 0) == 0)
+                    atomic_fetch_add(&raw.eofs, 1);
             }
             if (raw.after == AFTER_RESET) {
                 struct linger lg = { 1, 0 };
@@ -213,9 +218,13 @@ typedef struct gw_call {
     flare_res_t *res;
 } gw_call_t;
 
+static _Atomic int gw_canceled; /* callbacks that ran with FLARE_ECANCELED */
+
 static void gw_done(int rc, const flare_client_res_t *r, void *ud)
 {
     gw_call_t *g = ud;
+    if (rc == FLARE_ECANCELED)
+        atomic_fetch_add(&gw_canceled, 1);
     char out[512];
     int n = snprintf(out, sizeof(out), "rc=%d status=%d len=%zu body=%.*s err=%s", rc,
                      r ? r->status : 0, r ? r->body.len : 0,
@@ -256,18 +265,19 @@ static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
     flare_str_t body = flare_req_query_param(req, "b");
     char *redirects = cstr(flare_req_query_param(req, "r"));
     bool auth = flare_req_query_param(req, "a").len > 0;
+    bool bind = flare_req_query_param(req, "bind").len > 0;
     gw_call_t *g = malloc(sizeof(*g));
     g->res = res;
     const char *hdrs[] = { "X-Test: via-gateway", "Content-Type: text/plain",
                            auth ? "Authorization: Bearer secret" : NULL, NULL };
-    int rc =
-        flare_client_request(pick(req), flare_req_worker(req),
-                             &(flare_client_req_t){ .method = method[0] ? method : NULL,
-                                                    .url = url,
-                                                    .headers = hdrs,
-                                                    .body = body,
-                                                    .max_redirects = (unsigned)atoi(redirects) },
-                             gw_done, g, NULL);
+    int rc = flare_client_request(pick(req), flare_req_worker(req),
+                                  &(flare_client_req_t){ .method = method[0] ? method : NULL,
+                                                         .url = url,
+                                                         .headers = hdrs,
+                                                         .body = body,
+                                                         .max_redirects = (unsigned)atoi(redirects),
+                                                         .req = bind ? req : NULL },
+                                  gw_done, g, NULL);
     free(redirects);
     free(url);
     free(method);
@@ -802,6 +812,44 @@ static void test_redirects(void **state)
     assert_has(call("u=http://127.0.0.1:%d/nolocation&r=2", p), "rc=0 status=302");
 }
 
+static bool wait_for(_Atomic int *v, int want, int ms)
+{
+    for (int i = 0; i < ms && atomic_load(v) < want; i++)
+        usleep(1000);
+    return atomic_load(v) >= want;
+}
+
+/* An upstream call made with .req is cancelled when the inbound request's
+ * client goes away: the upstream connection closes at once (not at the
+ * 30 s first-byte timeout of cl_sys), the callback runs with
+ * FLARE_ECANCELED. */
+static void test_abort_cancels_upstream(void **state)
+{
+    (void)state;
+    raw_script("", AFTER_SILENT);
+    atomic_store(&raw.eofs, 0);
+    int canceled = atomic_load(&gw_canceled);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(flare_test_port(tgw)) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    char rq[256];
+    int n = snprintf(rq, sizeof(rq),
+                     "GET /call?u=http://127.0.0.1:%d/&c=sys&bind=1 HTTP/1.1\r\nHost: t\r\n\r\n",
+                     raw.port);
+    assert_int_equal(send(fd, rq, (size_t)n, 0), n);
+    assert_true(wait_for(&raw.requests, 1, 5000)); /* the call reached the upstream */
+    /* gone: a reset (a FIN alone is a half-close, after which an HTTP/1.1
+     * client may still read its answer) */
+    struct linger lg = { 1, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+    assert_true(wait_for(&raw.eofs, 1, 3000)); /* and was cancelled: its connection closed */
+    assert_true(wait_for(&gw_canceled, canceled + 1, 3000));
+    /* the gateway goes on serving */
+    assert_has(call("u=http://127.0.0.1:%d/hello&bind=1", up_port), "rc=0 status=200");
+}
+
 static void test_cancel(void **state)
 {
     (void)state;
@@ -824,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_address_fallback),
         cmocka_unit_test(test_upstream_metrics),
         cmocka_unit_test(test_redirects),
+        cmocka_unit_test(test_abort_cancels_upstream),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
