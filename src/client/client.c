@@ -32,10 +32,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/url.h"
+#include "core/buf.h"
+#include "core/clock.h"
 #include "core/core.h"
 #include "flare/loop.h"
 #include "http1/parser.h"
@@ -132,8 +133,7 @@ struct cconn {
     SSL *ssl;
     int state;
     flare_client_call_t *call;
-    char *buf;
-    size_t len, cap;
+    flare_buf_t in;     /* received, not yet consumed */
     bool reused;        /* it served an answer: a close before the next is a stale connection */
     unsigned ai, tries; /* the address being tried (origin's addrs), how many so far */
     uint64_t idle_since;
@@ -161,8 +161,7 @@ struct flare_client_call {
     flare_header_t *fields; /* copied out of the buffer */
     size_t nfields;
     flare_chunked_t ch;
-    char *body;
-    size_t body_len, body_cap;
+    flare_buf_t body; /* NUL-terminated */
 };
 
 static _Thread_local char err_text[256];
@@ -186,13 +185,6 @@ const char *flare_client_error_text(void)
 bool flare_client_error_before_send(void)
 {
     return err_before_send;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ---- connections ---- */
@@ -223,14 +215,14 @@ static void conn_close(cconn_t *c)
         SSL_free(c->ssl);
     if (c->fd >= 0)
         close(c->fd);
-    free(c->buf);
+    flare__buf_free(&c->in);
     free(c);
     o->nconns--;
 }
 
 static void phase(flare_client_call_t *call, unsigned ms)
 {
-    uint64_t now = now_ms();
+    uint64_t now = flare__now_ms();
     call->phase_deadline = ms ? now + ms : UINT64_MAX;
     uint64_t next = call->phase_deadline < call->deadline ? call->phase_deadline : call->deadline;
     flare_timer_start(call->timer, next > now ? next - now : 0);
@@ -392,7 +384,7 @@ static void call_free(flare_client_call_t *call)
     flare_timer_free(call->timer);
     free(call->out);
     free(call->fields);
-    free(call->body);
+    flare__buf_free(&call->body);
     free(call);
 }
 
@@ -452,8 +444,8 @@ static void call_done(flare_client_call_t *call, bool reusable)
     if (reusable && call->keep_alive) {
         c->state = S_IDLE;
         c->reused = true;
-        c->len = 0;
-        c->idle_since = now_ms();
+        c->in.len = 0;
+        c->idle_since = flare__now_ms();
         c->next = o->idle;
         o->idle = c;
         conn_want(c, FLARE_WATCH_READ); /* a close or stray bytes: closed */
@@ -464,7 +456,7 @@ static void call_done(flare_client_call_t *call, bool reusable)
     flare_client_res_t res = { .status = call->status,
                                .headers = call->fields,
                                .nheaders = call->nfields,
-                               .body = { call->body ? call->body : "", call->body_len } };
+                               .body = { call->body.data ? call->body.data : "", call->body.len } };
     call->cb(0, &res, call->ud);
     call_free(call);
     origin_dispatch(o);
@@ -492,7 +484,7 @@ static void call_acquire(flare_client_call_t *call)
         call_start_send(call);
         return;
     }
-    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > flare__now_ms();
     if (resolved && o->nconns < call->cw->cl->cfg.max_per_origin) {
         conn_open(o, call);
         return;
@@ -572,7 +564,7 @@ static void resolve_done(void *ud)
             memcpy(o->addrs, j->addrs, sizeof(j->addrs));
             o->naddrs = j->naddrs;
             o->pref = pref;
-            o->addr_until = now_ms() + DNS_CACHE_MS;
+            o->addr_until = flare__now_ms() + DNS_CACHE_MS;
             origin_dispatch(o);
         }
     }
@@ -586,7 +578,7 @@ static void origin_dispatch(origin_t *o)
     if (o->failing || o->cw->disposing)
         return;
     while (o->wait_head != NULL) {
-        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > flare__now_ms();
         if (!resolved) {
             if (o->resolving != NULL)
                 return;
@@ -620,58 +612,19 @@ static void origin_dispatch(origin_t *o)
 
 /* ---- reading the answer ---- */
 
-static int keep_fields(flare_client_call_t *call, const flare_resp_head_t *h)
-{
-    size_t bytes = h->nheaders * sizeof(flare_header_t);
-    for (size_t i = 0; i < h->nheaders; i++)
-        bytes += h->headers[i].name.len + h->headers[i].value.len + 2;
-    flare_header_t *out = malloc(bytes ? bytes : 1);
-    if (out == NULL)
-        return FLARE_ENOMEM;
-    char *s = (char *)(out + h->nheaders);
-    for (size_t i = 0; i < h->nheaders; i++) {
-        flare_str_t n = h->headers[i].name, v = h->headers[i].value;
-        memcpy(s, n.ptr, n.len);
-        s[n.len] = '\0';
-        out[i].name = (flare_str_t){ s, n.len };
-        s += n.len + 1;
-        if (v.len > 0)
-            memcpy(s, v.ptr, v.len);
-        s[v.len] = '\0';
-        out[i].value = (flare_str_t){ s, v.len };
-        s += v.len + 1;
-    }
-    call->fields = out;
-    call->nfields = h->nheaders;
-    return 0;
-}
-
 static int body_add(flare_client_call_t *call, const char *p, size_t n)
 {
-    if (call->body_len + n > call->cw->cl->cfg.max_response) {
+    if (call->body.len + n > call->cw->cl->cfg.max_response) {
         set_err("the answer's body is larger than %zu bytes", call->cw->cl->cfg.max_response);
         return FLARE_ETOOBIG;
     }
-    if (call->body_cap - call->body_len < n + 1) {
-        size_t cap = call->body_cap ? call->body_cap : 4096;
-        while (cap - call->body_len < n + 1)
-            cap *= 2;
-        char *nb = realloc(call->body, cap);
-        if (nb == NULL)
-            return FLARE_ENOMEM;
-        call->body = nb;
-        call->body_cap = cap;
-    }
-    memcpy(call->body + call->body_len, p, n);
-    call->body_len += n;
-    call->body[call->body_len] = '\0';
-    return 0;
+    return flare__buf_append_cstr(&call->body, p, n);
 }
 
 static void consume(cconn_t *c, size_t n)
 {
-    memmove(c->buf, c->buf + n, c->len - n);
-    c->len -= n;
+    memmove(c->in.data, c->in.data + n, c->in.len - n);
+    c->in.len -= n;
 }
 
 /* What the buffer now holds: 1 the answer is whole, 0 more is needed, or
@@ -682,9 +635,9 @@ static int parse(flare_client_call_t *call, bool eof)
     while (!call->have_head) {
         static _Thread_local flare_header_t fields[CLIENT_MAX_FIELDS];
         flare_resp_head_t h = { .headers = fields };
-        int n = c->len > 0
-                    ? flare__http_parse_resp_head(c->buf, c->len, &resp_limits, call->head_req, &h)
-                    : FLARE_PARSE_PARTIAL;
+        int n = c->in.len > 0 ? flare__http_parse_resp_head(c->in.data, c->in.len, &resp_limits,
+                                                            call->head_req, &h)
+                              : FLARE_PARSE_PARTIAL;
         if (n == FLARE_PARSE_ERROR) {
             set_err("bad answer from %s:%u: %s", call->o->host, call->o->port, h.error);
             return FLARE_EIO;
@@ -704,9 +657,10 @@ static int parse(flare_client_call_t *call, bool eof)
         call->keep_alive = h.keep_alive;
         call->body_kind = h.body;
         call->content_length = h.content_length;
-        int rc = keep_fields(call, &h);
+        int rc = flare__fields_copy(h.headers, h.nheaders, &call->fields);
         if (rc != 0)
             return rc;
+        call->nfields = h.nheaders;
         consume(c, (size_t)n);
         if (h.body == FLARE_RESP_BODY_LENGTH &&
             (uint64_t)h.content_length > call->cw->cl->cfg.max_response) {
@@ -721,15 +675,15 @@ static int parse(flare_client_call_t *call, bool eof)
     case FLARE_RESP_BODY_NONE:
         return 1;
     case FLARE_RESP_BODY_LENGTH: {
-        size_t want = (size_t)call->content_length - call->body_len;
-        size_t take = c->len < want ? c->len : want;
-        if ((rc = body_add(call, c->buf, take)) != 0)
+        size_t want = (size_t)call->content_length - call->body.len;
+        size_t take = c->in.len < want ? c->in.len : want;
+        if ((rc = body_add(call, c->in.data, take)) != 0)
             return rc;
         consume(c, take);
-        if ((size_t)call->content_length == call->body_len)
+        if ((size_t)call->content_length == call->body.len)
             return 1;
         if (eof) {
-            set_err("the body ended after %zu of %lld bytes", call->body_len,
+            set_err("the body ended after %zu of %lld bytes", call->body.len,
                     (long long)call->content_length);
             return FLARE_EIO;
         }
@@ -741,8 +695,9 @@ static int parse(flare_client_call_t *call, bool eof)
             flare_str_t data;
             int status;
             const char *why;
-            int d = flare__chunked_decode(&call->ch, c->buf, c->len, call->cw->cl->cfg.max_response,
-                                          &used, &data, &status, &why);
+            int d =
+                flare__chunked_decode(&call->ch, c->in.data, c->in.len,
+                                      call->cw->cl->cfg.max_response, &used, &data, &status, &why);
             if (d == FLARE_PARSE_ERROR) {
                 set_err("bad chunked body: %s", why);
                 return status == 413 ? FLARE_ETOOBIG : FLARE_EIO;
@@ -761,9 +716,9 @@ static int parse(flare_client_call_t *call, bool eof)
             }
         }
     case FLARE_RESP_BODY_CLOSE:
-        if ((rc = body_add(call, c->buf, c->len)) != 0)
+        if ((rc = body_add(call, c->in.data, c->in.len)) != 0)
             return rc;
-        consume(c, c->len);
+        consume(c, c->in.len);
         return eof ? 1 : 0;
     }
     return FLARE_EIO;
@@ -772,23 +727,17 @@ static int parse(flare_client_call_t *call, bool eof)
 /* Reads what the socket has: >0 bytes, 0 EOF, -EAGAIN, or -errno. */
 static ssize_t conn_read(cconn_t *c)
 {
-    if (c->cap - c->len < 16384) {
-        size_t cap = c->cap ? c->cap * 2 : 32768;
-        char *nb = realloc(c->buf, cap);
-        if (nb == NULL)
-            return -ENOMEM;
-        c->buf = nb;
-        c->cap = cap;
-    }
+    if (flare__buf_reserve(&c->in, 16384) != 0)
+        return -ENOMEM;
     if (c->ssl == NULL) {
         ssize_t n;
         do {
-            n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+            n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
         } while (n < 0 && errno == EINTR);
         return n < 0 ? -errno : n;
     }
     ERR_clear_error();
-    int n = SSL_read(c->ssl, c->buf + c->len, (int)(c->cap - c->len));
+    int n = SSL_read(c->ssl, c->in.data + c->in.len, (int)(c->in.cap - c->in.len));
     if (n > 0)
         return n;
     int e = SSL_get_error(c->ssl, n);
@@ -810,7 +759,7 @@ static void on_recv(cconn_t *c)
         if (n == -EAGAIN)
             return;
         if (n > 0) {
-            c->len += (size_t)n;
+            c->in.len += (size_t)n;
             if (!call->got_byte) {
                 call->got_byte = true;
             }
@@ -831,7 +780,7 @@ static void on_recv(cconn_t *c)
             set_err("%s:%u: %s", call->o->host, call->o->port, strerror((int)-n));
         int rc = parse(call, eof);
         if (rc == 1) {
-            call_done(call, !eof && c->len == 0);
+            call_done(call, !eof && c->in.len == 0);
             return;
         }
         if (rc < 0 || eof) {
@@ -893,7 +842,7 @@ static void on_send(cconn_t *c)
         phase(call, call->cw->cl->cfg.idle_timeout_ms);
     }
     c->state = S_RECV;
-    c->len = 0;
+    c->in.len = 0;
     phase(call, call->cw->cl->cfg.first_byte_timeout_ms);
     conn_want(c, FLARE_WATCH_READ);
 }
@@ -953,7 +902,7 @@ static void conn_io(flare_watch_t *wt, unsigned events, void *ud)
 static void call_timeout(void *ud)
 {
     flare_client_call_t *call = ud;
-    uint64_t now = now_ms();
+    uint64_t now = flare__now_ms();
     const char *what = now >= call->deadline ? "the call's total time"
                        : call->conn == NULL  ? "waiting for a connection"
                        : call->conn->state == S_CONNECTING || call->conn->state == S_HANDSHAKE
@@ -980,7 +929,7 @@ static void kick(void *ud)
 static void sweep(void *ud)
 {
     cworker_t *cw = ud;
-    uint64_t now = now_ms();
+    uint64_t now = flare__now_ms();
     for (origin_t *o = cw->origins; o != NULL; o = o->next) {
         for (cconn_t *c = o->idle, *next; c != NULL; c = next) {
             next = c->next;
@@ -1419,7 +1368,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         return rc;
     }
     unsigned total = req->timeout_ms ? req->timeout_ms : c->cfg.total_timeout_ms;
-    call->deadline = now_ms() + total;
+    call->deadline = flare__now_ms() + total;
     phase(call, 0);
     /* started from the loop, never inside this call: the callback may not
      * run before the caller has its handle */
