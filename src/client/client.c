@@ -36,7 +36,6 @@
 
 #include "client/url.h"
 #include "core/buf.h"
-#include "core/clock.h"
 #include "core/core.h"
 #include "flare/loop.h"
 #include "http1/parser.h"
@@ -187,6 +186,16 @@ bool flare_client_error_before_send(void)
     return err_before_send;
 }
 
+/* The worker loop's clock (ms, refreshed after each wait): every call of
+ * this file runs on the worker's thread (flare_client_request refuses any
+ * other), and the call's timer counts from the same clock, so a deadline
+ * and the timer that enforces it cannot disagree. No clock_gettime per
+ * phase. */
+static inline uint64_t cw_now(const cworker_t *cw)
+{
+    return cw->w->loop.now;
+}
+
 /* ---- connections ---- */
 
 static void conn_io(flare_watch_t *wt, unsigned events, void *ud);
@@ -222,7 +231,7 @@ static void conn_close(cconn_t *c)
 
 static void phase(flare_client_call_t *call, unsigned ms)
 {
-    uint64_t now = flare__now_ms();
+    uint64_t now = cw_now(call->cw);
     call->phase_deadline = ms ? now + ms : UINT64_MAX;
     uint64_t next = call->phase_deadline < call->deadline ? call->phase_deadline : call->deadline;
     flare_timer_start(call->timer, next > now ? next - now : 0);
@@ -445,7 +454,7 @@ static void call_done(flare_client_call_t *call, bool reusable)
         c->state = S_IDLE;
         c->reused = true;
         c->in.len = 0;
-        c->idle_since = flare__now_ms();
+        c->idle_since = cw_now(o->cw);
         c->next = o->idle;
         o->idle = c;
         conn_want(c, FLARE_WATCH_READ); /* a close or stray bytes: closed */
@@ -484,7 +493,7 @@ static void call_acquire(flare_client_call_t *call)
         call_start_send(call);
         return;
     }
-    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > flare__now_ms();
+    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > cw_now(o->cw);
     if (resolved && o->nconns < call->cw->cl->cfg.max_per_origin) {
         conn_open(o, call);
         return;
@@ -564,7 +573,7 @@ static void resolve_done(void *ud)
             memcpy(o->addrs, j->addrs, sizeof(j->addrs));
             o->naddrs = j->naddrs;
             o->pref = pref;
-            o->addr_until = flare__now_ms() + DNS_CACHE_MS;
+            o->addr_until = cw_now(o->cw) + DNS_CACHE_MS;
             origin_dispatch(o);
         }
     }
@@ -578,7 +587,7 @@ static void origin_dispatch(origin_t *o)
     if (o->failing || o->cw->disposing)
         return;
     while (o->wait_head != NULL) {
-        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > flare__now_ms();
+        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > cw_now(o->cw);
         if (!resolved) {
             if (o->resolving != NULL)
                 return;
@@ -902,7 +911,7 @@ static void conn_io(flare_watch_t *wt, unsigned events, void *ud)
 static void call_timeout(void *ud)
 {
     flare_client_call_t *call = ud;
-    uint64_t now = flare__now_ms();
+    uint64_t now = cw_now(call->cw);
     const char *what = now >= call->deadline ? "the call's total time"
                        : call->conn == NULL  ? "waiting for a connection"
                        : call->conn->state == S_CONNECTING || call->conn->state == S_HANDSHAKE
@@ -929,7 +938,7 @@ static void kick(void *ud)
 static void sweep(void *ud)
 {
     cworker_t *cw = ud;
-    uint64_t now = flare__now_ms();
+    uint64_t now = cw_now(cw);
     for (origin_t *o = cw->origins; o != NULL; o = o->next) {
         for (cconn_t *c = o->idle, *next; c != NULL; c = next) {
             next = c->next;
@@ -1368,7 +1377,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         return rc;
     }
     unsigned total = req->timeout_ms ? req->timeout_ms : c->cfg.total_timeout_ms;
-    call->deadline = flare__now_ms() + total;
+    call->deadline = cw_now(cw) + total;
     phase(call, 0);
     /* started from the loop, never inside this call: the callback may not
      * run before the caller has its handle */
