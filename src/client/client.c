@@ -38,6 +38,7 @@
 #include "core/buf.h"
 #include "core/core.h"
 #include "flare/loop.h"
+#include "http/hop.h"
 #include "http1/parser.h"
 #include "http1/resp_head.h"
 #include "module.h"
@@ -1300,17 +1301,17 @@ static int serialize(flare_client_call_t *call, const char *method, const flare_
     return 0;
 }
 
-/* Headers the client writes itself, or that would change the framing. */
-static bool reserved_header(const char *h)
+/* Headers the client writes itself, or that would change the framing:
+ * those of the hop-by-hop fields (http/hop.h) that do, Host and
+ * Content-Length. */
+static bool reserved_header(flare_str_t name)
 {
-    static const char *const names[] = { "host:",       "content-length:", "transfer-encoding:",
-                                         "connection:", "upgrade:",        "te:",
-                                         "trailer:" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strncasecmp(h, names[i], strlen(names[i])) == 0)
-            return true;
-    }
-    return false;
+    enum {
+        FRAMING = FLARE_HOP_CONNECTION | FLARE_HOP_TE | FLARE_HOP_TRAILER |
+                  FLARE_HOP_TRANSFER_ENCODING | FLARE_HOP_UPGRADE
+    };
+    return (flare__http_hop_field(name) & FRAMING) != 0 || FLARE__IEQ(name, "host") ||
+           FLARE__IEQ(name, "content-length");
 }
 
 int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_client_req_t *req,
@@ -1341,7 +1342,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         if (colon == NULL || colon == h || !line_ok(h) ||
             !flare__is_token((flare_str_t){ h, (size_t)(colon - h) }))
             return flare__fail(FLARE_EINVAL, 0, "flare_client_request: bad header \"%s\"", h);
-        if (reserved_header(h))
+        if (reserved_header((flare_str_t){ h, (size_t)(colon - h) }))
             return flare__fail(FLARE_EINVAL, 0,
                                "flare_client_request: \"%s\": the client sets this header", h);
     }

@@ -16,6 +16,7 @@
 #include "client/url.h"
 #include "core/clock.h"
 #include "core/core.h"
+#include "http/hop.h"
 #include "module.h"
 
 typedef struct upstream {
@@ -163,12 +164,11 @@ typedef struct fwd {
     int cur; /* the upstream in use */
 } fwd_t;
 
+/* Not forwarded either way: the hop-by-hop fields (http/hop.h), and the
+ * length (the proxy frames what it sends itself). */
 static bool hop_by_hop(flare_str_t name)
 {
-    return FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "keep-alive") ||
-           FLARE__IEQ(name, "proxy-connection") || FLARE__IEQ(name, "te") ||
-           FLARE__IEQ(name, "trailer") || FLARE__IEQ(name, "transfer-encoding") ||
-           FLARE__IEQ(name, "upgrade") || FLARE__IEQ(name, "content-length");
+    return flare__http_hop_field(name) != 0 || FLARE__IEQ(name, "content-length");
 }
 
 /* Whether a Connection field names this field. */

@@ -201,16 +201,17 @@ static char *cstr(flare_str_t s)
     return p;
 }
 
-/* GET /call?u=URL[&m=METHOD][&b=BODY][&c=ca|sys|one] */
+/* GET /call?u=URL[&m=METHOD][&b=BODY][&c=ca|sys|one][&h=HEADER] */
 static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
     char *url = cstr(flare_req_query_param(req, "u"));
     char *method = cstr(flare_req_query_param(req, "m"));
     flare_str_t body = flare_req_query_param(req, "b");
+    char *extra = cstr(flare_req_query_param(req, "h"));
     gw_call_t *g = malloc(sizeof(*g));
     g->res = res;
-    const char *hdrs[] = { "X-Test: via-gateway", NULL };
+    const char *hdrs[] = { "X-Test: via-gateway", extra[0] ? extra : NULL, NULL };
     int rc = flare_client_request(
         pick(req), flare_req_worker(req),
         &(flare_client_req_t){
@@ -218,6 +219,7 @@ static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
         gw_done, g, NULL);
     free(url);
     free(method);
+    free(extra);
     if (rc != 0) {
         free(g);
         char out[256];
@@ -503,6 +505,24 @@ static void test_refused_arguments(void **state)
     assert_has(call("u=http://127.0.0.1:%d/&m=GE%%20T", up_port), "sync=-2");
 }
 
+/* The fields the client writes itself or that would change the framing
+ * are refused in any case; the other hop-by-hop ones, and names that only
+ * look like them, go through. */
+static void test_reserved_headers(void **state)
+{
+    (void)state;
+    static const char *const refused[] = {
+        "Host:x",           "content-length:3",  "Transfer-Encoding:chunked",
+        "CONNECTION:close", "upgrade:websocket", "TE:trailers",
+        "Trailer:X-Sum",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        assert_has(call("u=http://127.0.0.1:%d/echo&h=%s", up_port, refused[i]), "sync=-2");
+    static const char *const passed[] = { "Keep-Alive:5", "Tea:green", "Trailers:x", "Hosts:y" };
+    for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)
+        assert_has(call("u=http://127.0.0.1:%d/hello&h=%s", up_port, passed[i]), "rc=0 status=200");
+}
+
 static void test_keepalive_and_limit(void **state)
 {
     (void)state;
@@ -635,6 +655,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_refused_arguments),
+        cmocka_unit_test(test_reserved_headers),
         cmocka_unit_test(test_keepalive_and_limit),
         cmocka_unit_test(test_stale_connection_retry),
         cmocka_unit_test(test_bad_upstreams),
