@@ -29,6 +29,7 @@
 #include "flare/loop.h"
 #include "flare/test.h"
 #include "flare/tls.h"
+#include "loopback.h"
 
 /* ---- the raw upstream ---- */
 
@@ -313,18 +314,6 @@ static int gw_cancel(flare_req_t *req, flare_res_t *res, void *ud)
 static flare_app_t *up, *gw;
 static int dead_port;
 
-/* A loopback port nothing listens on (bound, then closed). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 static flare_test_t *tup, *tgw;
 static char dir[] = "/tmp/flare-client-XXXXXX";
 static int up_port, up_tls_port;
@@ -356,14 +345,8 @@ static int setup(void **state)
         0);
 
     /* the raw upstream */
-    raw.lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(raw.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(raw.lfd, 64), 0);
-    assert_int_equal(getsockname(raw.lfd, (struct sockaddr *)&sa, &sl), 0);
-    raw.port = ntohs(sa.sin_port);
+    raw.lfd = loopback_listen(64, &raw.port);
+    assert_true(raw.lfd >= 0);
     atomic_store(&raw.cur_fd, -1);
     assert_int_equal(pthread_create(&raw.thread, NULL, raw_main, NULL), 0);
 
@@ -407,7 +390,8 @@ static int setup(void **state)
     assert_null(bad);
     /* fixed answers for names: ::1 first, where nothing listens (or no IPv6
      * at all), then 127.0.0.1 */
-    dead_port = free_port();
+    dead_port = loopback_free_port();
+    assert_true(dead_port > 0);
     char pin_plain[64], pin_tls[64], pin_dead[64], pin_one[64];
     snprintf(pin_plain, sizeof(pin_plain), "pinned.test:%d:[::1],127.0.0.1", up_port);
     snprintf(pin_tls, sizeof(pin_tls), "PINNED.test:%d:::1,127.0.0.1", up_tls_port);
@@ -597,7 +581,7 @@ static void test_bad_upstreams(void **state)
     }
     assert_has(call("u=http://127.0.0.1:%d/", raw.port + 0), "rc=0");
     /* nothing listens: refused */
-    assert_has(call("u=http://127.0.0.1:%d/", free_port()), "rc=-8 ");
+    assert_has(call("u=http://127.0.0.1:%d/", loopback_free_port()), "rc=-8 ");
 }
 
 /* A name with several addresses: a refused or unreachable one is skipped
