@@ -633,8 +633,7 @@ static int body_add(flare_client_call_t *call, const char *p, size_t n)
 
 static void consume(cconn_t *c, size_t n)
 {
-    memmove(c->in.data, c->in.data + n, c->in.len - n);
-    c->in.len -= n;
+    flare__buf_consume(&c->in, n);
 }
 
 /* What the buffer now holds: 1 the answer is whole, 0 more is needed, or

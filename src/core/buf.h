@@ -51,6 +51,15 @@ static inline int flare__buf_append_cstr(flare_buf_t *b, const void *p, size_t n
     return 0;
 }
 
+/* Drops the first n bytes (n <= len): what a parser consumed from a buffer
+ * that more bytes are read into. The rest moves to the front. */
+static inline void flare__buf_consume(flare_buf_t *b, size_t n)
+{
+    if (n < b->len)
+        memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
 static inline void flare__buf_free(flare_buf_t *b)
 {
     free(b->data);

@@ -319,8 +319,7 @@ static int fill(flare_test_t *t, conn_t *c, uint64_t deadline)
 
 static void consume(conn_t *c, size_t n)
 {
-    memmove(c->in.data, c->in.data + n, c->in.len - n);
-    c->in.len -= n;
+    flare__buf_consume(&c->in, n);
 }
 
 /* ---- requests ---- */
@@ -1029,8 +1028,7 @@ static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
                 s->id = dup_n(val, vl);
             }
         }
-        memmove(s->text.b.data, s->text.b.data + end, s->text.b.len - end);
-        s->text.b.len -= end;
+        flare__buf_consume(&s->text.b, end);
         if (!has_data) {
             free(data.b.data);
             continue; /* no data: no event (comments, retry, a bare id) */

@@ -225,6 +225,16 @@ static void test_buf_cstr(void **state)
         assert_int_equal(b.len, 256);
         assert_int_equal(strlen(b.data), 256);
     }
+    /* consumed from the front: the rest moves there */
+    flare__buf_consume(&b, 2);
+    assert_int_equal(b.len, 254);
+    assert_memory_equal(b.data, "cdexx", 5);
+    flare__buf_consume(&b, 0);
+    assert_int_equal(b.len, 254);
+    flare__buf_consume(&b, b.len);
+    assert_int_equal(b.len, 0);
+    flare__buf_consume(&b, 0);
+    assert_int_equal(b.len, 0);
     flare__buf_free(&b);
 }
 
