@@ -27,28 +27,47 @@ enum {
      FLARE_HOP_TRANSFER_ENCODING | FLARE_HOP_UPGRADE)
 
 /* Which hop-by-hop field `name` is (ASCII case-insensitive): one FLARE_HOP_*
- * bit, or 0 for any other name. A switch on the length and at most two
- * comparisons: HTTP/2 calls it for every field of every response. */
-static inline unsigned flare__http_hop_field(flare_str_t name)
+ * bit, or 0 for any other name. HTTP/2 asks for every field of every
+ * request and response, so it is always inlined and picks the one
+ * candidate by the length and the first letter before comparing the rest:
+ * most names stop at the switch or the first letter. */
+static inline __attribute__((always_inline)) unsigned flare__http_hop_field(flare_str_t name)
 {
+    const char *lit;
+    unsigned hop;
+    unsigned char first;
     switch (name.len) {
     case 2:
-        return FLARE__IEQ(name, "te") ? FLARE_HOP_TE : 0;
+        lit = "te", hop = FLARE_HOP_TE;
+        break;
     case 7:
-        return FLARE__IEQ(name, "upgrade")   ? FLARE_HOP_UPGRADE
-               : FLARE__IEQ(name, "trailer") ? FLARE_HOP_TRAILER
-                                             : 0;
+        first = flare__lower((unsigned char)name.ptr[0]);
+        if (first == 'u')
+            lit = "upgrade", hop = FLARE_HOP_UPGRADE;
+        else if (first == 't')
+            lit = "trailer", hop = FLARE_HOP_TRAILER;
+        else
+            return 0;
+        break;
     case 10:
-        return FLARE__IEQ(name, "connection")   ? FLARE_HOP_CONNECTION
-               : FLARE__IEQ(name, "keep-alive") ? FLARE_HOP_KEEP_ALIVE
-                                                : 0;
+        first = flare__lower((unsigned char)name.ptr[0]);
+        if (first == 'c')
+            lit = "connection", hop = FLARE_HOP_CONNECTION;
+        else if (first == 'k')
+            lit = "keep-alive", hop = FLARE_HOP_KEEP_ALIVE;
+        else
+            return 0; /* user-agent */
+        break;
     case 16:
-        return FLARE__IEQ(name, "proxy-connection") ? FLARE_HOP_PROXY_CONNECTION : 0;
+        lit = "proxy-connection", hop = FLARE_HOP_PROXY_CONNECTION;
+        break;
     case 17:
-        return FLARE__IEQ(name, "transfer-encoding") ? FLARE_HOP_TRANSFER_ENCODING : 0;
+        lit = "transfer-encoding", hop = FLARE_HOP_TRANSFER_ENCODING;
+        break;
     default:
         return 0;
     }
+    return flare__ieq_lit(name, lit, name.len) ? hop : 0;
 }
 
 #endif

@@ -233,9 +233,14 @@ int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size
     case 'h':
         if (IS(name, nlen, "host"))
             return all(value, vlen, C_AUTH) ? H2F_HOST : H2F_BAD;
+        return H2F_REGULAR;
+    case 'k': /* the initials of http/hop.h's names (lower case: name_ok) */
+    case 'p':
+    case 't':
+    case 'u':
         break;
     default:
-        break;
+        return H2F_REGULAR;
     }
     /* 8.2.2: no connection-specific field (http/hop.h's list); TE only as
      * "trailers" */
