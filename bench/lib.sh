@@ -8,6 +8,8 @@
 #                         bench helpers when the Flare tree does not build right now; warnings
 #                         are not errors here: they do not change the code being measured)
 #   free_ports N          N currently free TCP ports on 127.0.0.1
+#   nginx_config DIR      DIR/nginx.conf with the http block's servers from stdin (the
+#                         scenarios' nginx, bench/proxy.sh's proxy); sets SERVER_CMD
 #   server_available NAME is NAME's binary there?   (flare null nginx h2o lighttpd; null-json,
 #                         null-users, null-echo, null-4k and null-1m are the null server with
 #                         another canned body)
@@ -259,11 +261,53 @@ flare_has_static() {
 # Does lighttpd have mod_magnet (Debian: lighttpd-modules-lua)? It serves /users/{id} with it.
 lighttpd_has_magnet() { [[ -e /usr/lib/lighttpd/mod_magnet.so ]]; }
 
+# The descriptors a server may open: ulimit -n (65536 when "unlimited").
+nofile_limit() {
+    local nofile
+    nofile=$(ulimit -n)
+    [[ $nofile =~ ^[0-9]+$ ]] || nofile=65536
+    echo "$nofile"
+}
+
+# Write DIR/nginx.conf and set SERVER_CMD to run it in the foreground: one worker and no master
+# process, as many connections as the descriptor limit allows, every temporary path under
+# DIR/tmp, no access log, keep-alive without a request limit; what goes inside the http block
+# besides (its server and upstream blocks) is read from stdin. The scenarios' server
+# (server_command) and bench/proxy.sh's proxy are written by it.
+nginx_config() {
+    local dir=$1 nofile
+    nofile=$(nofile_limit)
+    mkdir -p "$dir/tmp"
+    {
+        cat <<EOF
+worker_processes 1;
+worker_rlimit_nofile $nofile;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events {
+    worker_connections $((nofile - 32));
+}
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+EOF
+        cat
+        echo "}"
+    } >"$dir/nginx.conf"
+    SERVER_CMD=(nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
+        -g 'daemon off; master_process off;')
+}
+
 # Write NAME's config for PORT into $BENCH_TMP/NAME-PORT/ and set SERVER_CMD.
 server_command() {
     local name=$1 port=$2 dir=$BENCH_TMP/$1-$2 nofile
-    nofile=$(ulimit -n)
-    [[ $nofile =~ ^[0-9]+$ ]] || nofile=65536 # "unlimited"
+    nofile=$(nofile_limit)
     mkdir -p "$dir/www"
     chmod 755 "$dir" "$dir/www"
     printf '%s' "$BODY" >"$dir/www/plaintext"
@@ -318,24 +362,7 @@ server_command() {
             --content-type application/octet-stream --body-file "$STATIC_DIR/${name#null-}.bin")
         ;;
     nginx)
-        mkdir -p "$dir/tmp"
-        cat >"$dir/nginx.conf" <<EOF
-worker_processes 1;
-worker_rlimit_nofile $nofile;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events {
-    worker_connections $((nofile - 32));
-}
-http {
-    access_log off;
-    client_body_temp_path $dir/tmp/body;
-    proxy_temp_path $dir/tmp/proxy;
-    fastcgi_temp_path $dir/tmp/fastcgi;
-    uwsgi_temp_path $dir/tmp/uwsgi;
-    scgi_temp_path $dir/tmp/scgi;
-    keepalive_requests 100000000;
-    keepalive_timeout 300s;
+        nginx_config "$dir" <<EOF
     server {
         listen 127.0.0.1:$port backlog=4096;
         location = /plaintext {
@@ -351,10 +378,7 @@ http {
             return 200 '{"id":"\$1"}';
         }$nginx_static
     }
-}
 EOF
-        SERVER_CMD=(nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
-            -g 'daemon off; master_process off;')
         ;;
     h2o)
         cat >"$dir/h2o.conf" <<EOF

@@ -72,19 +72,8 @@ proxy_cmd() {
             --upstream "127.0.0.1:$UP_PORT")
         ;;
     nginx)
-        cat >"$dir/nginx.conf" <<EOF
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $dir/tmp/body;
-    proxy_temp_path $dir/tmp/proxy;
-    fastcgi_temp_path $dir/tmp/fastcgi;
-    uwsgi_temp_path $dir/tmp/uwsgi;
-    scgi_temp_path $dir/tmp/scgi;
-    keepalive_requests 100000000;
+        # lib.sh's nginx, as the scenarios run it, with the proxy's blocks
+        nginx_config "$dir" <<EOF
     upstream up {
         server 127.0.0.1:$UP_PORT;
         keepalive 64;
@@ -101,9 +90,8 @@ http {
             proxy_set_header Host \$proxy_host;
         }
     }
-}
 EOF
-        PROXY_CMD=(nginx -p "$dir" -c "$dir/nginx.conf" -g "daemon off;")
+        PROXY_CMD=("${SERVER_CMD[@]}")
         ;;
     h2o)
         # as root h2o switches to nobody unless told (it must write its pid and log here)

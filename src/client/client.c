@@ -33,12 +33,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/url.h"
+#include "core/buf.h"
 #include "core/core.h"
 #include "flare/loop.h"
+#include "http/hop.h"
 #include "http1/parser.h"
 #include "http1/resp_head.h"
 #include "module.h"
@@ -166,8 +167,7 @@ struct cconn {
     SSL *ssl;
     int state;
     flare_client_call_t *call;
-    char *buf;
-    size_t len, cap;
+    flare_buf_t in;     /* received, not yet consumed */
     bool reused;        /* it served an answer: a close before the next is a stale connection */
     unsigned ai, tries; /* the address being tried (origin's addrs), how many so far */
     uint64_t idle_since;
@@ -196,8 +196,7 @@ struct flare_client_call {
     flare_header_t *fields; /* copied out of the buffer */
     size_t nfields;
     flare_chunked_t ch;
-    char *body;
-    size_t body_len, body_cap;
+    flare_buf_t body;  /* NUL-terminated */
     struct redir *rd;  /* following redirects (flare_client_req_t.max_redirects) */
     struct bind *bind; /* the inbound request it serves (flare_client_req_t.req) */
     bool aborted;      /* that request lost its client: the timer fails the call */
@@ -243,11 +242,14 @@ bool flare_client_error_before_send(void)
     return err_before_send;
 }
 
-static uint64_t now_ms(void)
+/* The worker loop's clock (ms, refreshed after each wait): every call of
+ * this file runs on the worker's thread (flare_client_request refuses any
+ * other), and the call's timer counts from the same clock, so a deadline
+ * and the timer that enforces it cannot disagree. No clock_gettime per
+ * phase. */
+static inline uint64_t cw_now(const cworker_t *cw)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return cw->w->loop.now;
 }
 
 /* ---- connections ---- */
@@ -278,14 +280,14 @@ static void conn_close(cconn_t *c)
         SSL_free(c->ssl);
     if (c->fd >= 0)
         close(c->fd);
-    free(c->buf);
+    flare__buf_free(&c->in);
     free(c);
     o->nconns--;
 }
 
 static void phase(flare_client_call_t *call, unsigned ms)
 {
-    uint64_t now = now_ms();
+    uint64_t now = cw_now(call->cw);
     call->phase_deadline = ms ? now + ms : UINT64_MAX;
     uint64_t next = call->phase_deadline < call->deadline ? call->phase_deadline : call->deadline;
     flare_timer_start(call->timer, next > now ? next - now : 0);
@@ -464,7 +466,7 @@ static void call_free(flare_client_call_t *call)
     flare_timer_free(call->timer);
     free(call->out);
     free(call->fields);
-    free(call->body);
+    flare__buf_free(&call->body);
     free(call);
 }
 
@@ -573,8 +575,8 @@ static void call_done(flare_client_call_t *call, bool reusable)
     if (reusable && call->keep_alive) {
         c->state = S_IDLE;
         c->reused = true;
-        c->len = 0;
-        c->idle_since = now_ms();
+        c->in.len = 0;
+        c->idle_since = cw_now(o->cw);
         c->next = o->idle;
         o->idle = c;
         conn_want(c, FLARE_WATCH_READ); /* a close or stray bytes: closed */
@@ -590,7 +592,7 @@ static void call_done(flare_client_call_t *call, bool reusable)
     flare_client_res_t res = { .status = call->status,
                                .headers = call->fields,
                                .nheaders = call->nfields,
-                               .body = { call->body ? call->body : "", call->body_len } };
+                               .body = { call->body.data ? call->body.data : "", call->body.len } };
     call->cb(0, &res, call->ud);
     call_free(call);
     origin_dispatch(o);
@@ -702,11 +704,9 @@ static bool follow(flare_client_call_t *call)
         return true;
     }
     free(call->fields);
-    free(call->body);
+    flare__buf_free(&call->body);
     call->fields = NULL;
     call->nfields = 0;
-    call->body = NULL;
-    call->body_len = call->body_cap = 0;
     call->have_head = call->got_byte = call->keep_alive = false;
     call->status = 0;
     call->content_length = 0;
@@ -755,7 +755,7 @@ static void call_acquire(flare_client_call_t *call)
         call_start_send(call);
         return;
     }
-    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+    bool resolved = o->addr_until == UINT64_MAX || o->addr_until > cw_now(o->cw);
     if (resolved && o->nconns < call->cw->cl->cfg.max_per_origin) {
         conn_open(o, call);
         return;
@@ -835,7 +835,7 @@ static void resolve_done(void *ud)
             memcpy(o->addrs, j->addrs, sizeof(j->addrs));
             o->naddrs = j->naddrs;
             o->pref = pref;
-            o->addr_until = now_ms() + DNS_CACHE_MS;
+            o->addr_until = cw_now(o->cw) + DNS_CACHE_MS;
             origin_dispatch(o);
         }
     }
@@ -849,7 +849,7 @@ static void origin_dispatch(origin_t *o)
     if (o->failing || o->cw->disposing)
         return;
     while (o->wait_head != NULL) {
-        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > now_ms();
+        bool resolved = o->addr_until == UINT64_MAX || o->addr_until > cw_now(o->cw);
         if (!resolved) {
             if (o->resolving != NULL)
                 return;
@@ -883,58 +883,18 @@ static void origin_dispatch(origin_t *o)
 
 /* ---- reading the answer ---- */
 
-static int keep_fields(flare_client_call_t *call, const flare_resp_head_t *h)
-{
-    size_t bytes = h->nheaders * sizeof(flare_header_t);
-    for (size_t i = 0; i < h->nheaders; i++)
-        bytes += h->headers[i].name.len + h->headers[i].value.len + 2;
-    flare_header_t *out = malloc(bytes ? bytes : 1);
-    if (out == NULL)
-        return FLARE_ENOMEM;
-    char *s = (char *)(out + h->nheaders);
-    for (size_t i = 0; i < h->nheaders; i++) {
-        flare_str_t n = h->headers[i].name, v = h->headers[i].value;
-        memcpy(s, n.ptr, n.len);
-        s[n.len] = '\0';
-        out[i].name = (flare_str_t){ s, n.len };
-        s += n.len + 1;
-        if (v.len > 0)
-            memcpy(s, v.ptr, v.len);
-        s[v.len] = '\0';
-        out[i].value = (flare_str_t){ s, v.len };
-        s += v.len + 1;
-    }
-    call->fields = out;
-    call->nfields = h->nheaders;
-    return 0;
-}
-
 static int body_add(flare_client_call_t *call, const char *p, size_t n)
 {
-    if (call->body_len + n > call->cw->cl->cfg.max_response) {
+    if (call->body.len + n > call->cw->cl->cfg.max_response) {
         set_err("the answer's body is larger than %zu bytes", call->cw->cl->cfg.max_response);
         return FLARE_ETOOBIG;
     }
-    if (call->body_cap - call->body_len < n + 1) {
-        size_t cap = call->body_cap ? call->body_cap : 4096;
-        while (cap - call->body_len < n + 1)
-            cap *= 2;
-        char *nb = realloc(call->body, cap);
-        if (nb == NULL)
-            return FLARE_ENOMEM;
-        call->body = nb;
-        call->body_cap = cap;
-    }
-    memcpy(call->body + call->body_len, p, n);
-    call->body_len += n;
-    call->body[call->body_len] = '\0';
-    return 0;
+    return flare__buf_append_cstr(&call->body, p, n);
 }
 
 static void consume(cconn_t *c, size_t n)
 {
-    memmove(c->buf, c->buf + n, c->len - n);
-    c->len -= n;
+    flare__buf_consume(&c->in, n);
 }
 
 /* What the buffer now holds: 1 the answer is whole, 0 more is needed, or
@@ -945,9 +905,9 @@ static int parse(flare_client_call_t *call, bool eof)
     while (!call->have_head) {
         static _Thread_local flare_header_t fields[CLIENT_MAX_FIELDS];
         flare_resp_head_t h = { .headers = fields };
-        int n = c->len > 0
-                    ? flare__http_parse_resp_head(c->buf, c->len, &resp_limits, call->head_req, &h)
-                    : FLARE_PARSE_PARTIAL;
+        int n = c->in.len > 0 ? flare__http_parse_resp_head(c->in.data, c->in.len, &resp_limits,
+                                                            call->head_req, &h)
+                              : FLARE_PARSE_PARTIAL;
         if (n == FLARE_PARSE_ERROR) {
             set_err("bad answer from %s:%u: %s", call->o->host, call->o->port, h.error);
             return FLARE_EIO;
@@ -967,9 +927,10 @@ static int parse(flare_client_call_t *call, bool eof)
         call->keep_alive = h.keep_alive;
         call->body_kind = h.body;
         call->content_length = h.content_length;
-        int rc = keep_fields(call, &h);
+        int rc = flare__fields_copy(h.headers, h.nheaders, &call->fields);
         if (rc != 0)
             return rc;
+        call->nfields = h.nheaders;
         consume(c, (size_t)n);
         if (h.body == FLARE_RESP_BODY_LENGTH &&
             (uint64_t)h.content_length > call->cw->cl->cfg.max_response) {
@@ -984,15 +945,15 @@ static int parse(flare_client_call_t *call, bool eof)
     case FLARE_RESP_BODY_NONE:
         return 1;
     case FLARE_RESP_BODY_LENGTH: {
-        size_t want = (size_t)call->content_length - call->body_len;
-        size_t take = c->len < want ? c->len : want;
-        if ((rc = body_add(call, c->buf, take)) != 0)
+        size_t want = (size_t)call->content_length - call->body.len;
+        size_t take = c->in.len < want ? c->in.len : want;
+        if ((rc = body_add(call, c->in.data, take)) != 0)
             return rc;
         consume(c, take);
-        if ((size_t)call->content_length == call->body_len)
+        if ((size_t)call->content_length == call->body.len)
             return 1;
         if (eof) {
-            set_err("the body ended after %zu of %lld bytes", call->body_len,
+            set_err("the body ended after %zu of %lld bytes", call->body.len,
                     (long long)call->content_length);
             return FLARE_EIO;
         }
@@ -1004,8 +965,9 @@ static int parse(flare_client_call_t *call, bool eof)
             flare_str_t data;
             int status;
             const char *why;
-            int d = flare__chunked_decode(&call->ch, c->buf, c->len, call->cw->cl->cfg.max_response,
-                                          &used, &data, &status, &why);
+            int d =
+                flare__chunked_decode(&call->ch, c->in.data, c->in.len,
+                                      call->cw->cl->cfg.max_response, &used, &data, &status, &why);
             if (d == FLARE_PARSE_ERROR) {
                 set_err("bad chunked body: %s", why);
                 return status == 413 ? FLARE_ETOOBIG : FLARE_EIO;
@@ -1024,9 +986,9 @@ static int parse(flare_client_call_t *call, bool eof)
             }
         }
     case FLARE_RESP_BODY_CLOSE:
-        if ((rc = body_add(call, c->buf, c->len)) != 0)
+        if ((rc = body_add(call, c->in.data, c->in.len)) != 0)
             return rc;
-        consume(c, c->len);
+        consume(c, c->in.len);
         return eof ? 1 : 0;
     }
     return FLARE_EIO;
@@ -1035,23 +997,17 @@ static int parse(flare_client_call_t *call, bool eof)
 /* Reads what the socket has: >0 bytes, 0 EOF, -EAGAIN, or -errno. */
 static ssize_t conn_read(cconn_t *c)
 {
-    if (c->cap - c->len < 16384) {
-        size_t cap = c->cap ? c->cap * 2 : 32768;
-        char *nb = realloc(c->buf, cap);
-        if (nb == NULL)
-            return -ENOMEM;
-        c->buf = nb;
-        c->cap = cap;
-    }
+    if (flare__buf_reserve(&c->in, 16384) != 0)
+        return -ENOMEM;
     if (c->ssl == NULL) {
         ssize_t n;
         do {
-            n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+            n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
         } while (n < 0 && errno == EINTR);
         return n < 0 ? -errno : n;
     }
     ERR_clear_error();
-    int n = SSL_read(c->ssl, c->buf + c->len, (int)(c->cap - c->len));
+    int n = SSL_read(c->ssl, c->in.data + c->in.len, (int)(c->in.cap - c->in.len));
     if (n > 0)
         return n;
     int e = SSL_get_error(c->ssl, n);
@@ -1073,7 +1029,7 @@ static void on_recv(cconn_t *c)
         if (n == -EAGAIN)
             return;
         if (n > 0) {
-            c->len += (size_t)n;
+            c->in.len += (size_t)n;
             if (!call->got_byte) {
                 call->got_byte = true;
             }
@@ -1094,7 +1050,7 @@ static void on_recv(cconn_t *c)
             set_err("%s:%u: %s", call->o->host, call->o->port, strerror((int)-n));
         int rc = parse(call, eof);
         if (rc == 1) {
-            call_done(call, !eof && c->len == 0);
+            call_done(call, !eof && c->in.len == 0);
             return;
         }
         if (rc < 0 || eof) {
@@ -1156,7 +1112,7 @@ static void on_send(cconn_t *c)
         phase(call, call->cw->cl->cfg.idle_timeout_ms);
     }
     c->state = S_RECV;
-    c->len = 0;
+    c->in.len = 0;
     phase(call, call->cw->cl->cfg.first_byte_timeout_ms);
     conn_want(c, FLARE_WATCH_READ);
 }
@@ -1222,7 +1178,7 @@ static void call_timeout(void *ud)
         call_fail(call, FLARE_ECANCELED);
         return;
     }
-    uint64_t now = now_ms();
+    uint64_t now = cw_now(call->cw);
     const char *what = now >= call->deadline ? "the call's total time"
                        : call->conn == NULL  ? "waiting for a connection"
                        : call->conn->state == S_CONNECTING || call->conn->state == S_HANDSHAKE
@@ -1249,7 +1205,7 @@ static void kick(void *ud)
 static void sweep(void *ud)
 {
     cworker_t *cw = ud;
-    uint64_t now = now_ms();
+    uint64_t now = cw_now(cw);
     for (origin_t *o = cw->origins; o != NULL; o = o->next) {
         for (cconn_t *c = o->idle, *next; c != NULL; c = next) {
             next = c->next;
@@ -1747,17 +1703,17 @@ static int serialize(flare_client_call_t *call, const char *method, const flare_
     return 0;
 }
 
-/* Headers the client writes itself, or that would change the framing. */
-static bool reserved_header(const char *h)
+/* Headers the client writes itself, or that would change the framing:
+ * those of the hop-by-hop fields (http/hop.h) that do, Host and
+ * Content-Length. */
+static bool reserved_header(flare_str_t name)
 {
-    static const char *const names[] = { "host:",       "content-length:", "transfer-encoding:",
-                                         "connection:", "upgrade:",        "te:",
-                                         "trailer:" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strncasecmp(h, names[i], strlen(names[i])) == 0)
-            return true;
-    }
-    return false;
+    enum {
+        FRAMING = FLARE_HOP_CONNECTION | FLARE_HOP_TE | FLARE_HOP_TRAILER |
+                  FLARE_HOP_TRANSFER_ENCODING | FLARE_HOP_UPGRADE
+    };
+    return (flare__http_hop_field(name) & FRAMING) != 0 || FLARE__IEQ(name, "host") ||
+           FLARE__IEQ(name, "content-length");
 }
 
 /* The inbound request lost its client: the call fails from the loop (not
@@ -1841,7 +1797,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         if (colon == NULL || colon == h || !line_ok(h) ||
             !flare__is_token((flare_str_t){ h, (size_t)(colon - h) }))
             return flare__fail(FLARE_EINVAL, 0, "flare_client_request: bad header \"%s\"", h);
-        if (reserved_header(h))
+        if (reserved_header((flare_str_t){ h, (size_t)(colon - h) }))
             return flare__fail(FLARE_EINVAL, 0,
                                "flare_client_request: \"%s\": the client sets this header", h);
     }
@@ -1895,7 +1851,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
         return rc;
     }
     unsigned total = req->timeout_ms ? req->timeout_ms : c->cfg.total_timeout_ms;
-    call->deadline = now_ms() + total;
+    call->deadline = cw_now(cw) + total;
     phase(call, 0);
     /* started from the loop, never inside this call: the callback may not
      * run before the caller has its handle */

@@ -12,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "client/url.h"
+#include "core/clock.h"
 #include "core/core.h"
+#include "http/hop.h"
 #include "module.h"
 
 typedef struct upstream {
@@ -53,13 +54,6 @@ static void proxy_free_app(flare_app_t *app, void *state)
 }
 
 static const flare_module_t proxy_module = { .name = "proxy", .free_app = proxy_free_app };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 int flare_proxy_new(flare_app_t *app, const flare_proxy_config_t *cfg, flare_proxy_t **out)
 {
@@ -170,12 +164,11 @@ typedef struct fwd {
     int cur; /* the upstream in use */
 } fwd_t;
 
+/* Not forwarded either way: the hop-by-hop fields (http/hop.h), and the
+ * length (the proxy frames what it sends itself). */
 static bool hop_by_hop(flare_str_t name)
 {
-    return FLARE__IEQ(name, "connection") || FLARE__IEQ(name, "keep-alive") ||
-           FLARE__IEQ(name, "proxy-connection") || FLARE__IEQ(name, "te") ||
-           FLARE__IEQ(name, "trailer") || FLARE__IEQ(name, "transfer-encoding") ||
-           FLARE__IEQ(name, "upgrade") || FLARE__IEQ(name, "content-length");
+    return flare__http_hop_field(name) != 0 || FLARE__IEQ(name, "content-length");
 }
 
 /* Whether a Connection field names this field. */
@@ -287,7 +280,7 @@ static int pick(fwd_t *f)
 {
     unsigned start = f->start;
     flare_proxy_t *p = f->p;
-    uint64_t now = now_ms();
+    uint64_t now = flare__now_ms();
     int best = -1;
     for (unsigned k = f->tries; k < p->nups; k++) {
         unsigned i = (start + k) % p->nups;
@@ -329,7 +322,7 @@ static void done(int rc, const flare_client_res_t *r, void *ud)
         if (before) {
             unsigned fails = atomic_fetch_add_explicit(&u->fails, 1, memory_order_relaxed) + 1;
             if (fails >= p->cfg.max_fails)
-                atomic_store_explicit(&u->down_until, now_ms() + p->cfg.fail_timeout_ms,
+                atomic_store_explicit(&u->down_until, flare__now_ms() + p->cfg.fail_timeout_ms,
                                       memory_order_relaxed);
             if (f->tries < p->nups && flare_req_connected(f->req)) {
                 send_to(f);

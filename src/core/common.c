@@ -1,8 +1,11 @@
-/* Tables generated from the X-macro maps in flare/common.h. */
+/* Tables generated from the X-macro maps in flare/common.h, the failure
+ * record of each thread, and copies of header fields. */
 #include "flare/common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 
@@ -33,6 +36,32 @@ const char *flare_last_error(void)
 int flare_last_errno(void)
 {
     return last_errno;
+}
+
+int flare__fields_copy(const flare_header_t *in, size_t n, flare_header_t **out)
+{
+    size_t bytes = n * sizeof(flare_header_t);
+    for (size_t i = 0; i < n; i++)
+        bytes += in[i].name.len + in[i].value.len + 2;
+    flare_header_t *f = malloc(bytes ? bytes : 1);
+    *out = f;
+    if (f == NULL)
+        return FLARE_ENOMEM;
+    char *s = (char *)(f + n);
+    for (size_t i = 0; i < n; i++) {
+        flare_str_t name = in[i].name, v = in[i].value;
+        if (name.len > 0)
+            memcpy(s, name.ptr, name.len);
+        s[name.len] = '\0';
+        f[i].name = (flare_str_t){ s, name.len };
+        s += name.len + 1;
+        if (v.len > 0)
+            memcpy(s, v.ptr, v.len);
+        s[v.len] = '\0';
+        f[i].value = (flare_str_t){ s, v.len };
+        s += v.len + 1;
+    }
+    return 0;
 }
 
 const char *flare_strerror(int code)

@@ -99,6 +99,12 @@ static inline bool flare__is_ows(char c)
 int flare__fail(int code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Copies n header fields into one heap block, freed with one free(*out):
+ * the array, then each name and value with a NUL after it, so the copy
+ * outlives the buffer the views pointed into (a client's answer handed to
+ * its caller). n == 0 still gives a block. 0 or FLARE_ENOMEM (*out NULL). */
+int flare__fields_copy(const flare_header_t *in, size_t n, flare_header_t **out);
+
 /* Reads exactly len bytes of fd from offset off (pread, EINTR retried).
  * 0, or FLARE_EIO when the file ends first or the read fails. */
 int flare__pread_all(int fd, char *dst, uint64_t off, size_t len);

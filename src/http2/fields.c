@@ -6,6 +6,9 @@
 #include "http2/h2_int.h"
 
 #include <string.h>
+#include <strings.h>
+
+#include "http/hop.h"
 
 enum {
     C_NAME = 0x01,   /* a token character, not upper case (8.2.1) */
@@ -219,8 +222,6 @@ int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size
         return H2F_BAD;
     switch (name[0]) {
     case 'c':
-        if (IS(name, nlen, "connection"))
-            return H2F_BAD;
         if (IS(name, nlen, "content-length")) {
             int64_t cl;
             if (trailer || (*seen & H2S_CLEN) || !flare__h2_content_length(value, vlen, &cl))
@@ -232,29 +233,22 @@ int flare__h2_check_field(uint8_t *seen, bool trailer, const uint8_t *name, size
     case 'h':
         if (IS(name, nlen, "host"))
             return all(value, vlen, C_AUTH) ? H2F_HOST : H2F_BAD;
-        break;
-    case 'k':
-        if (IS(name, nlen, "keep-alive"))
-            return H2F_BAD;
-        break;
+        return H2F_REGULAR;
+    case 'k': /* the initials of http/hop.h's names (lower case: name_ok) */
     case 'p':
-        if (IS(name, nlen, "proxy-connection"))
-            return H2F_BAD;
-        break;
     case 't':
-        if (IS(name, nlen, "transfer-encoding"))
-            return H2F_BAD;
-        if (IS(name, nlen, "te") &&
-            !(vlen == 8 && strncasecmp((const char *)value, "trailers", 8) == 0))
-            return H2F_BAD;
-        break;
     case 'u':
-        if (IS(name, nlen, "upgrade"))
-            return H2F_BAD;
         break;
     default:
-        break;
+        return H2F_REGULAR;
     }
+    /* 8.2.2: no connection-specific field (http/hop.h's list); TE only as
+     * "trailers" */
+    unsigned hop = flare__http_hop_field((flare_str_t){ (const char *)name, nlen });
+    if ((hop & FLARE_HOP_CONN_SPECIFIC) ||
+        (hop == FLARE_HOP_TE &&
+         !(vlen == 8 && strncasecmp((const char *)value, "trailers", 8) == 0)))
+        return H2F_BAD;
     return H2F_REGULAR;
 }
 

@@ -9,30 +9,13 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "http/hop.h"
 #include "http/svc.h"
 #include "http2/h2_int.h"
 
 static bool h2_status_has_body(int status)
 {
     return !(status < 200 || status == 204 || status == 304);
-}
-
-/* RFC 9113 8.2.2: fields HTTP/2 does not carry. */
-static bool conn_specific(flare_str_t n)
-{
-    switch (n.len) {
-    case 7:
-        return strncasecmp(n.ptr, "upgrade", 7) == 0;
-    case 10:
-        return strncasecmp(n.ptr, "connection", 10) == 0 ||
-               strncasecmp(n.ptr, "keep-alive", 10) == 0;
-    case 16:
-        return strncasecmp(n.ptr, "proxy-connection", 16) == 0;
-    case 17:
-        return strncasecmp(n.ptr, "transfer-encoding", 17) == 0;
-    default:
-        return false;
-    }
 }
 
 /* Lower-cases the bytes 'A'..'Z' of a word: the bytes' low seven bits are
@@ -90,7 +73,7 @@ void flare__h2_add_nv(flare_h2_nvb_t *b, flare_str_t name, flare_str_t value)
 {
     while (value.len > 0 && (value.ptr[value.len - 1] == ' ' || value.ptr[value.len - 1] == '\t'))
         value.len--;
-    if (name.len == 0 || b->n >= b->cap || conn_specific(name))
+    if (name.len == 0 || b->n >= b->cap || (flare__http_hop_field(name) & FLARE_HOP_CONN_SPECIFIC))
         return;
     char *lc = b->lc;
     lower_copy(lc, name.ptr, name.len);

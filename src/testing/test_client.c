@@ -23,9 +23,10 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/buf.h"
+#include "core/clock.h"
 #include "core/core.h"
 #include "http1/parser.h"
 #include "http1/resp_head.h"
@@ -41,11 +42,23 @@ static const flare_http_limits_t resp_limits = { .max_request_line = 8192,
                                                  .max_head = 65536,
                                                  .max_headers = TEST_MAX_FIELDS };
 
+/* A text built piece by piece: core/buf.h's buffer, NUL-terminated after
+ * every append; the first failure sticks, so a builder checks once. */
+typedef struct sbuf {
+    flare_buf_t b;
+    bool oom;
+} sbuf_t;
+
+static void sb_add(sbuf_t *sb, const void *p, size_t n)
+{
+    if (!sb->oom && flare__buf_append_cstr(&sb->b, p, n) != 0)
+        sb->oom = true;
+}
+
 /* One connection's bytes received and not yet consumed. */
 typedef struct conn {
     int fd; /* -1: none */
-    char *buf;
-    size_t len, cap;
+    flare_buf_t in;
     bool reused; /* an answer was read on it: a close before the next one is a stale connection */
 } conn_t;
 
@@ -78,8 +91,7 @@ struct flare_test_sse {
     conn_t c;
     flare_chunked_t ch; /* the stream's body is chunked: decoded into text */
     bool chunked;
-    char *text; /* decoded, not yet split into events */
-    size_t tlen, tcap;
+    sbuf_t text; /* decoded, not yet split into events */
     char *id, *event, *data;
     bool ended;
 };
@@ -94,13 +106,6 @@ static int test_fail(flare_test_t *t, int code, const char *fmt, ...)
     vsnprintf(t->err, sizeof(t->err), fmt, ap);
     va_end(ap);
     return code;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ---- the app's thread ---- */
@@ -145,7 +150,7 @@ int flare_test_start(flare_app_t *app, const flare_test_opts_t *opts, flare_test
         return flare__fail(FLARE_ETHREAD, errno, "flare_test_start: pthread_create");
     }
     /* up once a task can be posted to its workers (their sockets listen by then) */
-    uint64_t deadline = now_ms() + TEST_START_MS;
+    uint64_t deadline = flare__now_ms() + TEST_START_MS;
     for (;;) {
         if (atomic_load(&t->ran)) {
             pthread_join(t->thread, NULL);
@@ -157,7 +162,7 @@ int flare_test_start(flare_app_t *app, const flare_test_opts_t *opts, flare_test
         }
         if (flare_app_post(app, 0, noop, NULL) == 0)
             break;
-        if (now_ms() > deadline) {
+        if (flare__now_ms() > deadline) {
             flare_app_stop(app);
             pthread_join(t->thread, NULL);
             free(t->listen);
@@ -176,16 +181,14 @@ static void conn_close(conn_t *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
-    c->len = 0;
+    c->in.len = 0;
     c->reused = false;
 }
 
 static void conn_free(conn_t *c)
 {
     conn_close(c);
-    free(c->buf);
-    c->buf = NULL;
-    c->cap = 0;
+    flare__buf_free(&c->in);
 }
 
 int flare_test_stop(flare_test_t *t)
@@ -217,7 +220,7 @@ const char *flare_test_error(const flare_test_t *t)
 static int wait_fd(flare_test_t *t, int fd, short events, uint64_t deadline)
 {
     for (;;) {
-        uint64_t now = now_ms();
+        uint64_t now = flare__now_ms();
         if (now >= deadline)
             return test_fail(t, FLARE_ETIMEDOUT, "no answer within %u ms", t->timeout_ms);
         struct pollfd pfd = { .fd = fd, .events = events };
@@ -254,7 +257,7 @@ static int conn_open(flare_test_t *t, conn_t *c, uint64_t deadline)
         return rc;
     }
     c->fd = fd;
-    c->len = 0;
+    c->in.len = 0;
     c->reused = false;
     return 0;
 }
@@ -284,24 +287,18 @@ static int send_all(flare_test_t *t, conn_t *c, const void *data, size_t len, ui
     return 0;
 }
 
-/* Reads more into c->buf: 0 (bytes added), FLARE_ECLOSED at the end, or
+/* Reads more into c->in.data: 0 (bytes added), FLARE_ECLOSED at the end, or
  * a failure. */
 static int fill(flare_test_t *t, conn_t *c, uint64_t deadline)
 {
-    if (c->cap - c->len < 4096) {
-        size_t cap = c->cap ? c->cap * 2 : 16384;
-        if (cap > TEST_MAX_BODY + 65536)
-            return test_fail(t, FLARE_ETOOBIG, "the answer is larger than %u bytes", TEST_MAX_BODY);
-        char *nb = realloc(c->buf, cap);
-        if (nb == NULL)
-            return FLARE_ENOMEM;
-        c->buf = nb;
-        c->cap = cap;
-    }
+    if (c->in.len > TEST_MAX_BODY + 65536)
+        return test_fail(t, FLARE_ETOOBIG, "the answer is larger than %u bytes", TEST_MAX_BODY);
+    if (flare__buf_reserve(&c->in, 4096) != 0)
+        return FLARE_ENOMEM;
     for (;;) {
-        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
         if (n > 0) {
-            c->len += (size_t)n;
+            c->in.len += (size_t)n;
             return 0;
         }
         if (n == 0)
@@ -322,38 +319,10 @@ static int fill(flare_test_t *t, conn_t *c, uint64_t deadline)
 
 static void consume(conn_t *c, size_t n)
 {
-    memmove(c->buf, c->buf + n, c->len - n);
-    c->len -= n;
+    flare__buf_consume(&c->in, n);
 }
 
 /* ---- requests ---- */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf_t;
-
-static void sb_add(sbuf_t *b, const void *p, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->cap - b->len < n + 1) {
-        size_t cap = b->cap ? b->cap : 512;
-        while (cap - b->len < n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (np == NULL) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
 
 static void sb_str(sbuf_t *b, const char *s)
 {
@@ -400,23 +369,23 @@ static int cookie_set(flare_test_t *t, flare_str_t v)
         const char *end = strstr(j, "; ");
         size_t len = end ? (size_t)(end - j) : strlen(j);
         if (!(len > nl && j[nl] == '=' && memcmp(j, v.ptr, nl) == 0)) {
-            if (out.len > 0)
+            if (out.b.len > 0)
                 sb_str(&out, "; ");
             sb_add(&out, j, len);
         }
         j = end ? end + 2 : NULL;
     }
     if (!remove) {
-        if (out.len > 0)
+        if (out.b.len > 0)
             sb_str(&out, "; ");
         sb_add(&out, v.ptr, pl);
     }
     if (out.oom) {
-        free(out.p);
+        free(out.b.data);
         return FLARE_ENOMEM;
     }
     free(t->cookies);
-    t->cookies = out.p;
+    t->cookies = out.b.data;
     return 0;
 }
 
@@ -468,33 +437,6 @@ static int build_head(flare_test_t *t, sbuf_t *b, const char *method, const char
     return b->oom ? FLARE_ENOMEM : 0;
 }
 
-/* Copies the head's fields into one block owned by res. */
-static int keep_fields(const flare_resp_head_t *h, flare_test_res_t *res)
-{
-    size_t bytes = h->nheaders * sizeof(flare_header_t);
-    for (size_t i = 0; i < h->nheaders; i++)
-        bytes += h->headers[i].name.len + h->headers[i].value.len + 2;
-    flare_header_t *out = malloc(bytes ? bytes : 1);
-    if (out == NULL)
-        return FLARE_ENOMEM;
-    char *s = (char *)(out + h->nheaders);
-    for (size_t i = 0; i < h->nheaders; i++) {
-        flare_str_t n = h->headers[i].name, v = h->headers[i].value;
-        memcpy(s, n.ptr, n.len);
-        s[n.len] = '\0';
-        out[i].name = (flare_str_t){ s, n.len };
-        s += n.len + 1;
-        if (v.len > 0)
-            memcpy(s, v.ptr, v.len);
-        s[v.len] = '\0';
-        out[i].value = (flare_str_t){ s, v.len };
-        s += v.len + 1;
-    }
-    res->headers = out;
-    res->nheaders = h->nheaders;
-    return 0;
-}
-
 /* Reads one head (interim 1xx skipped unless keep_1xx) from c. */
 static int read_head(flare_test_t *t, conn_t *c, bool head_req, flare_resp_head_t *h,
                      uint64_t deadline)
@@ -502,8 +444,9 @@ static int read_head(flare_test_t *t, conn_t *c, bool head_req, flare_resp_head_
     static _Thread_local flare_header_t fields[TEST_MAX_FIELDS];
     for (;;) {
         *h = (flare_resp_head_t){ .headers = fields };
-        int n = c->len > 0 ? flare__http_parse_resp_head(c->buf, c->len, &resp_limits, head_req, h)
-                           : FLARE_PARSE_PARTIAL;
+        int n = c->in.len > 0
+                    ? flare__http_parse_resp_head(c->in.data, c->in.len, &resp_limits, head_req, h)
+                    : FLARE_PARSE_PARTIAL;
         if (n == FLARE_PARSE_ERROR)
             return test_fail(t, FLARE_EIO, "bad answer: %s", h->error);
         if (n == FLARE_PARSE_PARTIAL) {
@@ -535,13 +478,13 @@ static int read_body(flare_test_t *t, conn_t *c, const flare_resp_head_t *h, fla
                            (long long)h->content_length);
             break;
         }
-        while (c->len < (size_t)h->content_length && (rc = fill(t, c, deadline)) == 0) {
+        while (c->in.len < (size_t)h->content_length && (rc = fill(t, c, deadline)) == 0) {
         }
         if (rc == FLARE_ECLOSED)
-            rc = test_fail(t, FLARE_EIO, "the body ended after %zu of %lld bytes", c->len,
+            rc = test_fail(t, FLARE_EIO, "the body ended after %zu of %lld bytes", c->in.len,
                            (long long)h->content_length);
         if (rc == 0) {
-            sb_add(&body, c->buf, (size_t)h->content_length);
+            sb_add(&body, c->in.data, (size_t)h->content_length);
             consume(c, (size_t)h->content_length);
         }
         break;
@@ -553,8 +496,8 @@ static int read_body(flare_test_t *t, conn_t *c, const flare_resp_head_t *h, fla
             flare_str_t data;
             int status;
             const char *why;
-            int d = flare__chunked_decode(&ch, c->buf, c->len, TEST_MAX_BODY, &used, &data, &status,
-                                          &why);
+            int d = flare__chunked_decode(&ch, c->in.data, c->in.len, TEST_MAX_BODY, &used, &data,
+                                          &status, &why);
             if (d == FLARE_CHUNKED_DATA)
                 sb_add(&body, data.ptr, data.len);
             if (d != FLARE_PARSE_ERROR)
@@ -578,15 +521,15 @@ static int read_body(flare_test_t *t, conn_t *c, const flare_resp_head_t *h, fla
         }
         if (rc == FLARE_ECLOSED) {
             rc = 0;
-            sb_add(&body, c->buf, c->len);
-            consume(c, c->len);
+            sb_add(&body, c->in.data, c->in.len);
+            consume(c, c->in.len);
         }
         break;
     }
     if (body.oom && rc == 0)
         rc = FLARE_ENOMEM;
-    res->body = body.p;
-    res->body_len = body.len;
+    res->body = body.b.data;
+    res->body_len = body.b.len;
     return rc;
 }
 
@@ -597,7 +540,7 @@ static int request_once(flare_test_t *t, const flare_test_req_t *req, const sbuf
     int rc;
     if (c->fd < 0 && (rc = conn_open(t, c, deadline)) != 0)
         return rc;
-    if ((rc = send_all(t, c, head->p, head->len, deadline)) != 0 ||
+    if ((rc = send_all(t, c, head->b.data, head->b.len, deadline)) != 0 ||
         (req->body_len > 0 && (rc = send_all(t, c, req->body, req->body_len, deadline)) != 0))
         return rc;
     flare_resp_head_t h;
@@ -606,8 +549,9 @@ static int request_once(flare_test_t *t, const flare_test_req_t *req, const sbuf
     if (n < 0)
         return n;
     res->status = h.status;
-    if ((rc = keep_fields(&h, res)) != 0)
+    if ((rc = flare__fields_copy(h.headers, h.nheaders, &res->headers)) != 0)
         return rc;
+    res->nheaders = h.nheaders;
     for (size_t i = 0; i < h.nheaders && !t->no_cookies; i++) {
         if (FLARE__IEQ(h.headers[i].name, "set-cookie") &&
             (rc = cookie_set(t, h.headers[i].value)) != 0)
@@ -633,7 +577,7 @@ int flare_test_request(flare_test_t *t, const flare_test_req_t *req, flare_test_
     int rc = build_head(t, &head, method, req->path, req->headers, has_body,
                         req->body ? req->body_len : 0, req->close);
     if (rc == 0) {
-        uint64_t deadline = now_ms() + t->timeout_ms;
+        uint64_t deadline = flare__now_ms() + t->timeout_ms;
         bool stale_ok = t->c.fd >= 0 && t->c.reused;
         rc = request_once(t, req, &head, res, deadline);
         if (rc == FLARE_ECLOSED && stale_ok && res->headers == NULL) {
@@ -645,7 +589,7 @@ int flare_test_request(flare_test_t *t, const flare_test_req_t *req, flare_test_
         if (rc != 0)
             conn_close(&t->c);
     }
-    free(head.p);
+    free(head.b.data);
     return rc;
 }
 
@@ -727,7 +671,7 @@ static int ws_send_frame(flare_test_ws_t *ws, uint8_t op, const void *data, size
     if (len > 0)
         memcpy(frame + hl, data, len);
     flare__ws_unmask(frame + hl, len, mask, 0);
-    int rc = send_all(ws->t, &ws->c, frame, hl + len, now_ms() + ws->t->timeout_ms);
+    int rc = send_all(ws->t, &ws->c, frame, hl + len, flare__now_ms() + ws->t->timeout_ms);
     free(frame);
     return rc;
 }
@@ -765,13 +709,13 @@ int flare_test_ws_open(flare_test_t *t, const char *path, const char *const *hea
     ws->t = t;
     ws->c.fd = -1;
     sbuf_t head = { 0 };
-    uint64_t deadline = now_ms() + t->timeout_ms;
+    uint64_t deadline = flare__now_ms() + t->timeout_ms;
     int rc = build_head(t, &head, "GET", path, all, false, 0, false);
     if (rc == 0)
         rc = conn_open(t, &ws->c, deadline);
     if (rc == 0)
-        rc = send_all(t, &ws->c, head.p, head.len, deadline);
-    free(head.p);
+        rc = send_all(t, &ws->c, head.b.data, head.b.len, deadline);
+    free(head.b.data);
     flare_resp_head_t h;
     int hn = rc == 0 ? read_head(t, &ws->c, false, &h, deadline) : rc;
     if (hn < 0) {
@@ -818,14 +762,15 @@ int flare_test_ws_recv(flare_test_ws_t *ws, char **msg, size_t *len, bool *binar
     if (ws->closed)
         return FLARE_ECLOSED;
     flare_test_t *t = ws->t;
-    uint64_t deadline = now_ms() + t->timeout_ms;
+    uint64_t deadline = flare__now_ms() + t->timeout_ms;
     sbuf_t m = { 0 };
     sb_add(&m, "", 0);
     int rc;
     for (;;) {
         flare_ws_event_t ev;
-        int n = ws->c.len > 0 ? flare__ws_parse(&ws->p, (uint8_t *)ws->c.buf, ws->c.len, &ev)
-                              : FLARE_PARSE_PARTIAL;
+        int n = ws->c.in.len > 0
+                    ? flare__ws_parse(&ws->p, (uint8_t *)ws->c.in.data, ws->c.in.len, &ev)
+                    : FLARE_PARSE_PARTIAL;
         if (n == FLARE_PARSE_ERROR) {
             rc = test_fail(t, FLARE_EIO, "bad frame from the app (close code %u)", ws->p.error);
             break;
@@ -871,12 +816,12 @@ int flare_test_ws_recv(flare_test_ws_t *ws, char **msg, size_t *len, bool *binar
         consume(&ws->c, (size_t)n); /* a frame header, a pong */
     }
     if (rc != 0) {
-        free(m.p);
+        free(m.b.data);
         return rc;
     }
-    *msg = m.p;
+    *msg = m.b.data;
     if (len != NULL)
-        *len = m.len;
+        *len = m.b.len;
     return 0;
 }
 
@@ -933,13 +878,13 @@ int flare_test_sse_open(flare_test_t *t, const char *path, const char *const *he
     s->t = t;
     s->c.fd = -1;
     sbuf_t head = { 0 };
-    uint64_t deadline = now_ms() + t->timeout_ms;
+    uint64_t deadline = flare__now_ms() + t->timeout_ms;
     int rc = build_head(t, &head, "GET", path, all, false, 0, false);
     if (rc == 0)
         rc = conn_open(t, &s->c, deadline);
     if (rc == 0)
-        rc = send_all(t, &s->c, head.p, head.len, deadline);
-    free(head.p);
+        rc = send_all(t, &s->c, head.b.data, head.b.len, deadline);
+    free(head.b.data);
     flare_resp_head_t h;
     int hn = rc == 0 ? read_head(t, &s->c, false, &h, deadline) : rc;
     if (hn < 0) {
@@ -977,25 +922,23 @@ int flare_test_sse_open(flare_test_t *t, const char *path, const char *const *he
 /* Moves what has arrived into s->text (decoded when chunked). */
 static int sse_decode(flare_test_sse_t *s)
 {
-    sbuf_t tb = { s->text, s->tlen, s->tcap, false };
+    sbuf_t *tb = &s->text;
     if (!s->chunked) {
-        sb_add(&tb, s->c.buf, s->c.len);
-        consume(&s->c, s->c.len);
+        sb_add(tb, s->c.in.data, s->c.in.len);
+        consume(&s->c, s->c.in.len);
     } else {
         for (;;) {
             size_t used = 0;
             flare_str_t data;
             int status;
             const char *why;
-            int d = flare__chunked_decode(&s->ch, s->c.buf, s->c.len, UINT64_MAX, &used, &data,
-                                          &status, &why);
+            int d = flare__chunked_decode(&s->ch, s->c.in.data, s->c.in.len, UINT64_MAX, &used,
+                                          &data, &status, &why);
             if (d == FLARE_PARSE_ERROR) {
-                s->text = tb.p;
-                s->tcap = tb.cap;
                 return test_fail(s->t, FLARE_EIO, "bad chunked event stream: %s", why);
             }
             if (d == FLARE_CHUNKED_DATA)
-                sb_add(&tb, data.ptr, data.len);
+                sb_add(tb, data.ptr, data.len);
             consume(&s->c, used);
             if (d == FLARE_CHUNKED_DONE)
                 s->ended = true;
@@ -1003,10 +946,7 @@ static int sse_decode(flare_test_sse_t *s)
                 break;
         }
     }
-    s->text = tb.p;
-    s->tlen = tb.len;
-    s->tcap = tb.cap;
-    return tb.oom ? FLARE_ENOMEM : 0;
+    return tb->oom ? FLARE_ENOMEM : 0;
 }
 
 static char *dup_n(const char *p, size_t n)
@@ -1019,7 +959,7 @@ static char *dup_n(const char *p, size_t n)
     return d;
 }
 
-/* Takes one complete event (ended by an empty line) from s->text, if there
+/* Takes one complete event (ended by an empty line) from s->text.b.data, if there
  * is one: 1 taken, 0 none yet, or a failure. */
 static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
 {
@@ -1027,13 +967,13 @@ static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
         /* an event ends at a blank line: "\n\n" (or with CRs) */
         size_t end = 0, i = 0, line_start = 0;
         bool found = false;
-        while (i < s->tlen) {
-            char ch = s->text[i];
+        while (i < s->text.b.len) {
+            char ch = s->text.b.data[i];
             if (ch == '\n' || ch == '\r') {
                 size_t next = i + 1;
-                if (ch == '\r' && next < s->tlen && s->text[next] == '\n')
+                if (ch == '\r' && next < s->text.b.len && s->text.b.data[next] == '\n')
                     next++;
-                else if (ch == '\r' && next == s->tlen)
+                else if (ch == '\r' && next == s->text.b.len)
                     break; /* may be half of a CRLF */
                 if (i == line_start) {
                     end = next;
@@ -1057,11 +997,12 @@ static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
         size_t p = 0;
         while (p < end) {
             size_t q = p;
-            while (q < end && s->text[q] != '\n' && s->text[q] != '\r')
+            while (q < end && s->text.b.data[q] != '\n' && s->text.b.data[q] != '\r')
                 q++;
-            const char *line = s->text + p;
+            const char *line = s->text.b.data + p;
             size_t ll = q - p;
-            if (q < end && s->text[q] == '\r' && q + 1 < end && s->text[q + 1] == '\n')
+            if (q < end && s->text.b.data[q] == '\r' && q + 1 < end &&
+                s->text.b.data[q + 1] == '\n')
                 q++;
             p = q + 1;
             if (ll == 0 || line[0] == ':')
@@ -1087,19 +1028,18 @@ static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
                 s->id = dup_n(val, vl);
             }
         }
-        memmove(s->text, s->text + end, s->tlen - end);
-        s->tlen -= end;
+        flare__buf_consume(&s->text.b, end);
         if (!has_data) {
-            free(data.p);
+            free(data.b.data);
             continue; /* no data: no event (comments, retry, a bare id) */
         }
-        if (data.p == NULL)
+        if (data.b.data == NULL)
             sb_add(&data, "", 0);
         if (data.oom) {
-            free(data.p);
+            free(data.b.data);
             return FLARE_ENOMEM;
         }
-        s->data = data.p;
+        s->data = data.b.data;
         ev->id = s->id;
         ev->event = s->event != NULL ? s->event : "message";
         ev->data = s->data;
@@ -1110,7 +1050,7 @@ static int sse_take(flare_test_sse_t *s, flare_test_event_t *ev)
 int flare_test_sse_next(flare_test_sse_t *s, flare_test_event_t *ev)
 {
     *ev = (flare_test_event_t){ 0 };
-    uint64_t deadline = now_ms() + s->t->timeout_ms;
+    uint64_t deadline = flare__now_ms() + s->t->timeout_ms;
     for (;;) {
         int rc = sse_decode(s);
         if (rc == 0)
@@ -1132,7 +1072,7 @@ void flare_test_sse_close(flare_test_sse_t *s)
     if (s == NULL)
         return;
     conn_free(&s->c);
-    free(s->text);
+    flare__buf_free(&s->text.b);
     free(s->id);
     free(s->event);
     free(s->data);

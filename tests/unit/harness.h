@@ -14,6 +14,8 @@
 
 #include <flare/flare.h>
 
+#include "loopback.h"
+
 typedef struct harness {
     flare_app_t *app;
     pthread_t thread;
@@ -59,14 +61,9 @@ static int harness_stop(harness_t *h)
 /* Sends raw bytes, reads until the server closes. Caller frees. */
 static char *harness_roundtrip(const harness_t *h, const char *req)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)h->port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = loopback_connect(h->port);
+    if (fd < 0)
         return strdup("");
-    }
     size_t n = strlen(req);
     if (write(fd, req, n) != (ssize_t)n) {
         close(fd);

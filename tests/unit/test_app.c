@@ -21,6 +21,7 @@
 #include <flare/flare.h>
 
 #include "http/exchange.h" /* flare__res_upgrade: the hand-off the WebSocket layer uses */
+#include "loopback.h"
 #include "net/stream.h"
 
 static flare_app_t *app;
@@ -417,10 +418,8 @@ static int group_teardown(void **state)
 /* Sends a request, reads until the peer closes (requests use Connection: close). */
 static char *roundtrip(const char *req, size_t *outlen)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int fd = loopback_connect(port);
+    assert_true(fd >= 0);
     size_t n = strlen(req);
     assert_int_equal(write(fd, req, n), (ssize_t)n);
     size_t cap = 1 << 18, len = 0;
@@ -685,10 +684,8 @@ static void test_upgrade_lost_before_101(void **state)
 {
     (void)state;
     /* the 101 waits behind a slow response; the client leaves first */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int fd = loopback_connect(port);
+    assert_true(fd >= 0);
     const char *req =
         "GET /delay HTTP/1.1\r\nHost: t\r\n\r\nGET /upgrade HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));

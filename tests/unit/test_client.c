@@ -29,6 +29,7 @@
 #include "flare/loop.h"
 #include "flare/test.h"
 #include "flare/tls.h"
+#include "loopback.h"
 
 /* ---- the raw upstream ---- */
 
@@ -256,7 +257,7 @@ static char *cstr(flare_str_t s)
     return p;
 }
 
-/* GET /call?u=URL[&m=METHOD][&b=BODY][&c=ca|sys|one] */
+/* GET /call?u=URL[&m=METHOD][&b=BODY][&c=ca|sys|one][&h=HEADER] */
 static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
 {
     (void)ud;
@@ -264,12 +265,20 @@ static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
     char *method = cstr(flare_req_query_param(req, "m"));
     flare_str_t body = flare_req_query_param(req, "b");
     char *redirects = cstr(flare_req_query_param(req, "r"));
+    char *extra = cstr(flare_req_query_param(req, "h"));
     bool auth = flare_req_query_param(req, "a").len > 0;
     bool bind = flare_req_query_param(req, "bind").len > 0;
     gw_call_t *g = malloc(sizeof(*g));
     g->res = res;
-    const char *hdrs[] = { "X-Test: via-gateway", "Content-Type: text/plain",
-                           auth ? "Authorization: Bearer secret" : NULL, NULL };
+    const char *hdrs[5];
+    size_t nh = 0;
+    hdrs[nh++] = "X-Test: via-gateway";
+    hdrs[nh++] = "Content-Type: text/plain";
+    if (auth)
+        hdrs[nh++] = "Authorization: Bearer secret";
+    if (extra[0])
+        hdrs[nh++] = extra;
+    hdrs[nh] = NULL;
     int rc = flare_client_request(pick(req), flare_req_worker(req),
                                   &(flare_client_req_t){ .method = method[0] ? method : NULL,
                                                          .url = url,
@@ -281,6 +290,7 @@ static int gw_call(flare_req_t *req, flare_res_t *res, void *ud)
     free(redirects);
     free(url);
     free(method);
+    free(extra);
     if (rc != 0) {
         free(g);
         char out[256];
@@ -374,18 +384,6 @@ static int gw_cancel(flare_req_t *req, flare_res_t *res, void *ud)
 static flare_app_t *up, *gw;
 static int dead_port;
 
-/* A loopback port nothing listens on (bound, then closed). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 static flare_test_t *tup, *tgw;
 static char dir[] = "/tmp/flare-client-XXXXXX";
 static int up_port, up_tls_port;
@@ -417,14 +415,8 @@ static int setup(void **state)
         0);
 
     /* the raw upstream */
-    raw.lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(raw.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(raw.lfd, 64), 0);
-    assert_int_equal(getsockname(raw.lfd, (struct sockaddr *)&sa, &sl), 0);
-    raw.port = ntohs(sa.sin_port);
+    raw.lfd = loopback_listen(64, &raw.port);
+    assert_true(raw.lfd >= 0);
     atomic_store(&raw.cur_fd, -1);
     assert_int_equal(pthread_create(&raw.thread, NULL, raw_main, NULL), 0);
 
@@ -479,7 +471,8 @@ static int setup(void **state)
     assert_null(bad);
     /* fixed answers for names: ::1 first, where nothing listens (or no IPv6
      * at all), then 127.0.0.1 */
-    dead_port = free_port();
+    dead_port = loopback_free_port();
+    assert_true(dead_port > 0);
     char pin_plain[64], pin_tls[64], pin_dead[64], pin_one[64];
     snprintf(pin_plain, sizeof(pin_plain), "pinned.test:%d:[::1],127.0.0.1", up_port);
     snprintf(pin_tls, sizeof(pin_tls), "PINNED.test:%d:::1,127.0.0.1", up_tls_port);
@@ -578,6 +571,24 @@ static void test_refused_arguments(void **state)
     assert_has(call("u=http://127.0.0.1:%d/&m=GE%%20T", up_port), "sync=-2");
 }
 
+/* The fields the client writes itself or that would change the framing
+ * are refused in any case; the other hop-by-hop ones, and names that only
+ * look like them, go through. */
+static void test_reserved_headers(void **state)
+{
+    (void)state;
+    static const char *const refused[] = {
+        "Host:x",           "content-length:3",  "Transfer-Encoding:chunked",
+        "CONNECTION:close", "upgrade:websocket", "TE:trailers",
+        "Trailer:X-Sum",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        assert_has(call("u=http://127.0.0.1:%d/echo&h=%s", up_port, refused[i]), "sync=-2");
+    static const char *const passed[] = { "Keep-Alive:5", "Tea:green", "Trailers:x", "Hosts:y" };
+    for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)
+        assert_has(call("u=http://127.0.0.1:%d/hello&h=%s", up_port, passed[i]), "rc=0 status=200");
+}
+
 static void test_keepalive_and_limit(void **state)
 {
     (void)state;
@@ -652,7 +663,7 @@ static void test_bad_upstreams(void **state)
     }
     assert_has(call("u=http://127.0.0.1:%d/", raw.port + 0), "rc=0");
     /* nothing listens: refused */
-    assert_has(call("u=http://127.0.0.1:%d/", free_port()), "rc=-8 ");
+    assert_has(call("u=http://127.0.0.1:%d/", loopback_free_port()), "rc=-8 ");
 }
 
 /* A name with several addresses: a refused or unreachable one is skipped
@@ -829,10 +840,8 @@ static void test_abort_cancels_upstream(void **state)
     raw_script("", AFTER_SILENT);
     atomic_store(&raw.eofs, 0);
     int canceled = atomic_load(&gw_canceled);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(flare_test_port(tgw)) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int fd = loopback_connect(flare_test_port(tgw));
+    assert_true(fd >= 0);
     char rq[256];
     int n = snprintf(rq, sizeof(rq),
                      "GET /call?u=http://127.0.0.1:%d/&c=sys&bind=1 HTTP/1.1\r\nHost: t\r\n\r\n",
@@ -865,6 +874,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_refused_arguments),
+        cmocka_unit_test(test_reserved_headers),
         cmocka_unit_test(test_keepalive_and_limit),
         cmocka_unit_test(test_stale_connection_retry),
         cmocka_unit_test(test_bad_upstreams),

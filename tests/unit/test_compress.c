@@ -258,10 +258,8 @@ static reply_t get(const char *target, const char *extra)
     snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n", target,
              extra);
     reply_t r = { 0 };
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)H.port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_true(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    int fd = loopback_connect(H.port);
+    assert_true(fd >= 0);
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     size_t cap = 1 << 16;
     r.raw = malloc(cap + 1);

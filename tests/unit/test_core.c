@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -195,6 +196,79 @@ static void test_buf(void **state)
     flare__buf_free(&b);
 }
 
+/* A text built piece by piece stays a C string after every append, and a
+ * refused append leaves it as it was. */
+static void test_buf_cstr(void **state)
+{
+    (void)state;
+    flare_buf_t b = { 0 };
+    assert_int_equal(flare__buf_append_cstr(&b, "", 0), 0);
+    assert_non_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(b.data, "");
+    assert_int_equal(flare__buf_append_cstr(&b, "ab", 2), 0);
+    assert_int_equal(flare__buf_append_cstr(&b, "cdef", 3), 0);
+    assert_int_equal(b.len, 5);
+    assert_string_equal(b.data, "abcde");
+    /* exactly at the capacity: the NUL needs a byte more */
+    char big[300];
+    memset(big, 'x', sizeof(big));
+    assert_int_equal(flare__buf_append_cstr(&b, big, 256 - 5), 0);
+    assert_int_equal(b.len, 256);
+    assert_true(b.cap > 256);
+    assert_int_equal(b.data[256], '\0');
+    assert_int_equal(strlen(b.data), 256);
+    static const size_t huge[] = { SIZE_MAX, SIZE_MAX - 1, (size_t)PTRDIFF_MAX,
+                                   (size_t)PTRDIFF_MAX - 1 };
+    for (size_t i = 0; i < FLARE__ARRAY_SIZE(huge); i++) {
+        assert_int_equal(flare__buf_append_cstr(&b, big, huge[i]), FLARE_ENOMEM);
+        assert_int_equal(b.len, 256);
+        assert_int_equal(strlen(b.data), 256);
+    }
+    /* consumed from the front: the rest moves there */
+    flare__buf_consume(&b, 2);
+    assert_int_equal(b.len, 254);
+    assert_memory_equal(b.data, "cdexx", 5);
+    flare__buf_consume(&b, 0);
+    assert_int_equal(b.len, 254);
+    flare__buf_consume(&b, b.len);
+    assert_int_equal(b.len, 0);
+    flare__buf_consume(&b, 0);
+    assert_int_equal(b.len, 0);
+    flare__buf_free(&b);
+}
+
+/* The copy holds its own bytes, each a C string, in the order given. */
+static void test_fields_copy(void **state)
+{
+    (void)state;
+    char src[] = "Content-TypetextX-Emptyk";
+    flare_header_t in[] = {
+        { { src, 12 }, { src + 12, 4 } },
+        { { src + 16, 7 }, { NULL, 0 } }, /* an empty value */
+        { { src + 23, 1 }, { src, 7 } },  /* views may overlap */
+    };
+    flare_header_t *out = NULL;
+    assert_int_equal(flare__fields_copy(in, 3, &out), 0);
+    memset(src, '#', sizeof(src) - 1); /* the source buffer is reused */
+    assert_string_equal(out[0].name.ptr, "Content-Type");
+    assert_int_equal(out[0].name.len, 12);
+    assert_string_equal(out[0].value.ptr, "text");
+    assert_int_equal(out[0].value.len, 4);
+    assert_string_equal(out[1].name.ptr, "X-Empty");
+    assert_non_null(out[1].value.ptr);
+    assert_string_equal(out[1].value.ptr, "");
+    assert_int_equal(out[1].value.len, 0);
+    assert_string_equal(out[2].name.ptr, "k");
+    assert_string_equal(out[2].value.ptr, "Content");
+    free(out);
+    /* no fields: still a block to free */
+    out = NULL;
+    assert_int_equal(flare__fields_copy(NULL, 0, &out), 0);
+    assert_non_null(out);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_u64toa),     cmocka_unit_test(test_date),
         cmocka_unit_test(test_arena),      cmocka_unit_test(test_buf),
         cmocka_unit_test(test_arena_huge), cmocka_unit_test(test_buf_huge),
+        cmocka_unit_test(test_buf_cstr),   cmocka_unit_test(test_fields_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,8 @@
 #include <flare/flare.h>
 #include <flare/ws.h>
 
+#include "loopback.h"
+
 #define ROUNDS  200
 #define POSTERS 3
 
@@ -130,14 +132,9 @@ static void *poster(void *arg)
 
 static int http_get(int port, const char *path)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = loopback_connect(port);
+    if (fd < 0)
         return -1;
-    }
     char req[128];
     int n =
         snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);

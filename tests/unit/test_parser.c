@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "flare/common.h"
+#include "http/hop.h"
 #include "http1/parser.h"
 
 #define MAX_HDRS 100
@@ -998,6 +999,53 @@ static int teardown(void **state)
     return 0;
 }
 
+/* http/hop.h: each hop-by-hop name in any case is its own bit; a name
+ * that only shares a length, a prefix or a suffix is none. */
+static void test_hop_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } hop[] = {
+        { "Connection", FLARE_HOP_CONNECTION },
+        { "KEEP-ALIVE", FLARE_HOP_KEEP_ALIVE },
+        { "proxy-Connection", FLARE_HOP_PROXY_CONNECTION },
+        { "TE", FLARE_HOP_TE },
+        { "trailer", FLARE_HOP_TRAILER },
+        { "Transfer-Encoding", FLARE_HOP_TRANSFER_ENCODING },
+        { "uPgRaDe", FLARE_HOP_UPGRADE },
+    };
+    unsigned all = 0;
+    for (size_t i = 0; i < FLARE__ARRAY_SIZE(hop); i++) {
+        assert_int_equal(flare__http_hop_field(flare_str(hop[i].name)), hop[i].bit);
+        assert_int_equal(all & hop[i].bit, 0);
+        all |= hop[i].bit;
+    }
+    static const char *const other[] = {
+        "",
+        "t",
+        "tf",
+        "tea",
+        "upgrades",
+        "referer",
+        "trailers",
+        "user-agent",
+        "connectio",
+        "keep_alive",
+        "connection ",
+        "content-length",
+        "proxy-authorization",
+        "transfer-encodinG2",
+        "host",
+    };
+    for (size_t i = 0; i < FLARE__ARRAY_SIZE(other); i++)
+        assert_int_equal(flare__http_hop_field(flare_str(other[i])), 0);
+    /* the HTTP/2 subset: TE and Trailer are not in it */
+    assert_int_equal(FLARE_HOP_CONN_SPECIFIC & (FLARE_HOP_TE | FLARE_HOP_TRAILER), 0);
+    assert_int_equal(FLARE_HOP_CONN_SPECIFIC | FLARE_HOP_TE | FLARE_HOP_TRAILER, all);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1034,6 +1082,7 @@ int main(void)
         cmocka_unit_test_teardown(test_error_struct, teardown),
         cmocka_unit_test_teardown(test_head_ready, teardown),
         cmocka_unit_test_teardown(test_slow_client, teardown),
+        cmocka_unit_test(test_hop_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include "flare/flare.h"
 #include "flare/proxy.h"
 #include "flare/test.h"
+#include "loopback.h"
 
 static _Atomic int up_requests;
 
@@ -80,18 +81,6 @@ static flare_app_t *upstream(const char *name)
     return a;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -102,7 +91,9 @@ static int setup(void **state)
     char a1[32], a2[32], dead[32];
     snprintf(a1, sizeof(a1), "127.0.0.1:%d", flare_test_port(t1));
     snprintf(a2, sizeof(a2), "http://127.0.0.1:%d/", flare_test_port(t2));
-    snprintf(dead, sizeof(dead), "127.0.0.1:%d", free_port());
+    int dead_port = loopback_free_port();
+    assert_true(dead_port > 0);
+    snprintf(dead, sizeof(dead), "127.0.0.1:%d", dead_port);
 
     flare_config_t cfg;
     flare_config_init(&cfg);

@@ -43,16 +43,14 @@ static uint64_t now_ms(void)
 static bool redis_ping(void)
 {
     int port = atoi(env_or_die("FLARE_TEST_REDIS_PORT"));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = loopback_connect(port);
     bool ok = false;
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+    if (fd >= 0) {
         char buf[16] = { 0 };
         ok = write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf) - 1) > 0 &&
              strncmp(buf, "+PONG", 5) == 0;
+        close(fd);
     }
-    close(fd);
     return ok;
 }
 
@@ -683,10 +681,8 @@ static void test_host_name(void **state)
 static void redis_raw(const char *cmd, char *out, size_t cap)
 {
     int port = atoi(env_or_die("FLARE_TEST_REDIS_PORT"));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    int fd = loopback_connect(port);
+    assert_true(fd >= 0);
     char line[512];
     int n = snprintf(line, sizeof(line), "%s\r\n", cmd);
     assert_int_equal(write(fd, line, (size_t)n), n);

@@ -40,14 +40,7 @@ static uint64_t now_ms(void)
 static int redis_connect(void)
 {
     int port = atoi(env_or_die("FLARE_TEST_REDIS_PORT"));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return loopback_connect(port);
 }
 
 static void redis_raw(const char *cmd, char *out, size_t cap)

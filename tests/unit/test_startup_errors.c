@@ -28,6 +28,8 @@
 
 #include <flare/flare.h>
 
+#include "loopback.h"
+
 /* Runs fn in a child under a 20 s alarm; returns its exit status, or -1 when
  * it died of a signal (a hang ends in SIGALRM). */
 static int in_child(int (*fn)(void *), void *arg)
@@ -59,15 +61,11 @@ static flare_app_t *one_worker_app(void)
 static void test_port_in_use(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(fd, 1), 0);
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    int port;
+    int fd = loopback_listen(1, &port);
+    assert_true(fd >= 0);
     char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 
     flare_app_t *app = one_worker_app();
     assert_non_null(app);

@@ -22,6 +22,7 @@
 #include "flare/sse.h"
 #include "flare/test.h"
 #include "flare/ws.h"
+#include "loopback.h"
 
 static int hello(flare_req_t *req, flare_res_t *res, void *ud)
 {
@@ -300,16 +301,11 @@ static void test_start_fails(void **state)
 {
     (void)state;
     /* a port held by a socket of our own (no SO_REUSEPORT: nobody joins it) */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+    int fd = loopback_listen(1, &port);
     assert_true(fd >= 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(fd, 1), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
     char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 
     flare_app_t *a = flare_app_new(NULL);
     assert_int_equal(flare_get(a, "/hello", hello, NULL), 0);

@@ -250,14 +250,9 @@ int main(void)
 {
     /* our notify socket (abstract) and an inherited listener at fd 3, set up
      * before anything reads the environment (once per process) */
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in in = { .sin_family = AF_INET };
-    in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t il = sizeof(in);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&in, sizeof(in)) != 0 || listen(ls, 64) != 0 ||
-        getsockname(ls, (struct sockaddr *)&in, &il) != 0)
+    int ls = loopback_listen(64, &inherited_port);
+    if (ls < 0)
         return 1;
-    inherited_port = ntohs(in.sin_port);
     if (ls != 3) {
         if (dup2(ls, 3) != 3)
             return 1;
