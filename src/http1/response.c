@@ -339,7 +339,7 @@ static flare_proto_t h1_protocol(const struct flare_req *ex)
 
 static bool h1_secure(const struct flare_req *ex)
 {
-    return ex->conn != NULL && ex->conn->s.tr != NULL; /* TLS: the only transport with an object */
+    return ex->conn != NULL && flare__stream_tls(&ex->conn->s);
 }
 
 static int h1_peer(const struct flare_req *ex, uint8_t addr[16])

@@ -447,7 +447,7 @@ static flare_proto_t h2_protocol(const struct flare_req *ex)
 
 static bool h2_secure(const struct flare_req *ex)
 {
-    return ex->conn != NULL && ex->conn->s.tr != NULL;
+    return ex->conn != NULL && flare__stream_tls(&ex->conn->s);
 }
 
 static int h2_peer(const struct flare_req *ex, uint8_t addr[16])

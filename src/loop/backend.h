@@ -37,6 +37,12 @@ int flare__uring_poll(flare_loop_t *l, int timeout_ms);
  * stopped, and a descriptor removed in its last turn must be let go now (a
  * poll request holds its file: a closed socket would send no FIN). */
 void flare__uring_submit(flare_loop_t *l);
+/* flare__loop_recv and flare__loop_move (loop.h) on io_uring. */
+ssize_t flare__uring_recv(flare_loop_t *l, flare_io_t *io, char *buf, size_t len);
+int flare__uring_move(flare_loop_t *l, flare_io_t *from, flare_io_t *to, uint32_t events);
+/* Tests: the provided buffer ring's size for loops made from now on (a
+ * power of two; 0: the default), to make it run dry. */
+extern unsigned flare__uring_recv_bufs;
 
 /* Can this process use io_uring the way uring.c does (io_uring_setup
  * allowed, the operations it submits supported)? 0, or a negative errno;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/bufpool.h"
 
@@ -30,6 +31,12 @@
 #define FLARE_IO_WRITE 0x004u
 #define FLARE_IO_ERR   0x008u
 #define FLARE_IO_HUP   0x010u
+/* With FLARE_IO_READ: input as data, not readiness. Only the io_uring
+ * backend asks for it (the stream on plain TCP: flare__loop_can_recv): a
+ * multishot receive into the loop's buffer ring reads the socket, the
+ * callback runs with FLARE_IO_READ when bytes (or the end) arrived, and the
+ * io reads them with flare__loop_recv instead of read(2). No poll bit. */
+#define FLARE_IO_RECV  0x01000000u
 
 typedef struct flare_loop flare_loop_t;
 typedef struct flare_io flare_io_t;
@@ -133,6 +140,36 @@ static inline void flare__loop_ready(flare_loop_t *l, flare_io_t *io)
         return;
     io->ready_next = l->ready != NULL ? l->ready : FLARE__IO_READY_END;
     l->ready = io;
+}
+
+/* Can ios on this loop ask for FLARE_IO_RECV (the io_uring backend)? */
+static inline bool flare__loop_can_recv(const flare_loop_t *l)
+{
+    return l->backend == FLARE__LOOP_URING;
+}
+
+/* For an io registered with FLARE_IO_READ | FLARE_IO_RECV: copies up to len
+ * of the bytes received for it into buf, oldest first, as read(2) would
+ * read them: >0 bytes, 0 the peer's end, -EAGAIN nothing now (the callback
+ * runs again when there is), or the -errno the socket failed with. Bytes
+ * the callback does not read stay with the loop (never lost), and it is
+ * called again while some wait and it wants input. */
+static inline ssize_t flare__loop_recv(flare_loop_t *l, flare_io_t *io, char *buf, size_t len)
+{
+    return flare__uring_recv(l, io, buf, len);
+}
+
+/* Hands from's registration (same fd, same loop) to `to` with `events`:
+ * for an io with FLARE_IO_RECV, bytes received and not read yet go to `to`,
+ * and so does what is in flight. from is then unregistered (as after
+ * flare__loop_del). 0, or FLARE_ESYS with errno set. */
+static inline int flare__loop_move(flare_loop_t *l, flare_io_t *from, flare_io_t *to,
+                                   uint32_t events)
+{
+    if (l->backend == FLARE__LOOP_URING)
+        return flare__uring_move(l, from, to, events);
+    flare__backend_del(l, from);
+    return flare__backend_add(l, to, events);
 }
 
 /* Stops watching io->fd (before it is closed). An event already collected

@@ -21,13 +21,33 @@
  * (completions are posted only when the loop waits, by the loop's thread).
  * The worker's loop is made on the main thread and runs on its own, so the
  * ring starts disabled and the first wait enables it on the thread that runs
- * the loop, and registers the ring's descriptor there. */
+ * the loop, and registers the ring's descriptor there.
+ *
+ * Input as data (FLARE_IO_RECV with FLARE_IO_READ): instead of a POLLIN
+ * request, one multishot receive per descriptor into the loop's provided
+ * buffer ring; POLLOUT interest stays a poll request beside it. A receive
+ * completion is the io's read: its bytes are "current" while io->cb runs
+ * with FLARE_IO_READ, and the io's owner takes them with flare__uring_recv
+ * (a copy into its own buffer, the read(2) it no longer makes). What it did
+ * not take (input paused, or its buffer full) is copied to the slot's held
+ * bytes, and the ring buffer goes back at once, whatever happened: a
+ * connection never holds one, so the ring runs dry only within one turn.
+ * The owner is called again (flare__loop_ready) while held bytes, or an
+ * end it was not told of, wait and it wants input. Copying instead of
+ * appending to the owner's buffer at completion time: the owner may hold
+ * views into its buffer (a request handled asynchronously, input paused),
+ * and only its own read may move or overwrite what is there. A receive's
+ * user_data has URECV set in its low half (the fd is never negative) and a
+ * receive generation; completions of every receive of the io's current
+ * registration deliver (a cancelled one may still bring bytes that arrived
+ * before the cancel), older ones only give their buffer back. */
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,27 +59,72 @@ _Static_assert(FLARE_IO_READ == (unsigned)POLLIN && FLARE_IO_WRITE == (unsigned)
                    FLARE_IO_ERR == (unsigned)POLLERR && FLARE_IO_HUP == (unsigned)POLLHUP,
                "FLARE_IO_* must equal the POLL* bits");
 
+_Static_assert((FLARE_IO_RECV & (FLARE_IO_READ | FLARE_IO_WRITE | FLARE_IO_ERR | FLARE_IO_HUP |
+                                 POLLNVAL | POLLPRI | POLLRDHUP)) == 0,
+               "FLARE_IO_RECV must be no poll bit");
+
 #define URING_ENTRIES 4096u
 #define URING_BATCH   256u       /* completions taken per wait */
 #define UD_IGNORE     UINT64_MAX /* a removal request's own completion */
 #define UD(fd, gen)   (((uint64_t)(gen) << 32) | (uint32_t)(fd))
+#define URECV         0x80000000u /* in a user_data's low half: a receive */
+
+/* The provided buffer ring. A buffer is held from its completion to the end
+ * of that completion's dispatch (then copied to the owner or the slot, and
+ * given back), so the ring only has to cover what one turn receives, not
+ * the connections: 512 x 4 KiB (2 MiB per worker) covers a turn of 256
+ * completions (URING_BATCH) twice over. A keep-alive request (~100 bytes)
+ * takes one; a larger upload 4 KiB per completion. When the ring runs dry
+ * anyway, the kernel ends that receive with -ENOBUFS, the bytes stay in the
+ * socket and the receive is armed again next turn, when the buffers are
+ * back: flow control, no loss. */
+#define RECV_BUFS   512u
+#define RECV_BUF_SZ 4096u
+#define RECV_BGID   0
+
+unsigned flare__uring_recv_bufs; /* tests: 0, or a smaller ring (a power of two) */
+
+/* Bytes a receive brought that the io has not read yet. */
+typedef struct uheld {
+    uint32_t off, len, cap; /* data[off, len) unread */
+    char data[];
+} uheld_t;
 
 typedef struct uslot {
     flare_io_t *io; /* registered on this fd; NULL: none */
-    uint32_t gen;   /* the generation of the live request (or the next one) */
+    uheld_t *held;  /* received, not read yet (NULL: nothing) */
+    uint32_t gen;   /* the generation of the live poll request (or the next one) */
+    uint32_t rgen;  /* the generation of the latest receive request */
+    uint32_t rbase; /* the first receive generation of this registration */
+    uint32_t pmask; /* what the armed poll request waits for */
+    int32_t rerr;   /* with rend: 0 the peer's end, or -errno */
     bool armed;     /* a poll request with generation gen is in the kernel */
     bool queued;    /* on the arm list */
+    bool rarmed;    /* the receive with generation rgen is wanted live */
+    bool rflight;   /* ... and the kernel has not ended it yet (maybe cancelled) */
+    bool rend;      /* the registration's receiving ended (EOF or an error) */
+    bool rtold;     /* the io has read that end */
 } uslot_t;
 
 struct flare__uring {
     struct io_uring ring;
     bool enabled; /* started disabled: enabled by the first wait */
+    bool recv_ok; /* the buffer ring is registered and multishot receive works */
     uslot_t *slots;
     uint32_t nslots;
-    int *arm; /* fds whose io wants a poll request */
+    int *arm; /* fds whose io wants a request */
     uint32_t narm, carm;
-    uint64_t *rm;      /* user_data of requests to remove */
-    uint32_t nrm, crm; /* carm and crm: nslots once the lists have grown with it */
+    uint64_t *rm;      /* user_data of requests to remove (poll) or cancel (receive) */
+    uint32_t nrm, crm; /* carm: nslots, crm: 2 x nslots once the lists have grown */
+    struct io_uring_buf_ring *br;
+    char *bufs; /* nbufs x RECV_BUF_SZ */
+    uint32_t nbufs;
+    size_t br_size;
+    /* the receive being dispatched: bytes current (for cur_fd) while its
+     * io's callback runs */
+    const char *cur;
+    uint32_t cur_len;
+    int cur_fd;
 };
 
 static int setup(struct io_uring *r, unsigned entries, bool want_single)
@@ -111,6 +176,43 @@ int flare__uring_probe(char *why, size_t n)
     return rc;
 }
 
+/* The provided buffer ring, registered by hand (liburing 2.3 has no
+ * io_uring_setup_buf_ring). false when the kernel has none (before 5.19):
+ * input is then read with read(2) after a poll, as without FLARE_IO_RECV. */
+static bool setup_bufs(struct flare__uring *u)
+{
+    u->nbufs = flare__uring_recv_bufs != 0 ? flare__uring_recv_bufs : RECV_BUFS;
+    u->br_size = u->nbufs * sizeof(struct io_uring_buf);
+    void *br = mmap(NULL, u->br_size, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+    if (br == MAP_FAILED)
+        return false;
+    u->bufs = malloc((size_t)u->nbufs * RECV_BUF_SZ);
+    struct io_uring_buf_reg reg = { .ring_addr = (unsigned long)(uintptr_t)br,
+                                    .ring_entries = u->nbufs,
+                                    .bgid = RECV_BGID };
+    if (u->bufs == NULL || io_uring_register_buf_ring(&u->ring, &reg, 0) != 0) {
+        free(u->bufs);
+        u->bufs = NULL;
+        munmap(br, u->br_size);
+        return false;
+    }
+    u->br = br;
+    io_uring_buf_ring_init(u->br);
+    int mask = io_uring_buf_ring_mask(u->nbufs);
+    for (uint32_t i = 0; i < u->nbufs; i++)
+        io_uring_buf_ring_add(u->br, u->bufs + (size_t)i * RECV_BUF_SZ, RECV_BUF_SZ,
+                              (unsigned short)i, mask, (int)i);
+    io_uring_buf_ring_advance(u->br, (int)u->nbufs);
+    return true;
+}
+
+static void put_buf(struct flare__uring *u, unsigned bid)
+{
+    io_uring_buf_ring_add(u->br, u->bufs + (size_t)bid * RECV_BUF_SZ, RECV_BUF_SZ,
+                          (unsigned short)bid, io_uring_buf_ring_mask(u->nbufs), 0);
+    io_uring_buf_ring_advance(u->br, 1);
+}
+
 int flare__uring_init(flare_loop_t *l)
 {
     struct flare__uring *u = calloc(1, sizeof(*u));
@@ -122,6 +224,8 @@ int flare__uring_init(flare_loop_t *l)
         return flare__fail(FLARE_ESYS, -rc, "io_uring_setup");
     }
     u->enabled = rc == 0; /* only the single-issuer ring starts disabled */
+    u->recv_ok = setup_bufs(u);
+    u->cur_fd = -1;
     l->uring = u;
     l->backend_fd = u->ring.ring_fd;
     return 0;
@@ -133,6 +237,11 @@ void flare__uring_dispose(flare_loop_t *l)
     if (u == NULL)
         return;
     io_uring_queue_exit(&u->ring);
+    if (u->br != NULL)
+        munmap(u->br, u->br_size);
+    free(u->bufs);
+    for (uint32_t i = 0; i < u->nslots; i++)
+        free(u->slots[i].held);
     free(u->slots);
     free(u->arm);
     free(u->rm);
@@ -143,8 +252,8 @@ void flare__uring_dispose(flare_loop_t *l)
 
 /* slots[fd], grown when fd is past the table. The arm and removal lists
  * grow with it: an fd is on the arm list at most once, and a removal is
- * queued only for an armed request (at most one per fd between two waits),
- * so queueing either never fails. */
+ * queued only for an armed request (at most one poll request and one
+ * receive per fd between two waits), so queueing either never fails. */
 static uslot_t *slot_for(struct flare__uring *u, int fd)
 {
     if ((uint32_t)fd >= u->nslots) {
@@ -165,12 +274,12 @@ static uslot_t *slot_for(struct flare__uring *u, int fd)
         u->arm = a;
         u->carm = u->nslots;
     }
-    if (u->crm < u->nslots) {
-        uint64_t *r = realloc(u->rm, u->nslots * sizeof(*r));
+    if (u->crm < 2 * u->nslots) {
+        uint64_t *r = realloc(u->rm, 2 * u->nslots * sizeof(*r));
         if (r == NULL)
             return NULL;
         u->rm = r;
-        u->crm = u->nslots;
+        u->crm = 2 * u->nslots;
     }
     return &u->slots[fd];
 }
@@ -183,12 +292,56 @@ static void queue_arm(struct flare__uring *u, uslot_t *s, int fd)
     s->queued = true;
 }
 
-/* Asks the kernel to remove s's request; its completion is then stale. */
+/* Asks the kernel to remove s's poll request; its completion is then stale. */
 static void queue_remove(struct flare__uring *u, uslot_t *s, int fd)
 {
     u->rm[u->nrm++] = UD(fd, s->gen);
     s->armed = false;
     s->gen++;
+}
+
+/* Asks the kernel to cancel s's receive (its last completions may still
+ * bring bytes). */
+static void queue_cancel(struct flare__uring *u, uslot_t *s, int fd)
+{
+    u->rm[u->nrm++] = UD((uint32_t)fd | URECV, s->rgen);
+    s->rarmed = false;
+}
+
+/* Input as data: the io asks for it and the loop can. */
+static inline bool wants_recv(const struct flare__uring *u, uint32_t events)
+{
+    return u->recv_ok &&
+           (events & (FLARE_IO_READ | FLARE_IO_RECV)) == (FLARE_IO_READ | FLARE_IO_RECV);
+}
+
+/* What s's poll request waits for (POLLIN only when no receive reads), and
+ * whether it needs one: with a receive, errors come through the receive. */
+static inline bool wants_poll(const struct flare__uring *u, uint32_t events, uint32_t *mask)
+{
+    if (wants_recv(u, events)) {
+        *mask = events & FLARE_IO_WRITE;
+        return *mask != 0;
+    }
+    *mask = events & (FLARE_IO_READ | FLARE_IO_WRITE);
+    return true;
+}
+
+/* A new registration on s (or none): nothing received before belongs to it. */
+static void recv_reset(uslot_t *s)
+{
+    s->rbase = s->rgen + 1;
+    s->rend = s->rtold = false;
+    s->rerr = 0;
+    if (s->held != NULL)
+        s->held->off = s->held->len = 0;
+}
+
+/* Has io something to read that no completion will announce (held bytes,
+ * an end it was not told of)? */
+static inline bool recv_waiting(const uslot_t *s)
+{
+    return (s->held != NULL && s->held->off < s->held->len) || (s->rend && !s->rtold);
 }
 
 int flare__uring_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
@@ -211,10 +364,30 @@ int flare__uring_add(flare_loop_t *l, flare_io_t *io, uint32_t events)
         queue_remove(u, s, io->fd);
     else
         s->gen++;
+    if (s->rarmed)
+        queue_cancel(u, s, io->fd);
+    recv_reset(s);
     queue_arm(u, s, io->fd);
     s->io = io;
     io->events = events;
     return 0;
+}
+
+/* Brings s's requests in line with io->events: a poll request that waits
+ * for something else is removed, a receive no longer wanted cancelled, and
+ * what is missing armed before the next wait. */
+static void resync(flare_loop_t *l, struct flare__uring *u, uslot_t *s, flare_io_t *io)
+{
+    uint32_t mask;
+    bool poll = wants_poll(u, io->events, &mask), recv = wants_recv(u, io->events);
+    if (s->armed && (!poll || mask != s->pmask))
+        queue_remove(u, s, io->fd);
+    if (s->rarmed && !recv)
+        queue_cancel(u, s, io->fd);
+    if ((poll && !s->armed) || (recv && !s->rarmed && !s->rend))
+        queue_arm(u, s, io->fd);
+    if (recv && recv_waiting(s))
+        flare__loop_ready(l, io); /* input resumed: what arrived meanwhile */
 }
 
 int flare__uring_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
@@ -226,11 +399,24 @@ int flare__uring_mod(flare_loop_t *l, flare_io_t *io, uint32_t events)
         return FLARE_ESYS;
     }
     /* not armed: the arm list or the dispatch arms it with io->events */
-    if (s->armed && events != io->events) {
-        queue_remove(u, s, io->fd);
-        queue_arm(u, s, io->fd);
-    }
     io->events = events;
+    resync(l, u, s, io);
+    return 0;
+}
+
+int flare__uring_move(flare_loop_t *l, flare_io_t *from, flare_io_t *to, uint32_t events)
+{
+    struct flare__uring *u = l->uring;
+    uslot_t *s = from->fd >= 0 && (uint32_t)from->fd < u->nslots ? &u->slots[from->fd] : NULL;
+    if (s == NULL || s->io != from || to->fd != from->fd) {
+        errno = ENOENT;
+        return FLARE_ESYS;
+    }
+    /* the same registration: what is in flight or held goes to `to` */
+    s->io = to;
+    to->events = events;
+    from->events = 0;
+    resync(l, u, s, to);
     return 0;
 }
 
@@ -248,6 +434,91 @@ void flare__uring_del(flare_loop_t *l, flare_io_t *io)
         queue_remove(u, s, io->fd);
     else
         s->gen++;
+    if (s->rarmed)
+        queue_cancel(u, s, io->fd);
+    recv_reset(s);
+}
+
+static ssize_t read_fd(int fd, char *buf, size_t len)
+{
+    ssize_t n;
+    do {
+        n = read(fd, buf, len);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+ssize_t flare__uring_recv(flare_loop_t *l, flare_io_t *io, char *buf, size_t len)
+{
+    struct flare__uring *u = l->uring;
+    if (flare__unlikely(!u->recv_ok))
+        return read_fd(io->fd, buf, len);
+    uslot_t *s = io->fd >= 0 && (uint32_t)io->fd < u->nslots ? &u->slots[io->fd] : NULL;
+    if (s == NULL || s->io != io)
+        return -EBADF;
+    size_t got = 0;
+    uheld_t *h = s->held;
+    if (h != NULL && h->off < h->len) { /* older than the current bytes */
+        size_t n = h->len - h->off < len ? h->len - h->off : len;
+        memcpy(buf, h->data + h->off, n);
+        h->off += (uint32_t)n;
+        got = n;
+    }
+    if (u->cur_fd == io->fd && u->cur_len > 0 && got < len) {
+        size_t n = u->cur_len < len - got ? u->cur_len : len - got;
+        memcpy(buf + got, u->cur, n);
+        u->cur += n;
+        u->cur_len -= (uint32_t)n;
+        got += n;
+    }
+    if (got > 0 || len == 0) {
+        /* more than it took: called again, as a level-triggered poll would */
+        if (recv_waiting(s) && u->cur_fd != io->fd && (io->events & FLARE_IO_READ))
+            flare__loop_ready(l, io);
+        return (ssize_t)got;
+    }
+    if (s->rend) {
+        s->rtold = true;
+        return s->rerr;
+    }
+    /* no receive in the kernel (input paused, the ring ran dry) and nothing
+     * of one left: the socket itself is next in order. A paused io woken by
+     * the peer's hang-up reads its end this way, as with epoll. */
+    if (!s->rflight)
+        return read_fd(io->fd, buf, len);
+    return -EAGAIN;
+}
+
+/* Keeps what the io did not take of the current receive. false: out of
+ * memory (the io is then told of an error: its input has a hole). */
+static bool hold(uslot_t *s, const char *p, uint32_t n)
+{
+    uheld_t *h = s->held;
+    if (h != NULL && h->off == h->len)
+        h->off = h->len = 0;
+    if (h == NULL || h->cap - h->len < n) {
+        if (h != NULL && h->off > 0) {
+            memmove(h->data, h->data + h->off, h->len - h->off);
+            h->len -= h->off;
+            h->off = 0;
+        }
+        uint32_t have = h != NULL ? h->len : 0, cap = h != NULL ? h->cap : 0;
+        if (cap - have < n) {
+            uint32_t nc = cap != 0 ? cap : RECV_BUF_SZ;
+            while (nc - have < n)
+                nc *= 2;
+            uheld_t *g = realloc(h, sizeof(*g) + nc);
+            if (g == NULL)
+                return false;
+            if (h == NULL)
+                g->off = g->len = 0;
+            g->cap = nc;
+            s->held = h = g;
+        }
+    }
+    memcpy(h->data + h->len, p, n);
+    h->len += n;
+    return true;
 }
 
 static struct io_uring_sqe *sqe_get(struct flare__uring *u)
@@ -267,7 +538,10 @@ static void prepare(struct flare__uring *u)
         struct io_uring_sqe *sqe = sqe_get(u);
         if (sqe == NULL)
             break; /* cannot happen after a submit; the completion is stale anyway */
-        io_uring_prep_poll_remove(sqe, u->rm[i]);
+        if (u->rm[i] & URECV)
+            io_uring_prep_cancel64(sqe, u->rm[i], 0);
+        else
+            io_uring_prep_poll_remove(sqe, u->rm[i]);
         io_uring_sqe_set_data64(sqe, UD_IGNORE);
     }
     u->nrm = 0;
@@ -276,17 +550,30 @@ static void prepare(struct flare__uring *u)
         int fd = u->arm[i];
         uslot_t *s = &u->slots[fd];
         s->queued = false;
-        if (s->io == NULL || s->armed)
+        if (s->io == NULL)
             continue;
-        struct io_uring_sqe *sqe = sqe_get(u);
-        if (sqe == NULL) { /* try again next turn */
+        uint32_t mask;
+        bool poll = wants_poll(u, s->io->events, &mask) && !s->armed;
+        bool recv = wants_recv(u, s->io->events) && !s->rarmed && !s->rend;
+        struct io_uring_sqe *sqe = NULL;
+        if (recv && (sqe = sqe_get(u)) != NULL) {
+            io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
+            sqe->flags |= IOSQE_BUFFER_SELECT;
+            sqe->buf_group = RECV_BGID;
+            s->rgen++;
+            io_uring_sqe_set_data64(sqe, UD((uint32_t)fd | URECV, s->rgen));
+            s->rarmed = s->rflight = true;
+        }
+        if (poll && (sqe = sqe_get(u)) != NULL) {
+            io_uring_prep_poll_add(sqe, fd, mask);
+            io_uring_sqe_set_data64(sqe, UD(fd, s->gen));
+            s->armed = true;
+            s->pmask = mask;
+        }
+        if (sqe == NULL && (poll || recv)) { /* try again next turn */
             s->queued = true;
             u->arm[kept++] = fd;
-            continue;
         }
-        io_uring_prep_poll_add(sqe, fd, s->io->events);
-        io_uring_sqe_set_data64(sqe, UD(fd, s->gen));
-        s->armed = true;
     }
     u->narm = kept;
 }
@@ -313,6 +600,67 @@ void flare__uring_submit(flare_loop_t *l)
     io_uring_submit_and_get_events(&u->ring);
 }
 
+/* A receive's completion: its bytes, its end, or the ring ran dry. The
+ * buffer goes back before this returns. 1 when io->cb ran. */
+static int on_recv(flare_loop_t *l, struct flare__uring *u, uint64_t ud, int32_t res, uint32_t fl)
+{
+    int fd = (int)((uint32_t)ud & ~URECV);
+    uint32_t rg = (uint32_t)(ud >> 32);
+    uslot_t *s = &u->slots[fd];
+    bool has_buf = (fl & IORING_CQE_F_BUFFER) != 0;
+    unsigned bid = fl >> IORING_CQE_BUFFER_SHIFT;
+    bool ends = !(fl & IORING_CQE_F_MORE);
+    if (ends && rg == s->rgen)
+        s->rarmed = s->rflight = false;
+    flare_io_t *io = s->io;
+    /* of this registration (receives of an earlier one are stale) */
+    if (io == NULL || (int32_t)(rg - s->rbase) < 0) {
+        if (has_buf)
+            put_buf(u, bid);
+        return 0;
+    }
+    if (ends && rg == s->rgen) {
+        if (res > 0 || res == -ENOBUFS) {
+            queue_arm(u, s, fd); /* ended early (the kernel's choice, or no buffer) */
+        } else if (res == -EINVAL && !s->rend) {
+            u->recv_ok = false; /* no multishot receive (before Linux 6.0): poll and read */
+            queue_arm(u, s, fd);
+            if (io->events & FLARE_IO_READ)
+                flare__loop_ready(l, io);
+        } else if (res != -ECANCELED) {
+            s->rend = true; /* 0: the peer's end; else the error a read would give */
+            s->rerr = res;
+        }
+    }
+    int ran = 0;
+    bool told = res > 0 || (ends && s->rend && !s->rtold && rg == s->rgen);
+    if (res > 0 && has_buf) {
+        u->cur = u->bufs + (size_t)bid * RECV_BUF_SZ;
+        u->cur_len = (uint32_t)res;
+        u->cur_fd = fd;
+    }
+    if (told && (io->events & FLARE_IO_READ)) {
+        io->cb(l, io, FLARE_IO_READ);
+        ran = 1;
+    }
+    /* what the callback did not read is kept for the io registered now (a
+     * move hands it over), unless it was removed */
+    s = &u->slots[fd];
+    if (u->cur_fd == fd && u->cur_len > 0 && s->io != NULL && (int32_t)(rg - s->rbase) >= 0 &&
+        !hold(s, u->cur, u->cur_len) && !s->rend) {
+        s->rend = true;
+        s->rerr = -ENOMEM;
+    }
+    u->cur_fd = -1;
+    u->cur_len = 0;
+    if (has_buf)
+        put_buf(u, bid);
+    if (s->io != NULL && (s->io->events & FLARE_IO_READ) && wants_recv(u, s->io->events) &&
+        recv_waiting(s))
+        flare__loop_ready(l, s->io);
+    return ran;
+}
+
 int flare__uring_poll(flare_loop_t *l, int timeout_ms)
 {
     struct flare__uring *u = l->uring;
@@ -335,10 +683,12 @@ int flare__uring_poll(flare_loop_t *l, int timeout_ms)
     struct io_uring_cqe *cqes[URING_BATCH];
     uint64_t ud[URING_BATCH];
     int32_t res[URING_BATCH];
+    uint32_t fl[URING_BATCH];
     unsigned n = io_uring_peek_batch_cqe(&u->ring, cqes, URING_BATCH);
     for (unsigned i = 0; i < n; i++) {
         ud[i] = io_uring_cqe_get_data64(cqes[i]);
         res[i] = cqes[i]->res;
+        fl[i] = cqes[i]->flags;
     }
     io_uring_cq_advance(&u->ring, n);
 
@@ -346,6 +696,10 @@ int flare__uring_poll(flare_loop_t *l, int timeout_ms)
     for (unsigned i = 0; i < n; i++) {
         if (ud[i] == UD_IGNORE)
             continue;
+        if ((uint32_t)ud[i] & URECV) {
+            dispatched += on_recv(l, u, ud[i], res[i], fl[i]);
+            continue;
+        }
         int fd = (int)(uint32_t)ud[i];
         uint32_t gen = (uint32_t)(ud[i] >> 32);
         uslot_t *s = &u->slots[fd];

@@ -45,6 +45,53 @@ size_t flare__bufpool_trim(flare_bufpool_t *p, unsigned keep)
     return (size_t)drop * FLARE_CONN_BUF;
 }
 
+/* ---- the received-input marker (stream.h) ---- */
+
+static ssize_t recv_tr_read(flare_transport_t *t, char *buf, size_t len)
+{
+    (void)t, (void)buf, (void)len;
+    return -EAGAIN; /* never called: the stream takes its bytes from the loop */
+}
+
+static ssize_t recv_tr_writev(flare_transport_t *t, const struct iovec *iov, int n, bool more)
+{
+    (void)t, (void)iov, (void)n, (void)more;
+    return -EBADF; /* never called: the stream writes the socket itself */
+}
+
+static ssize_t recv_tr_sendfile(flare_transport_t *t, int fd, uint64_t off, size_t len)
+{
+    (void)t, (void)fd, (void)off, (void)len;
+    return -EBADF;
+}
+
+static int recv_tr_none(flare_transport_t *t)
+{
+    (void)t;
+    return 0;
+}
+
+static size_t recv_tr_pending(const flare_transport_t *t)
+{
+    (void)t;
+    return 0; /* what the loop holds, it announces itself */
+}
+
+static void recv_tr_free(flare_transport_t *t)
+{
+    (void)t;
+}
+
+static const flare_transport_ops_t recv_tr_ops = {
+    recv_tr_read, recv_tr_writev,  recv_tr_sendfile, recv_tr_none,
+    recv_tr_none, recv_tr_pending, recv_tr_free,
+};
+
+/* const: never written (a write would fault), shared by every worker */
+const flare_transport_t flare__recv_tr = { .ops = &recv_tr_ops,
+                                           .fd = -1,
+                                           .state = FLARE_TR_ESTABLISHED };
+
 /* ---- interest ---- */
 
 static void interest(flare_stream_t *s)
@@ -56,6 +103,8 @@ static void interest(flare_stream_t *s)
         ev |= FLARE_IO_READ;
     if (((f & FLARE_S_WANT_WRITE) && !(f & FLARE_S_WR_WAITS_R)) || (f & FLARE_S_RD_WAITS_W))
         ev |= FLARE_IO_WRITE;
+    if (s->tr == FLARE__RECV_TR)
+        ev |= FLARE_IO_RECV;
     flare__loop_mod(s->loop, &s->io, ev);
 }
 
@@ -85,7 +134,12 @@ int flare__stream_open(flare_stream_t *s, flare_loop_t *loop, int fd, flare_tran
     flare__stream_init_detached(s, loop, cb);
     s->io.fd = fd;
     s->tr = tr;
-    if (flare__loop_add(loop, &s->io, FLARE_IO_READ) != 0) {
+    uint32_t ev = FLARE_IO_READ;
+    if (tr == NULL && flare__loop_can_recv(loop)) {
+        s->tr = FLARE__RECV_TR;
+        ev |= FLARE_IO_RECV;
+    }
+    if (flare__loop_add(loop, &s->io, ev) != 0) {
         s->io.fd = -1;
         s->tr = NULL;
         return FLARE_ESYS;
@@ -186,15 +240,27 @@ int flare__stream_move(flare_stream_t *dst, flare_stream_t *src)
     dst->tr = src->tr;
     src->tr = NULL;
     int fd = src->io.fd;
-    if (src->sflags & FLARE_S_ATTACHED)
-        flare__loop_del(src->loop, &src->io);
-    src->io.fd = -1;
-    src->sflags &= ~(uint32_t)FLARE_S_ATTACHED;
-    dst->io.fd = fd;
+    int rc;
+    if (dst->tr == FLARE__RECV_TR && (src->sflags & FLARE_S_ATTACHED)) {
+        /* the same registration: bytes received for src and not read yet,
+         * and those in flight, are dst's */
+        dst->io.fd = fd;
+        rc = flare__loop_move(dst->loop, &src->io, &dst->io, FLARE_IO_READ | FLARE_IO_RECV);
+        src->io.fd = -1;
+        src->sflags &= ~(uint32_t)FLARE_S_ATTACHED;
+    } else {
+        if (src->sflags & FLARE_S_ATTACHED)
+            flare__loop_del(src->loop, &src->io);
+        src->io.fd = -1;
+        src->sflags &= ~(uint32_t)FLARE_S_ATTACHED;
+        dst->io.fd = fd;
+        rc = flare__loop_add(dst->loop, &dst->io,
+                             FLARE_IO_READ | (dst->tr == FLARE__RECV_TR ? FLARE_IO_RECV : 0));
+    }
     /* nothing was written to this socket through dst yet */
     dst->sflags = (dst->sflags & FLARE_S_SEG_FILE) | (src->sflags & FLARE_S_RD_EOF);
     dst->t_active = dst->loop->now;
-    if (flare__loop_add(dst->loop, &dst->io, FLARE_IO_READ) != 0) {
+    if (rc != 0) {
         dst->io.fd = fd;
         flare__stream_close(dst, false);
         return FLARE_ESYS;
@@ -205,7 +271,9 @@ int flare__stream_move(flare_stream_t *dst, flare_stream_t *src)
 
 void flare__stream_close_socket(flare_stream_t *s, bool clean)
 {
-    if (s->tr != NULL) {
+    if (s->tr == FLARE__RECV_TR) {
+        s->tr = NULL;
+    } else if (s->tr != NULL) {
         flare_transport_t *tr = s->tr;
         s->tr = NULL;
         if (clean && s->io.fd >= 0 && (tr->state & FLARE_TR_ESTABLISHED) &&
@@ -274,6 +342,8 @@ ssize_t flare__stream_read_slow(flare_stream_t *s, size_t max_cap)
         do {
             n = flare__read(s->io.fd, s->rbuf + s->rlen, s->rcap - s->rlen);
         } while (n == -EINTR);
+    } else if (s->tr == FLARE__RECV_TR) {
+        n = flare__loop_recv(s->loop, &s->io, s->rbuf + s->rlen, s->rcap - s->rlen);
     } else {
         opening = !(s->tr->state & FLARE_TR_ESTABLISHED);
         n = s->tr->ops->read(s->tr, s->rbuf + s->rlen, s->rcap - s->rlen);
@@ -451,7 +521,7 @@ static void blocked(flare_stream_t *s, bool waits_read)
 
 static ssize_t tx_writev(flare_stream_t *s, const struct iovec *iov, int n, bool more)
 {
-    if (s->tr != NULL)
+    if (flare__stream_tls(s))
         return s->tr->ops->writev(s->tr, iov, n, more);
     ssize_t wr;
     do {
@@ -473,7 +543,7 @@ static ssize_t tx_sendfile(flare_stream_t *s, const flare_outseg_t *seg, size_t 
     size_t n = seg->len - skip;
     if (n > (1u << 30))
         n = 1u << 30;
-    if (s->tr != NULL)
+    if (flare__stream_tls(s))
         return s->tr->ops->sendfile(s->tr, seg->fd, seg->off + skip, n);
     off_t off = (off_t)(seg->off + skip);
     ssize_t wr;
@@ -568,7 +638,8 @@ int flare__stream_flush_slow(flare_stream_t *s)
         ssize_t wr;
         if (nx.file != NULL) {
             wr = tx_sendfile(s, nx.file, nx.file_skip);
-        } else if (flare__unlikely(nx.all && (s->sflags & FLARE_S_OUT_LAST) && s->tr != NULL)) {
+        } else if (flare__unlikely(nx.all && (s->sflags & FLARE_S_OUT_LAST) &&
+                                   flare__stream_tls(s))) {
             s->tr->state |= FLARE_TR_LAST;
             wr = tx_writev(s, iov, n, nx.more);
             s->tr->state &= ~(uint32_t)FLARE_TR_LAST;
@@ -586,12 +657,12 @@ int flare__stream_flush_slow(flare_stream_t *s)
             break;
         /* a short write: the socket is full. Not so through a transport: TLS
          * takes one record per call, and only -EAGAIN says it would block */
-        if ((size_t)wr < nx.total && s->tr == NULL) {
+        if ((size_t)wr < nx.total && !flare__stream_tls(s)) {
             blocked(s, false);
             return 0;
         }
     }
-    if (flare__unlikely(s->tr != NULL && (s->tr->state & FLARE_TR_HELD))) {
+    if (flare__unlikely(flare__stream_tls(s) && (s->tr->state & FLARE_TR_HELD))) {
         /* the transport's own output (TLS session tickets) when no response
          * carried it: it goes out with this batch, never later */
         int r = s->tr->ops->flush(s->tr);
@@ -647,7 +718,7 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
     if (!(s->sflags & FLARE_S_ATTACHED) || (s->sflags & FLARE_S_WANT_WRITE) ||
         flare__stream_has_output(s) || n > MAX_IOV)
         return queue_rest(s, iov, n, 0, 0, release, ud);
-    if (s->tr != NULL) {
+    if (flare__stream_tls(s)) {
         /* a transport writes a record per call: queue, then write until the
          * socket would block */
         int rc = queue_rest(s, iov, n, 0, 0, release, ud);
@@ -683,7 +754,8 @@ int flare__stream_send(flare_stream_t *s, const struct iovec *iov, int n, flare_
 
 void flare__stream_linger(flare_stream_t *s)
 {
-    if (s->tr != NULL && (s->tr->state & FLARE_TR_ESTABLISHED) && !(s->tr->state & FLARE_TR_FAILED))
+    if (flare__stream_tls(s) && (s->tr->state & FLARE_TR_ESTABLISHED) &&
+        !(s->tr->state & FLARE_TR_FAILED))
         (void)s->tr->ops->shutdown(s->tr);
     shutdown(s->io.fd, SHUT_WR);
     s->sflags |= FLARE_S_LINGER;
@@ -698,6 +770,12 @@ bool flare__stream_linger_read(flare_stream_t *s)
 {
     char tmp[4096];
     ssize_t n;
+    if (s->tr == FLARE__RECV_TR) {
+        /* all the loop holds: it announces no more until more arrives */
+        while ((n = flare__loop_recv(s->loop, &s->io, tmp, sizeof(tmp))) > 0)
+            ;
+        return n == 0 || (n < 0 && n != -EAGAIN);
+    }
     do {
         n = flare__read(s->io.fd, tmp, sizeof(tmp));
     } while (n == -EINTR);

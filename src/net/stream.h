@@ -103,9 +103,25 @@ struct flare_stream {
     uint64_t t_active; /* last progress, either direction (ms, loop clock) */
     flare_outq_t *oq;  /* NULL: no segment queued, no partial write */
 };
+/* Plain TCP on a loop that receives for the stream (io_uring: the loop's
+ * multishot receive reads the socket, flare__loop_recv hands the bytes
+ * over, no read(2)): s->tr is this marker, not NULL, so the inline fast
+ * paths below (tr == NULL: epoll's plain TCP) stay as they are and the
+ * slow paths take the received bytes. It has no state and no socket: only
+ * flare__stream_tls transports have an object of their own. */
+extern const flare_transport_t flare__recv_tr;
+#define FLARE__RECV_TR ((flare_transport_t *)&flare__recv_tr)
+
+/* Is there a transport with an object of its own (TLS)? */
+static inline bool flare__stream_tls(const flare_stream_t *s)
+{
+    return s->tr != NULL && s->tr != FLARE__RECV_TR;
+}
+
 /* Sets up a stream on an accepted socket (tr NULL: plain) and starts
- * watching it for input with io->cb = cb. 0, or FLARE_ESYS (the caller
- * still owns fd and tr). */
+ * watching it for input with io->cb = cb (plain on an io_uring loop: input
+ * as data, FLARE__RECV_TR). 0, or FLARE_ESYS (the caller still owns fd and
+ * tr). */
 int flare__stream_open(flare_stream_t *s, flare_loop_t *loop, int fd, flare_transport_t *tr,
                        flare_io_fn cb);
 
