@@ -324,7 +324,10 @@ void flare__stream_wrote_part(flare_stream_t *s, size_t n);
 /* The common case inline: one buffer, nothing borrowed, plain TCP. */
 static inline int flare__stream_flush(flare_stream_t *s)
 {
-    if (flare__likely(s->oq == NULL && s->tr == NULL && !(s->sflags & FLARE_S_WANT_WRITE))) {
+    /* plain TCP: epoll's (tr NULL, tested first: its path is unchanged) or
+     * io_uring's receiving marker, whose writes are plain write(2) too */
+    if (flare__likely(s->oq == NULL && (s->tr == NULL || s->tr == FLARE__RECV_TR) &&
+                      !(s->sflags & FLARE_S_WANT_WRITE))) {
         if (s->wbuf.len == 0)
             return 1;
         ssize_t wr = flare__write(s->io.fd, s->wbuf.data, s->wbuf.len);
