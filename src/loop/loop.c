@@ -31,6 +31,8 @@ int flare__loop_init(flare_loop_t *l, unsigned backend)
     l->wake_io.fd = -1;
     l->backend_fd = -1;
     l->backend = backend == FLARE__LOOP_URING ? FLARE__LOOP_URING : FLARE__LOOP_EPOLL;
+    const char *recv = getenv("FLARE_URING_RECV");
+    l->recv_streams = recv != NULL && strcmp(recv, "1") == 0;
     int rc = backend_init(l);
     if (rc != 0)
         return rc;

@@ -237,7 +237,15 @@ static void test_recv_mode(void **state)
         return;
     }
     flare_loop_t loop;
+    /* the receiving streams are opt-in for now: off by default */
+    unsetenv("FLARE_URING_RECV");
     assert_int_equal(flare__loop_init(&loop, FLARE__LOOP_URING), 0);
+    assert_false(loop.recv_streams);
+    flare__loop_dispose(&loop);
+    setenv("FLARE_URING_RECV", "1", 1);
+    assert_int_equal(flare__loop_init(&loop, FLARE__LOOP_URING), 0);
+    unsetenv("FLARE_URING_RECV");
+    assert_true(loop.recv_streams);
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     static rs_t r;
