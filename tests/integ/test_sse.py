@@ -223,10 +223,11 @@ class Sse(ServerTestCase):
         # M = 50 ms apart. Each next event is armed M after the loop's cached
         # clock (the time its turn began): an event that went out late in a
         # long turn (a sanitizer build on a loaded machine) has the next one
-        # follow it sooner, so one gap may be short if its neighbour is long;
-        # two in a row never are, and none is back to back or stalled
+        # follow it sooner, so one gap may be short (down to nothing: 8 ms
+        # after a 173 ms one in a loaded CI run) if its neighbour is long; two
+        # in a row never are, and none is stalled
         for g in gaps:
-            self.assertGreater(g, 0.01, gaps)
+            self.assertGreaterEqual(g, 0.0, gaps)
             self.assertLess(g, 1.0, gaps)
         for g1, g2 in zip(gaps, gaps[1:]):
             self.assertGreater(g1 + g2, 0.085, gaps)
