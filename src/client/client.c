@@ -470,6 +470,19 @@ static void call_free(flare_client_call_t *call)
     free(call);
 }
 
+/* Puts call at the end of its origin's wait queue. */
+static void wait_add(flare_client_call_t *call)
+{
+    origin_t *o = call->o;
+    call->waiting = true;
+    call->next = NULL;
+    if (o->wait_tail != NULL)
+        o->wait_tail->next = call;
+    else
+        o->wait_head = call;
+    o->wait_tail = call;
+}
+
 static void wait_remove(flare_client_call_t *call)
 {
     origin_t *o = call->o;
@@ -721,13 +734,7 @@ static bool follow(flare_client_call_t *call)
     if (o->stats != NULL && call->t0_ns == 0)
         call->t0_ns = mono_ns();
     phase(call, 0);
-    call->waiting = true;
-    call->next = NULL;
-    if (o->wait_tail != NULL)
-        o->wait_tail->next = call;
-    else
-        o->wait_head = call;
-    o->wait_tail = call;
+    wait_add(call);
     if (!flare_timer_active(call->cw->kick))
         flare_timer_start(call->cw->kick, 0);
     return true;
@@ -760,13 +767,7 @@ static void call_acquire(flare_client_call_t *call)
         conn_open(o, call);
         return;
     }
-    call->waiting = true;
-    call->next = NULL;
-    if (o->wait_tail != NULL)
-        o->wait_tail->next = call;
-    else
-        o->wait_head = call;
-    o->wait_tail = call;
+    wait_add(call);
     if (!resolved)
         origin_dispatch(o); /* starts the resolution */
 }
@@ -1855,12 +1856,7 @@ int flare_client_request(flare_client_t *c, flare_worker_t *w, const flare_clien
     phase(call, 0);
     /* started from the loop, never inside this call: the callback may not
      * run before the caller has its handle */
-    call->waiting = true;
-    if (o->wait_tail != NULL)
-        o->wait_tail->next = call;
-    else
-        o->wait_head = call;
-    o->wait_tail = call;
+    wait_add(call);
     if (out != NULL)
         *out = call;
     if (!flare_timer_active(cw->kick))
